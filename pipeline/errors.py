@@ -1,0 +1,53 @@
+"""One error hierarchy; each class maps to one documented exit code."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+EXIT_OUTPUT = 4
+EXIT_GPU = 5
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class PipelineError(Exception):
+    """Base of every error the pipeline reports to the user."""
+
+    exit_code = 1
+
+
+class ConfigError(PipelineError, ValueError):
+    """Bad command line, config file or filter chain."""
+
+    exit_code = EXIT_USAGE
+
+
+class InputError(PipelineError):
+    """The input cannot be opened, demuxed or decoded."""
+
+    exit_code = EXIT_INPUT
+
+
+class OutputError(PipelineError):
+    """The output cannot be created, written or finalised."""
+
+    exit_code = EXIT_OUTPUT
+
+
+class GPUError(PipelineError):
+    """No usable GPU, out of device memory, or a CUDA error."""
+
+    exit_code = EXIT_GPU
+
+
+class Interrupted(PipelineError):
+    """SIGINT or SIGTERM: in-flight frames were drained and the output finalised."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        self.exit_code = EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
