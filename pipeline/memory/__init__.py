@@ -1,0 +1,1 @@
+"""Host and device memory: the pinned host ring, the device arena, and the allocation strategies."""

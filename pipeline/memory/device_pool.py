@@ -1,0 +1,90 @@
+"""The device pool: one arena reserved at start-up, sub-allocated per frame, with counters.
+
+The arena's memory comes from a *backing*: one real cudaMalloc on CUDA, one NumPy buffer on the CPU
+backend. Everything else (placement, reuse after events, accounting) is the plain-Python
+:class:`~pipeline.memory.arena.ArenaAllocator`, so the CPU backend runs the same bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from .arena import ArenaAllocator, Block, align_up
+from .host_ring import Event
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    shape: tuple[int, ...]
+    dtype: Any
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
+class Backing(Protocol):
+    def view(self, offset: int, spec: BufferSpec) -> Any: ...
+
+
+class NumpyBacking:
+    """Host memory standing in for the device (CPU backend)."""
+
+    def __init__(self, nbytes: int):
+        self.buffer = np.empty(nbytes, np.uint8)
+
+    def view(self, offset: int, spec: BufferSpec) -> np.ndarray:
+        raw = self.buffer[offset : offset + spec.nbytes]
+        return raw.view(spec.dtype).reshape(spec.shape)
+
+
+@dataclass
+class FrameBuffers:
+    """The device arrays of one frame, in the order of the frame plan's specs."""
+
+    arrays: list[Any]
+    blocks: list[Block]
+
+
+class DevicePool:
+    """Per-frame buffer sets carved out of one preallocated arena."""
+
+    def __init__(self, capacity: int, backing: Backing, device_allocs: int = 1):
+        self.arena = ArenaAllocator(capacity)
+        self.backing = backing
+        self.device_allocs = device_allocs  # real allocations made for the arena itself
+
+    @classmethod
+    def sized_for(cls, frame_bytes: int, in_flight: int, headroom: float, make_backing) -> DevicePool:
+        capacity = align_up(int(frame_bytes * in_flight * headroom))
+        return cls(capacity, make_backing(capacity))
+
+    def alloc_frame(self, specs: list[BufferSpec]) -> FrameBuffers:
+        blocks = [self.arena.alloc(s.nbytes) for s in specs]
+        arrays = [self.backing.view(b.offset, s) for b, s in zip(blocks, specs)]
+        return FrameBuffers(arrays, blocks)
+
+    def free_frame(self, buffers: FrameBuffers, after: Event | None) -> None:
+        self.arena.free(buffers.blocks, after)
+
+    def drain(self) -> None:
+        self.arena.drain()
+
+    def counters(self) -> dict[str, int]:
+        a = self.arena
+        return {
+            "device_allocs": self.device_allocs,
+            "device_frees": 0,
+            "pool_hits": a.hits,
+            "pool_waits": a.waits,
+            "bytes_reserved": a.capacity,
+            "bytes_in_use": a.in_use,
+            "bytes_peak": a.peak,
+        }
+
+
+def frame_bytes(specs: list[BufferSpec]) -> int:
+    return sum(align_up(s.nbytes) for s in specs)
