@@ -1,0 +1,1 @@
+"""Benchmarks and probes: measurements of this machine that the pipeline's design relies on."""

@@ -1,0 +1,184 @@
+"""Command line: ``pipeline run | bench | probe | filters``. Builds a config and hands it to the engine."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+from typing import Any
+
+from rich.console import Console
+
+from . import __version__
+from .config import ALLOC_STRATEGIES, DEVICES, RunConfig, build_config, load_toml
+from .errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, PipelineError
+
+EXIT_CODES = """exit codes:
+  0    success
+  2    usage or config error (bad option, filter chain, config key; output exists without -y)
+  3    bad input (missing, unreadable, no video stream, undecodable)
+  4    output or I/O error (directory missing or not writable, write failed)
+  5    GPU error (no usable GPU with --device cuda, out of device memory, CUDA error)
+  130  interrupted (SIGINT): in-flight frames drained, output finalised
+  143  terminated (SIGTERM): likewise
+  1    internal error (a bug; --debug shows the traceback)"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and the documented code, as for every other error
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _kv(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = RunConfig()
+    parser = _Parser(prog="pipeline", description=__doc__, epilog=EXIT_CODES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"pipeline {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="process a video file", epilog=EXIT_CODES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(run, d)
+    _add_other_commands(sub)
+    return parser
+
+
+def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
+    """Every flag defaults to None so that only the flags given override the config file."""
+    p.add_argument("input", help="input video file")
+    p.add_argument("-o", "--output", help="output file (default: <input stem>_processed<ext> in the current directory)")
+    p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
+    p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
+    p.add_argument("--config", help="TOML config file; flags given here override it")
+    p.add_argument("--device", choices=DEVICES, help=f"where the kernels run (default: {d.device})")
+    p.add_argument("--alloc", choices=ALLOC_STRATEGIES, help=f"memory allocation strategy (default: {d.alloc})")
+    p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
+                   help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
+    p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
+    p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
+                   help="encoder option, repeatable (e.g. crf=18, preset=veryfast)")
+    p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
+    p.add_argument("--ring-size", type=int, help=f"pinned host slots each way (default: {d.ring_size})")
+    p.add_argument("--streams", type=int, help=f"CUDA streams (default: {d.streams})")
+    p.add_argument("--in-flight", type=int, help=f"frames in flight on the GPU (default: {d.in_flight})")
+    p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
+                   help="Python file registering extra filters, repeatable")
+    p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
+    p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
+    p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
+
+
+def _add_other_commands(sub) -> None:
+    from .bench import probe
+
+    pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
+    probe.add_arguments(pr)
+    fl = sub.add_parser("filters", help="list the filters, or show one")
+    fl.add_argument("name", nargs="?", help="a filter name")
+    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    file_values = load_toml(args.config) if args.config else {}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    if flags.get("encoder_opts"):
+        flags["encoder_opts"] = dict(flags["encoder_opts"])
+    if flags.get("plugins"):
+        flags["plugins"] = tuple(flags["plugins"])
+    return build_config(file_values, flags)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    err = Console(stderr=True, highlight=False)
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        return _dispatch(args, err)
+    except PipelineError as e:
+        if debug:
+            traceback.print_exc()
+        err.print(f"pipeline: error: {e}", markup=False, soft_wrap=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        err.print("pipeline: interrupted", markup=False)
+        return 130
+    except Exception as e:  # a bug: still one line, the traceback only with --debug
+        if debug:
+            traceback.print_exc()
+        err.print(f"pipeline: internal error: {type(e).__name__}: {e} (--debug shows the traceback)",
+                  markup=False, soft_wrap=True)
+        return EXIT_INTERNAL
+
+
+def _dispatch(args: argparse.Namespace, err: Console) -> int:
+    if args.command == "run":
+        return cmd_run(config_from_args(args), err)
+    if args.command == "probe":
+        from .bench import probe
+
+        return probe.main(args)
+    if args.command == "filters":
+        return cmd_filters(args)
+    return EXIT_USAGE
+
+
+def cmd_run(cfg: RunConfig, err: Console) -> int:
+    from .engine import Pipeline
+    from .progress import progress_for
+
+    pipeline = Pipeline(cfg, notice=lambda m: err.print(f"pipeline: {m}", markup=False, soft_wrap=True))
+    _install_signal_handlers(pipeline)
+    with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
+        stats = pipeline.run()
+    if cfg.stats_json:
+        stats.write_json(cfg.stats_json)
+    if not cfg.quiet:
+        out = Console(highlight=False)
+        out.print(stats.table())
+        out.print(stats.memory_table())
+        out.print(f"wrote {stats.output}")
+    return 0
+
+
+def _install_signal_handlers(pipeline: Any) -> None:
+    """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once."""
+
+    def handler(signum, frame):
+        if pipeline.stop_event.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            raise SystemExit(128 + signum)
+        pipeline.signum = signum
+        pipeline.stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def cmd_filters(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from .filters import FILTERS, load_plugin, parse_chain
+
+    for plugin in args.plugins or ():
+        load_plugin(plugin)
+    parse_chain("")  # registers the built-ins
+    names = [args.name] if args.name else sorted(FILTERS)
+    if args.name and args.name not in FILTERS:
+        raise ConfigError(f"unknown filter {args.name!r}; known: {', '.join(sorted(FILTERS))}")
+    table = Table(title="filters", title_justify="left")
+    table.add_column("filter")
+    table.add_column("what it does")
+    table.add_column("parameters (type, default, range)")
+    for name in names:
+        cls = FILTERS[name]
+        table.add_row(name, cls.help, "\n".join(p.describe() + (f": {p.help}" if p.help else "") for p in cls.params))
+    Console().print(table)
+    return 0

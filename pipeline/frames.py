@@ -1,0 +1,107 @@
+"""What flows between the stages: the video format, and one in-flight frame with its buffers and events."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+# AVColorSpace values (FFmpeg's pixfmt.h) that mean BT.709; everything else is decoded as BT.601,
+# which is also what swscale assumes for "unspecified".
+AVCOL_SPC_BT709 = 1
+AVCOL_SPC_BT470BG = 5
+AVCOL_RANGE_MPEG = 1
+AVCOL_RANGE_JPEG = 2
+
+# (Kr, Kb) luma coefficients per matrix.
+MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+
+
+@dataclass(frozen=True)
+class Colour:
+    """Colour matrix and range of a YUV stream, as tagged in the input and kept for the output."""
+
+    matrix: str = "bt601"
+    full_range: bool = False
+    # The raw tags, copied to the output so players treat it exactly as the input.
+    colorspace: int = 2
+    color_range: int = 0
+    color_primaries: int = 2
+    color_trc: int = 2
+
+    @classmethod
+    def from_tags(cls, colorspace: int, color_range: int, primaries: int = 2, trc: int = 2, height: int = 0):
+        if colorspace == AVCOL_SPC_BT709:
+            matrix = "bt709"
+        elif colorspace in (2, 0) and height >= 720:
+            matrix = "bt709"  # untagged HD video is BT.709 by convention
+        else:
+            matrix = "bt601"
+        return cls(matrix, color_range == AVCOL_RANGE_JPEG, colorspace, color_range, primaries, trc)
+
+    @property
+    def coefficients(self) -> tuple[float, float]:
+        return MATRICES[self.matrix]
+
+
+@dataclass(frozen=True)
+class VideoFormat:
+    """An 8-bit 4:2:0 frame layout (I420: Y plane, then U, then V, tightly packed)."""
+
+    width: int
+    height: int
+    colour: Colour = Colour()
+
+    def __post_init__(self) -> None:
+        if self.width % 2 or self.height % 2 or self.width <= 0 or self.height <= 0:
+            raise ValueError(f"Invalid frame size {self.width}x{self.height}: 4:2:0 needs even, positive sizes")
+
+    @property
+    def nbytes(self) -> int:
+        return self.width * self.height * 3 // 2
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of the I420 buffer as a 2-D array, the layout PyAV's ``from_numpy_buffer`` takes."""
+        return (self.height * 3 // 2, self.width)
+
+    def planes(self, buf):
+        """Y, U, V views of a flat I420 buffer (NumPy or CuPy)."""
+        w, h = self.width, self.height
+        y_end = w * h
+        c_size = y_end // 4
+        y = buf[:y_end].reshape(h, w)
+        u = buf[y_end : y_end + c_size].reshape(h // 2, w // 2)
+        v = buf[y_end + c_size : y_end + 2 * c_size].reshape(h // 2, w // 2)
+        return y, u, v
+
+    def resized(self, width: int, height: int) -> VideoFormat:
+        return VideoFormat(width, height, self.colour)
+
+
+@dataclass
+class FrameMeta:
+    """Per-frame facts carried from decoder to encoder."""
+
+    index: int
+    pts: int | None
+    time_base: Fraction | None
+    decoded_at: float = field(default_factory=time.perf_counter)
+    decode_s: float = 0.0
+
+
+@dataclass(eq=False)
+class WorkItem:
+    """One in-flight frame: its metadata, host slots, device buffers, stream and events.
+
+    The backend fills ``ctx`` (stream and events, reused from a small pool) and ``device``
+    (buffers from the device memory strategy); the engine only moves items between stages.
+    """
+
+    meta: FrameMeta
+    in_slot: Any = None
+    out_slot: Any = None
+    ctx: Any = None
+    device: Any = None
+    out_format: VideoFormat | None = None

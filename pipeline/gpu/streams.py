@@ -1,0 +1,83 @@
+"""CUDA streams and per-frame events, and the device operations the processor issues on them.
+
+Each in-flight frame gets a :class:`CudaContext` from a fixed pool: a stream (round-robin over S
+non-blocking streams) and four events created once, so nothing is created per frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..filters.color import rgb_to_yuv_cuda, yuv_to_rgb_cuda
+from .cuda import cupy
+
+_MARKS = ("start", "uploaded", "filtered", "done")
+
+
+@dataclass(eq=False)
+class CudaContext:
+    index: int
+    stream: Any
+    events: dict[str, Any]
+
+    @property
+    def uploaded(self):
+        return self.events["uploaded"]
+
+    @property
+    def done(self):
+        return self.events["done"]
+
+    def timings_ms(self) -> dict[str, float]:
+        """Stage times from the events; call only once ``done`` has completed."""
+        elapsed = cupy().cuda.get_elapsed_time
+        e = self.events
+        return {
+            "upload": elapsed(e["start"], e["uploaded"]),
+            "kernels": elapsed(e["uploaded"], e["filtered"]),
+            "download": elapsed(e["filtered"], e["done"]),
+        }
+
+
+class CudaOps:
+    """Upload, kernels and download on the frame's own stream."""
+
+    name = "cuda"
+
+    def __init__(self, streams: int, default_stream: bool = False):
+        cp = cupy()
+        # The naive strategy runs on the legacy default stream, as code that never thinks about streams does.
+        self.streams = [cp.cuda.Stream.null] if default_stream else [
+            cp.cuda.Stream(non_blocking=True) for _ in range(streams)
+        ]
+        self._memcpy = cp.cuda.runtime.memcpyAsync
+        self._h2d, self._d2h = cp.cuda.runtime.memcpyHostToDevice, cp.cuda.runtime.memcpyDeviceToHost
+
+    def context(self, index: int) -> CudaContext:
+        cp = cupy()
+        return CudaContext(index, self.streams[index % len(self.streams)], {m: cp.cuda.Event() for m in _MARKS})
+
+    def scope(self, ctx: CudaContext):
+        return ctx.stream
+
+    def mark(self, ctx: CudaContext, name: str) -> None:
+        ctx.events[name].record(ctx.stream)
+
+    def upload(self, ctx: CudaContext, dst, host) -> None:
+        # cudaMemcpyAsync straight from the slot: asynchronous for pinned memory, synchronous for pageable.
+        self._memcpy(dst.data.ptr, host.ctypes.data, host.nbytes, self._h2d, ctx.stream.ptr)
+
+    def download(self, ctx: CudaContext, host, src) -> None:
+        self._memcpy(host.ctypes.data, src.data.ptr, host.nbytes, self._d2h, ctx.stream.ptr)
+
+    yuv_to_rgb = staticmethod(yuv_to_rgb_cuda)
+    rgb_to_yuv = staticmethod(rgb_to_yuv_cuda)
+
+    @staticmethod
+    def run_filter(f, src, dst, scratch) -> None:
+        f.cuda(src, dst, scratch)
+
+    def synchronize_all(self) -> None:
+        for s in self.streams:
+            s.synchronize()

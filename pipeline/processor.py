@@ -1,0 +1,102 @@
+"""The GPU stage: per frame, upload, colour conversion, the filter chain, conversion back, download.
+
+Backend-neutral: ``ops`` is :class:`~pipeline.gpu.streams.CudaOps` or :class:`~pipeline.cpu.CpuOps`,
+``memory`` one of the allocation strategies. Everything for a frame is issued on its own stream, and
+buffers are handed back with the event of their last use, so nothing waits on the whole device.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .channels import wait_for
+from .frames import VideoFormat, WorkItem
+from .memory.device_pool import BufferSpec, frame_bytes
+
+
+@dataclass(frozen=True)
+class FramePlan:
+    """The device buffers one frame needs, computed once from the input format and the chain.
+
+    specs[0] is the I420 input, specs[1] the first RGB image, then for each filter its output and
+    scratch buffers, and last the I420 output.
+    """
+
+    in_format: VideoFormat
+    out_format: VideoFormat
+    specs: tuple[BufferSpec, ...]
+    steps: tuple[tuple[int, int, tuple[int, ...]], ...]  # per filter: (src index, dst index, scratch indices)
+
+    @classmethod
+    def build(cls, fmt: VideoFormat, chain) -> FramePlan:
+        specs = [BufferSpec((fmt.nbytes,), np.uint8), BufferSpec((3, fmt.height, fmt.width), np.float32)]
+        steps = []
+        w, h, src = fmt.width, fmt.height, 1
+        for f in chain:
+            scratch = []
+            for shape in f.scratch_shapes(w, h):
+                scratch.append(len(specs))
+                specs.append(BufferSpec(tuple(shape), np.float32))
+            w, h = f.output_size(w, h)
+            specs.append(BufferSpec((3, h, w), np.float32))
+            steps.append((src, len(specs) - 1, tuple(scratch)))
+            src = len(specs) - 1
+        out = fmt.resized(w, h)
+        specs.append(BufferSpec((out.nbytes,), np.uint8))
+        return cls(fmt, out, tuple(specs), tuple(steps))
+
+    @property
+    def frame_bytes(self) -> int:
+        return frame_bytes(list(self.specs))
+
+    @property
+    def last_rgb(self) -> int:
+        return self.steps[-1][1] if self.steps else 1
+
+
+class Processor:
+    def __init__(self, ops, memory, plan: FramePlan, chain, in_flight: int, abort: threading.Event | None = None):
+        self.ops, self.memory, self.plan, self.chain = ops, memory, plan, list(chain)
+        self.abort = abort or threading.Event()
+        self._contexts: queue.Queue = queue.Queue()
+        for i in range(in_flight):
+            self._contexts.put(ops.context(i))
+
+    def submit(self, item: WorkItem) -> None:
+        """Issue the frame's work asynchronously; the host slot goes back once the upload has completed."""
+        ops, mem, plan = self.ops, self.memory, self.plan
+        ctx = item.ctx = wait_for(lambda: self._contexts.get(timeout=0.05), self.abort)  # bounds frames in flight
+        bufs = item.device = mem.device.alloc_frame(list(plan.specs))
+        item.out_slot = wait_for(lambda: mem.out_host.acquire(timeout=0.05), self.abort)
+        item.out_format = plan.out_format
+        a = bufs.arrays
+        with ops.scope(ctx):
+            ops.mark(ctx, "start")
+            ops.upload(ctx, a[0], item.in_slot.array)
+            ops.mark(ctx, "uploaded")
+            ops.yuv_to_rgb(a[0], plan.in_format, a[1])
+            for f, (src, dst, scratch) in zip(self.chain, plan.steps):
+                ops.run_filter(f, a[src], a[dst], [a[i] for i in scratch])
+            ops.rgb_to_yuv(a[plan.last_rgb], plan.out_format, a[-1])
+            ops.mark(ctx, "filtered")
+            ops.download(ctx, item.out_slot.array, a[-1])
+            ops.mark(ctx, "done")
+        mem.in_host.release(item.in_slot, after=ctx.uploaded)
+        item.in_slot = None
+        mem.device.free_frame(bufs, after=ctx.done)
+
+    def complete(self, item: WorkItem) -> dict[str, float]:
+        """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
+        item.ctx.done.synchronize()
+        timings = item.ctx.timings_ms()
+        self._contexts.put(item.ctx)
+        item.ctx = item.device = None
+        return timings
+
+    def close(self) -> None:
+        self.ops.synchronize_all()
+        self.memory.device.drain()

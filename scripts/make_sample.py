@@ -1,0 +1,554 @@
+#!/usr/bin/env python3
+"""Synthetic test and benchmark clips.
+
+Frames carry texture, gradients, moving shapes and a large frame counter, so
+that encoders, decoders and filters see realistic detail and motion, and a
+viewer (or a test) can tell which frame it is looking at after lossy coding.
+
+    python scripts/make_sample.py                 # samples/sample.mp4 (committed)
+    python scripts/make_sample.py 1080p           # samples/bench_1080p.mp4
+    python scripts/make_sample.py raw4k --frames 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTrc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+AUDIO_RATE = 48000
+AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
+
+# Codecs refused at odd sizes whatever the pixel format: libx264 rejects
+# them for 4:2:0, and the pipeline's H.264 paths assume even sizes.
+EVEN_SIZE_CODECS = {"libx264"}
+
+# cv2 accepts fractional coordinates as fixed point; 4 bits gives 1/16 px
+# steps, so slow shapes still move smoothly instead of jumping a whole pixel.
+SUBPIXEL_BITS = 4
+SUBPIXEL = 1 << SUBPIXEL_BITS
+
+
+# --------------------------------------------------------------------------
+# Frame synthesis
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str  # "circle" or "box"
+    size: float  # radius, or half the side of a box
+    colour: tuple[int, int, int]
+    start: tuple[float, float]  # phase along the bounce path, in pixels
+    velocity: tuple[float, float]  # pixels per frame
+    spin: float  # radians per frame (boxes only)
+
+
+@dataclass(frozen=True)
+class Scene:
+    texture: np.ndarray  # (H + margin_y, W + margin_x, 3) uint8, read-only
+    margin_x: int
+    margin_y: int
+    band_split: int  # rows above scroll with (vx, vy), rows below with (vx2, vy)
+    vx: int
+    vx2: int
+    vy: int
+    shapes: tuple[Shape, ...]
+
+
+def _bounce(t: float, span: float) -> float:
+    """Triangle wave in [0, span]: motion that reverses instead of wrapping,
+    so the texture never needs to tile and never shows a seam."""
+    if span <= 0:
+        return 0.0
+    p = t % (2 * span)
+    return p if p <= span else 2 * span - p
+
+
+def _texture(width: int, height: int, rng: np.random.Generator) -> np.ndarray:
+    """Static background: smooth gradients, soft clouds, edges and fine grain.
+
+    Feature sizes scale with the frame, so every resolution shows the same
+    picture rather than a 4K clip being four times busier than a 1080p one.
+    """
+    yy = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None]
+    xx = np.linspace(0.0, 1.0, width, dtype=np.float32)[None, :]
+    phase = rng.uniform(0, 2 * np.pi, 3).astype(np.float32)
+    tex = np.empty((height, width, 3), np.float32)
+    tex[..., 0] = 128 + 80 * np.sin(2.2 * xx + phase[0]) * np.cos(1.3 * yy)
+    tex[..., 1] = 128 + 80 * np.cos(1.7 * yy + phase[1])
+    tex[..., 2] = 128 + 80 * np.sin(1.5 * (xx + yy) + phase[2])
+
+    # Soft structure that motion estimators can lock onto: broad clouds plus
+    # a finer, fainter octave.
+    short = min(width, height)
+    for cells_per_short, sigma in ((12, 30.0), (48, 12.0)):
+        tex += _clouds(width, height, short / cells_per_short, sigma, rng)
+
+    # Fine grain, shared by all channels like real sensor luma noise.
+    tex += rng.normal(0, 5, (height, width, 1)).astype(np.float32)
+
+    out = np.clip(tex, 0, 255).astype(np.uint8)
+    _draw_edges(out, rng)
+    return out
+
+
+def _clouds(width: int, height: int, cell: float, sigma: float, rng) -> np.ndarray:
+    """Smooth noise with features about ``cell`` pixels across.
+
+    Blurred at 4 samples per cell before upscaling: plain cubic upscaling of
+    white noise leaves a visible lattice, and blurring at full size would
+    take seconds at 4K.
+    """
+    cell = max(1.0, cell)
+    gh = max(2, round(4 * height / cell))
+    gw = max(2, round(4 * width / cell))
+    noise = cv2.GaussianBlur(rng.normal(0, 1, (gh, gw, 3)).astype(np.float32), (0, 0), 2.0)
+    noise *= sigma / max(float(noise.std()), 1e-6)
+    return cv2.resize(noise, (width, height), interpolation=cv2.INTER_CUBIC)
+
+
+def _draw_edges(img: np.ndarray, rng: np.random.Generator) -> None:
+    """Hard-edged outlines: the high-contrast detail that ringing and
+    blocking artefacts show up on."""
+    h, w = img.shape[:2]
+    unit = max(1, min(w, h) // 360)
+    for _ in range(24):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        rw = int(rng.integers(4, max(5, w // 5)))
+        rh = int(rng.integers(4, max(5, h // 5)))
+        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        thickness = int(rng.integers(1, 4)) * unit
+        cv2.rectangle(img, (x0, y0), (x0 + rw, y0 + rh), colour, thickness)
+
+
+def _shapes(width: int, height: int, rng: np.random.Generator) -> tuple[Shape, ...]:
+    short = min(width, height)
+    speed = max(1.0, width / 320)
+    shapes = []
+    for k in range(6):
+        shapes.append(
+            Shape(
+                kind="circle" if k % 2 == 0 else "box",
+                size=float(rng.uniform(0.05, 0.12) * short) + 1.0,
+                colour=tuple(int(c) for c in rng.integers(30, 256, 3)),
+                start=(float(rng.uniform(0, 2 * width)), float(rng.uniform(0, 2 * height))),
+                velocity=(
+                    float(rng.uniform(0.5, 2.5) * speed * rng.choice((-1, 1))),
+                    float(rng.uniform(0.3, 1.5) * speed * rng.choice((-1, 1))),
+                ),
+                spin=float(rng.uniform(-0.08, 0.08)),
+            )
+        )
+    return tuple(shapes)
+
+
+@functools.lru_cache(maxsize=4)
+def _scene(width: int, height: int, seed: int) -> Scene:
+    """Everything that does not change from frame to frame, built once so a
+    frame costs one copy plus a few small drawing calls."""
+    rng = np.random.default_rng([seed, width, height])
+    margin_x = max(16, width // 4)
+    margin_y = max(8, height // 8)
+    texture = _texture(width + margin_x, height + margin_y, rng)
+    texture.flags.writeable = False  # shared by every caller through the cache
+    base = max(1, width // 640)
+    vx = int(rng.integers(1, 3)) * base * int(rng.choice((-1, 1)))
+    return Scene(
+        texture=texture,
+        margin_x=margin_x,
+        margin_y=margin_y,
+        band_split=(2 * height) // 3,
+        vx=vx,
+        vx2=-2 * vx,  # the lower band moves faster the other way, like parallax
+        vy=max(1, height // 720),
+        shapes=_shapes(width, height, rng),
+    )
+
+
+def _paste_background(out: np.ndarray, scene: Scene, index: int) -> None:
+    h, w = out.shape[:2]
+    split = scene.band_split
+    oy = int(_bounce(index * scene.vy, scene.margin_y))
+    ox = int(_bounce(index * scene.vx, scene.margin_x))
+    ox2 = int(_bounce(index * scene.vx2 + scene.margin_x // 2, scene.margin_x))
+    out[:split] = scene.texture[oy : oy + split, ox : ox + w]
+    out[split:] = scene.texture[oy + split : oy + h, ox2 : ox2 + w]
+
+
+def _draw_shape(out: np.ndarray, shape: Shape, index: int) -> None:
+    h, w = out.shape[:2]
+    r = shape.size
+    cx = r + _bounce(shape.start[0] + index * shape.velocity[0], max(0.0, w - 2 * r))
+    cy = r + _bounce(shape.start[1] + index * shape.velocity[1], max(0.0, h - 2 * r))
+    if shape.kind == "circle":
+        centre = (round(cx * SUBPIXEL), round(cy * SUBPIXEL))
+        cv2.circle(out, centre, round(r * SUBPIXEL), shape.colour, -1, cv2.LINE_AA, SUBPIXEL_BITS)
+        return
+    angle = index * shape.spin
+    corners = np.array(
+        [(math.cos(angle + q * math.pi / 2), math.sin(angle + q * math.pi / 2)) for q in range(4)]
+    )
+    pts = np.round((corners * r * math.sqrt(2) + (cx, cy)) * SUBPIXEL).astype(np.int32)
+    cv2.fillConvexPoly(out, pts, shape.colour, cv2.LINE_AA, SUBPIXEL_BITS)
+
+
+def _draw_counter(out: np.ndarray, index: int) -> None:
+    """Frame number about a sixth of the frame tall, outlined so it stays
+    legible on any background and after heavy quantisation."""
+    h, w = out.shape[:2]
+    text = f"{index:04d}"
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    (tw, th), _ = cv2.getTextSize(text, font, 1.0, 2)
+    scale = min(h / 6 / th, 0.9 * w / tw)
+    thickness = max(1, round(scale * 2))
+    outline = thickness + max(2, thickness // 2)
+    org = (max(1, w // 40), max(1, h // 40) + round(th * scale))
+    cv2.putText(out, text, org, font, scale, (0, 0, 0), outline, cv2.LINE_AA)
+    cv2.putText(out, text, org, font, scale, (255, 255, 255), thickness, cv2.LINE_AA)
+
+
+def synth_frame(index: int, width: int, height: int, seed: int = 0) -> np.ndarray:
+    """Frame ``index`` of the synthetic clip as (height, width, 3) uint8 RGB.
+
+    Deterministic in (index, width, height, seed).
+    """
+    if width <= 0 or height <= 0:
+        raise ValueError(f"frame size must be positive, got {width}x{height}")
+    scene = _scene(width, height, seed)
+    out = np.empty((height, width, 3), np.uint8)
+    _paste_background(out, scene, index)
+    for shape in scene.shapes:
+        _draw_shape(out, shape, index)
+    _draw_counter(out, index)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Colour and pixel formats
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColourTags:
+    sws_matrix: int  # swscale matrix used for the RGB -> YUV conversion
+    colorspace: int  # AVColorSpace written to the stream and frames
+    primaries: int
+    trc: int
+    color_range: int
+
+
+# AVColorSpace values (libavutil/pixfmt.h); PyAV has no enum for these, its
+# Colorspace enum holds swscale's SWS_CS_* constants, which differ.
+AVCOL_SPC_BT709 = 1
+AVCOL_SPC_SMPTE170M = 6
+
+BT709 = ColourTags(
+    Colorspace.ITU709, AVCOL_SPC_BT709, ColorPrimaries.BT709, ColorTrc.BT709, ColorRange.MPEG
+)
+BT601 = ColourTags(
+    Colorspace.ITU601,
+    AVCOL_SPC_SMPTE170M,
+    ColorPrimaries.SMPTE170M,
+    ColorTrc.SMPTE170M,
+    ColorRange.MPEG,
+)
+
+
+def colour_tags(height: int) -> ColourTags:
+    """HD and up is BT.709, SD is BT.601; both limited range, as broadcast
+    and most players assume when a stream is untagged."""
+    return BT709 if height >= 720 else BT601
+
+
+def rgb_to_frame(rgb: np.ndarray, pix_fmt: str) -> av.VideoFrame:
+    """Convert an RGB frame to ``pix_fmt`` with the matrix its tags declare."""
+    tags = colour_tags(rgb.shape[0])
+    frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+    frame = frame.reformat(
+        format=pix_fmt, dst_colorspace=tags.sws_matrix, dst_color_range=tags.color_range
+    )
+    # Set only as metadata: passing these to reformat would ask swscale for a
+    # transfer/primaries conversion we do not want.
+    frame.color_primaries = tags.primaries
+    frame.color_trc = tags.trc
+    return frame
+
+
+# --------------------------------------------------------------------------
+# Clip writing
+# --------------------------------------------------------------------------
+
+
+def _as_rate(fps: float | int | Fraction) -> Fraction:
+    """Frame rate as an exact fraction; 23.976/29.97/59.94 become n*1000/1001."""
+    if isinstance(fps, (int, Fraction)):
+        rate = Fraction(fps)
+    else:
+        ntsc = round(fps * 1.001)
+        if abs(fps - ntsc * 1000 / 1001) < 5e-3 and abs(fps - round(fps)) > 5e-3:
+            rate = Fraction(ntsc * 1000, 1001)
+        else:
+            rate = Fraction(fps).limit_denominator(1001)
+    if rate <= 0:
+        raise ValueError(f"fps must be positive, got {fps}")
+    return rate
+
+
+def _is_subsampled(pix_fmt: str) -> bool:
+    fmt = av.VideoFormat(pix_fmt)  # ValueError for an unknown name
+    return fmt.chroma_width(2) < 2 or fmt.chroma_height(2) < 2
+
+
+def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str) -> None:
+    if width <= 0 or height <= 0:
+        raise ValueError(f"frame size must be positive, got {width}x{height}")
+    if frames <= 0:
+        raise ValueError(f"frames must be positive, got {frames}")
+    if width % 2 or height % 2:
+        if codec in EVEN_SIZE_CODECS:
+            raise ValueError(f"{codec} needs even dimensions, got {width}x{height}")
+        # PyAV cannot build or read back subsampled frames of odd size.
+        if _is_subsampled(pix_fmt):
+            raise ValueError(
+                f"{pix_fmt} needs even dimensions, got {width}x{height}; use yuv444p or gray"
+            )
+
+
+def _video_options(codec: str, crf: int | None, options: dict | None) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    if codec == "libx264":
+        opts["preset"] = "veryfast"
+        if crf is not None:
+            opts["crf"] = str(crf)
+    opts.update({k: str(v) for k, v in (options or {}).items()})
+    return opts
+
+
+def _add_video(container, codec, width, height, rate, pix_fmt, opts) -> av.video.stream.VideoStream:
+    stream = container.add_stream(codec, rate=rate, options=opts)
+    stream.width = width
+    stream.height = height
+    stream.pix_fmt = pix_fmt
+    ctx = stream.codec_context
+    ctx.time_base = 1 / rate
+    tags = colour_tags(height)
+    ctx.colorspace = tags.colorspace
+    ctx.color_range = tags.color_range
+    ctx.color_primaries = tags.primaries
+    ctx.color_trc = tags.trc
+    return stream
+
+
+def _add_audio(container) -> av.audio.stream.AudioStream:
+    stream = container.add_stream("aac", rate=AUDIO_RATE)
+    stream.layout = "stereo"
+    stream.bit_rate = 96_000
+    return stream
+
+
+def _tone(start: int, stop: int, seed: int) -> np.ndarray:
+    """Samples [start, stop) of a seeded stereo tone, (2, n) float32 planar.
+
+    Computed from the absolute sample index, so chunks join without clicks.
+    """
+    semitone = np.random.default_rng(seed).integers(0, 12)
+    freq = 220.0 * 2 ** (semitone / 12)
+    t = np.arange(start, stop, dtype=np.float64) / AUDIO_RATE
+    left = np.sin(2 * np.pi * freq * t)
+    right = np.sin(2 * np.pi * 1.5 * freq * t)  # a fifth above: channels are distinguishable
+    return (AUDIO_LEVEL * np.stack([left, right])).astype(np.float32)
+
+
+def _audio_frame(start: int, stop: int, seed: int) -> av.AudioFrame:
+    frame = av.AudioFrame.from_ndarray(_tone(start, stop, seed), format="fltp", layout="stereo")
+    frame.sample_rate = AUDIO_RATE
+    frame.pts = start
+    frame.time_base = Fraction(1, AUDIO_RATE)
+    return frame
+
+
+def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix_fmt, seed):
+    time_base = 1 / rate
+    audio_done = 0
+    for i in range(frames):
+        frame = rgb_to_frame(synth_frame(i, width, height, seed), pix_fmt)
+        frame.pts = i
+        frame.time_base = time_base
+        container.mux(vstream.encode(frame))
+        if astream is not None:
+            # Keep audio in step with video so the muxer's interleaving
+            # queue stays short.
+            audio_end = round((i + 1) * AUDIO_RATE / rate)
+            if audio_end > audio_done:
+                container.mux(astream.encode(_audio_frame(audio_done, audio_end, seed)))
+                audio_done = audio_end
+    container.mux(vstream.encode(None))
+    if astream is not None:
+        container.mux(astream.encode(None))
+
+
+def make_clip(
+    path: str | Path,
+    *,
+    width: int = 640,
+    height: int = 360,
+    frames: int = 90,
+    fps: float | int | Fraction = 30,
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+    audio: bool = True,
+    seed: int = 0,
+    crf: int | None = None,
+    options: dict | None = None,
+) -> Path:
+    """Write a synthetic clip and return its path.
+
+    Video frames have pts 0, 1, 2, ... in time base 1/fps. With ``audio``, a
+    stereo 48 kHz AAC tone of the same duration is muxed alongside.
+
+    Container notes: MP4 takes libx264 only. Matroska takes ffv1, libx264 and
+    rawvideo in formats with a FourCC (not yuv420p10le), keeps the colour
+    tags, and rounds timestamps to milliseconds. NUT takes every raw format
+    and keeps exact timestamps but drops the colour tags; it cannot store
+    negative timestamps either, so with audio it shifts all streams by the
+    AAC encoder delay (1024 samples) and video starts there, not at 0.
+    """
+    path = Path(path)
+    _check_args(width, height, frames, codec, pix_fmt)
+    rate = _as_rate(fps)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with av.open(str(path), "w") as container:
+            opts = _video_options(codec, crf, options)
+            vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts)
+            astream = _add_audio(container) if audio else None
+            _encode_all(
+                container,
+                vstream,
+                astream,
+                width=width,
+                height=height,
+                frames=frames,
+                rate=rate,
+                pix_fmt=pix_fmt,
+                seed=seed,
+            )
+    except BaseException:
+        # A half-written clip looks valid to a quick glance; do not leave one.
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preset:
+    path: str
+    width: int
+    height: int
+    fps: float
+    frames: int
+    codec: str = "libx264"
+    pix_fmt: str = "yuv420p"
+    audio: bool = True
+    crf: int | None = None
+
+
+PRESETS = {
+    # Committed to the repo, so kept small.
+    "sample": Preset("samples/sample.mp4", 640, 360, 30, 90, crf=28),
+    "1080p": Preset("samples/bench_1080p.mp4", 1920, 1080, 60, 600, crf=23),
+    "4k": Preset("samples/bench_4k.mp4", 3840, 2160, 30, 300),
+    # Uncompressed: decode cost is near zero, so the benchmark measures the
+    # pipeline. Matroska rather than NUT because it carries the colour tags.
+    "raw1080p": Preset("samples/bench_1080p_raw.mkv", 1920, 1080, 60, 300, "rawvideo", audio=False),
+    "raw4k": Preset("samples/bench_4k_raw.mkv", 3840, 2160, 30, 120, "rawvideo", audio=False),
+}
+
+# Containers for codecs that MP4 cannot carry, used when --codec changes a
+# preset's codec without -o.
+CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WxH, got {text!r}") from None
+    return w, h
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Write a synthetic test/benchmark clip.")
+    p.add_argument("preset", nargs="?", default="sample", choices=PRESETS)
+    p.add_argument("-o", "--output", type=Path, help="output path (default: the preset's)")
+    p.add_argument("--frames", type=int)
+    p.add_argument("--fps", type=float)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", type=_parse_size, metavar="WxH")
+    p.add_argument("--codec")
+    p.add_argument("--pix-fmt")
+    p.add_argument("--crf", type=int)
+    p.add_argument("--no-audio", action="store_true")
+    return p
+
+
+def _output_path(args, preset: Preset, codec: str) -> Path:
+    if args.output is not None:
+        return args.output
+    path = ROOT / preset.path
+    if codec != preset.codec and codec in CODEC_SUFFIX:
+        path = path.with_suffix(CODEC_SUFFIX[codec])
+    return path
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    preset = PRESETS[args.preset]
+    width, height = args.size or (preset.width, preset.height)
+    codec = args.codec or preset.codec
+    frames = args.frames if args.frames is not None else preset.frames
+    fps = args.fps if args.fps is not None else preset.fps
+    path = make_clip(
+        _output_path(args, preset, codec),
+        width=width,
+        height=height,
+        frames=frames,
+        fps=fps,
+        codec=codec,
+        pix_fmt=args.pix_fmt or preset.pix_fmt,
+        audio=preset.audio and not args.no_audio,
+        seed=args.seed,
+        crf=args.crf if args.crf is not None else preset.crf,
+    )
+    size_mb = path.stat().st_size / 1e6
+    duration = frames / _as_rate(fps)
+    print(f"{_display(path)}  {size_mb:.2f} MB  {frames} frames  {float(duration):.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
