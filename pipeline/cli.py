@@ -76,8 +76,11 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
 
 
 def _add_other_commands(sub) -> None:
-    from .bench import probe
+    from .bench import bench, probe
 
+    be = sub.add_parser("bench", help="compare allocation strategies side by side on one input",
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
+    bench.add_arguments(be)
     pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
     probe.add_arguments(pr)
     fl = sub.add_parser("filters", help="list the filters, or show one")
@@ -121,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
     if args.command == "run":
         return cmd_run(config_from_args(args), err)
+    if args.command == "bench":
+        from .bench import bench
+
+        return bench.main(args)
     if args.command == "probe":
         from .bench import probe
 

@@ -56,6 +56,9 @@ class CpuOps:
     def mark(self, ctx: CpuContext, name: str) -> None:
         ctx.stamps[name] = time.perf_counter()
 
+    def after(self, ctx: CpuContext, previous: CpuContext) -> None:
+        pass  # work runs in submission order already
+
     def upload(self, ctx: CpuContext, dst: np.ndarray, host: np.ndarray) -> None:
         np.copyto(dst, host)
 
@@ -77,12 +80,12 @@ def _fresh(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
-def cpu_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg) -> Memory:
+def cpu_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg, extra: int = 0) -> Memory:
     """Pool: a host ring and one NumPy arena; naive: fresh arrays per frame (same bookkeeping as CUDA)."""
     if strategy == "naive":
         device = PerFrameDevice(lambda spec: np.empty(spec.shape, spec.dtype), lambda array: None)
         return Memory(strategy, PerFrameHost(in_bytes, _fresh), PerFrameHost(out_bytes, _fresh), device, False)
-    device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, NumpyBacking)
+    device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, NumpyBacking, extra)
     in_host = HostRing(cfg.ring_size, in_bytes, _fresh)
     out_host = HostRing(cfg.ring_size, out_bytes, _fresh)
     return Memory(strategy, in_host, out_host, device, pinned=False)

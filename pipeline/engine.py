@@ -63,7 +63,8 @@ class Pipeline:
         source = Source(cfg.input, notice=self.notice)
         try:
             plan = FramePlan.build(source.format, chain)
-            memory = memory_for(cfg.alloc, source.format.nbytes, plan.out_format.nbytes, plan.frame_bytes, cfg)
+            memory = memory_for(cfg.alloc, source.format.nbytes, plan.out_format.nbytes, plan.frame_bytes, cfg,
+                                plan.state_bytes)
             self.processor = Processor(ops, memory, plan, chain, cfg.in_flight, self.abort)
             sink = Sink(target, plan.out_format, codec=cfg.codec, options=cfg.encoder_opts,
                         rate=source.frame_rate, time_base=source.video.time_base, audio_streams=source.audio)

@@ -30,13 +30,16 @@ class FramePlan:
     out_format: VideoFormat
     specs: tuple[BufferSpec, ...]
     steps: tuple[tuple[int, int, tuple[int, ...]], ...]  # per filter: (src index, dst index, scratch indices)
+    state: tuple[tuple[BufferSpec, ...], ...] = ()  # per filter: buffers kept across frames
 
     @classmethod
     def build(cls, fmt: VideoFormat, chain) -> FramePlan:
         specs = [BufferSpec((fmt.nbytes,), np.uint8), BufferSpec((3, fmt.height, fmt.width), np.float32)]
         steps = []
         w, h, src = fmt.width, fmt.height, 1
+        state = []
         for f in chain:
+            state.append(tuple(BufferSpec(tuple(s), np.float32) for s in f.state_shapes(w, h)))
             scratch = []
             for shape in f.scratch_shapes(w, h):
                 scratch.append(len(specs))
@@ -47,11 +50,15 @@ class FramePlan:
             src = len(specs) - 1
         out = fmt.resized(w, h)
         specs.append(BufferSpec((out.nbytes,), np.uint8))
-        return cls(fmt, out, tuple(specs), tuple(steps))
+        return cls(fmt, out, tuple(specs), tuple(steps), tuple(state))
 
     @property
     def frame_bytes(self) -> int:
         return frame_bytes(list(self.specs))
+
+    @property
+    def state_bytes(self) -> int:
+        return frame_bytes([s for specs in self.state for s in specs])
 
     @property
     def last_rgb(self) -> int:
@@ -65,6 +72,19 @@ class Processor:
         self._contexts: queue.Queue = queue.Queue()
         for i in range(in_flight):
             self._contexts.put(ops.context(i))
+        self._bind_state()
+        # Temporal filters read what the previous frame wrote, possibly on another stream: order them.
+        self._stateful = any(plan.state)
+        self._previous = None
+
+    def _bind_state(self) -> None:
+        """Reserve every filter's cross-frame state once, from the same device memory as the frames."""
+        self._state_buffers = []
+        for f, specs in zip(self.chain, self.plan.state):
+            if specs:
+                buffers = self.memory.device.alloc_frame(list(specs))
+                self._state_buffers.append(buffers)
+                f.bind_state(buffers.arrays)
 
     def submit(self, item: WorkItem) -> None:
         """Issue the frame's work asynchronously; the host slot goes back once the upload has completed."""
@@ -78,11 +98,14 @@ class Processor:
             ops.mark(ctx, "start")
             ops.upload(ctx, a[0], item.in_slot.array)
             ops.mark(ctx, "uploaded")
+            if self._stateful and self._previous is not None:
+                ops.after(ctx, self._previous)
             ops.yuv_to_rgb(a[0], plan.in_format, a[1])
             for f, (src, dst, scratch) in zip(self.chain, plan.steps):
                 ops.run_filter(f, a[src], a[dst], [a[i] for i in scratch])
             ops.rgb_to_yuv(a[plan.last_rgb], plan.out_format, a[-1])
             ops.mark(ctx, "filtered")
+            self._previous = ctx
             ops.download(ctx, item.out_slot.array, a[-1])
             ops.mark(ctx, "done")
         mem.in_host.release(item.in_slot, after=ctx.uploaded)
@@ -99,4 +122,6 @@ class Processor:
 
     def close(self) -> None:
         self.ops.synchronize_all()
+        for buffers in self._state_buffers:
+            self.memory.device.free_frame(buffers, after=None)
         self.memory.device.drain()

@@ -74,6 +74,15 @@ class Filter:
         """float32 temporaries this filter needs per frame (taken from the frame's pooled buffers)."""
         return []
 
+    def state_shapes(self, width: int, height: int) -> list[tuple[int, ...]]:
+        """float32 buffers kept across frames (temporal filters); reserved once, from the device pool."""
+        return []
+
+    def bind_state(self, buffers: list) -> None:
+        """Receive the state buffers (zeroed is not guaranteed: mark them empty and fill on the first frame)."""
+        self.state = buffers
+        self.reset()
+
     def reset(self) -> None:
         """Forget state carried between frames (temporal filters)."""
 

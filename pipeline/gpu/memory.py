@@ -56,9 +56,9 @@ def pageable(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
-def cuda_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg) -> Memory:
+def cuda_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg, extra: int = 0) -> Memory:
     if strategy == "pool":
-        device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, CudaBacking)
+        device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, CudaBacking, extra)
         in_host = HostRing(cfg.ring_size, in_bytes, pinned_array)
         out_host = HostRing(cfg.ring_size, out_bytes, pinned_array)
         return Memory(strategy, in_host, out_host, device, pinned=True)

@@ -64,6 +64,11 @@ class CudaOps:
     def mark(self, ctx: CudaContext, name: str) -> None:
         ctx.events[name].record(ctx.stream)
 
+    def after(self, ctx: CudaContext, previous: CudaContext) -> None:
+        """Order this frame's kernels after the previous frame's (temporal filters share state)."""
+        if previous.stream is not ctx.stream:
+            ctx.stream.wait_event(previous.events["filtered"])
+
     def upload(self, ctx: CudaContext, dst, host) -> None:
         # cudaMemcpyAsync straight from the slot: asynchronous for pinned memory, synchronous for pageable.
         self._memcpy(dst.data.ptr, host.ctypes.data, host.nbytes, self._h2d, ctx.stream.ptr)

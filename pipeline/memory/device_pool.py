@@ -58,8 +58,9 @@ class DevicePool:
         self.device_allocs = device_allocs  # real allocations made for the arena itself
 
     @classmethod
-    def sized_for(cls, frame_bytes: int, in_flight: int, headroom: float, make_backing) -> DevicePool:
-        capacity = align_up(int(frame_bytes * in_flight * headroom))
+    def sized_for(cls, frame_bytes: int, in_flight: int, headroom: float, make_backing, extra: int = 0) -> DevicePool:
+        """Room for ``in_flight`` frames times ``headroom``, plus ``extra`` bytes kept for the whole run."""
+        capacity = align_up(int(frame_bytes * in_flight * headroom)) + align_up(extra)
         return cls(capacity, make_backing(capacity))
 
     def alloc_frame(self, specs: list[BufferSpec]) -> FrameBuffers:
