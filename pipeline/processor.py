@@ -90,11 +90,12 @@ class Processor:
         """Issue the frame's work asynchronously; the host slot goes back once the upload has completed."""
         ops, mem, plan = self.ops, self.memory, self.plan
         ctx = item.ctx = wait_for(lambda: self._contexts.get(timeout=0.05), self.abort)  # bounds frames in flight
-        bufs = item.device = mem.device.alloc_frame(list(plan.specs))
         item.out_slot = wait_for(lambda: mem.out_host.acquire(timeout=0.05), self.abort)
         item.out_format = plan.out_format
-        a = bufs.arrays
         with ops.scope(ctx):
+            # Allocated under the frame's stream: stream-ordered allocators (CuPy's pools) key reuse on it.
+            bufs = item.device = mem.device.alloc_frame(list(plan.specs))
+            a = bufs.arrays
             ops.mark(ctx, "start")
             ops.upload(ctx, a[0], item.in_slot.array)
             ops.mark(ctx, "uploaded")
@@ -121,7 +122,9 @@ class Processor:
         return timings
 
     def close(self) -> None:
+        """Wait for the frames still in flight, then give every buffer back."""
         self.ops.synchronize_all()
         for buffers in self._state_buffers:
             self.memory.device.free_frame(buffers, after=None)
-        self.memory.device.drain()
+        self._state_buffers.clear()
+        self.memory.close()

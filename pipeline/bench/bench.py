@@ -1,13 +1,207 @@
-"""``pipeline bench``: the allocation strategies side by side on one input."""
+"""``pipeline bench``: the allocation strategies side by side on one input, with the ceilings beside them.
+
+Two scopes: ``e2e`` runs the whole pipeline exactly as ``pipeline run`` does; ``gpu`` decodes once into
+host memory and measures only what memory management touches (copies into host slots, upload,
+kernels, download). Every figure is the median of R repeats after a warm-up, measured in this run.
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..config import ALLOC_STRATEGIES, DEFAULT_FILTERS, RunConfig
+from ..errors import ConfigError, GPUError
+from ..filters import parse_chain
+
+SCOPES = ("gpu", "e2e")
+HEAVY_CHAIN = "gblur=sigma=2,unsharp=sigma=1:amount=1.2,eq=contrast=1.2:saturation=1.2"
+DEFAULT_ENCODER_OPTS = {"preset": "ultrafast"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", help="input video file")
+def _csv(allowed: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in allowed]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)} (got {text!r})")
+        return items
+
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="input video file")
+    p.add_argument("--strategies", type=_csv(ALLOC_STRATEGIES), default=list(ALLOC_STRATEGIES),
+                   help=f"comma-separated strategies (default: {','.join(ALLOC_STRATEGIES)})")
+    p.add_argument("--scope", type=_csv(SCOPES), default=list(SCOPES),
+                   help="gpu (memory path only), e2e (decode to encode), or both (default: gpu,e2e)")
+    p.add_argument("--repeats", type=int, default=3, help="measured repeats per strategy; the median is reported (default: 3)")
+    p.add_argument("--frames", type=int, default=300, help="frames per measured run (default: 300)")
+    p.add_argument("--warmup", type=int, default=30, help="frames run first and not measured (default: 30)")
+    p.add_argument("--filters", default=DEFAULT_FILTERS, help=f"filter chain (default: {DEFAULT_FILTERS!r})")
+    p.add_argument("--peer-filters", default=HEAVY_CHAIN,
+                   help=f"heavier chain run by the pipeline and by FFmpeg's CPU filters (default: {HEAVY_CHAIN!r})")
+    p.add_argument("--no-peers", dest="peers", action="store_false",
+                   help="skip the ceilings (decode, encode, transcode) and the FFmpeg CPU peer")
+    p.add_argument("-c", "--codec", default="libx264", help="encoder for e2e and the peers (default: libx264)")
+    p.add_argument("--encoder-opt", action="append", default=None, metavar="KEY=VALUE",
+                   help="encoder option, repeatable (default: preset=ultrafast)")
+    p.add_argument("--streams", type=int, default=RunConfig.streams, help="CUDA streams (default: %(default)s)")
+    p.add_argument("--in-flight", type=int, default=RunConfig.in_flight, help="frames in flight (default: %(default)s)")
+    p.add_argument("--ring-size", type=int, default=RunConfig.ring_size, help="host slots each way (default: %(default)s)")
+    p.add_argument("--copy-threads", type=int, default=4, help="threads copying frames into host slots, gpu scope (default: 4)")
+    p.add_argument("--json", help="write the results as JSON (default: <input stem>_bench.json)")
+    p.add_argument("--chart", help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
+    p.add_argument("--no-chart", dest="chart_enabled", action="store_false", help="do not draw the chart")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the file names written")
+
+
+def _encoder_opts(args) -> dict[str, str]:
+    if not args.encoder_opt:
+        return dict(DEFAULT_ENCODER_OPTS)
+    opts = {}
+    for text in args.encoder_opt:
+        key, eq, value = text.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"--encoder-opt: expected KEY=VALUE, got {text!r}")
+        opts[key] = value
+    return opts
 
 
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from ..gpu.cuda import gpu_status
+
+    ok, reason = gpu_status()
+    if not ok:
+        raise GPUError(f"pipeline bench needs a CUDA GPU: {reason}")
+    for name in ("repeats", "frames", "copy_threads"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"Invalid --{name.replace('_', '-')} ({getattr(args, name)}). Supported values are >= 1.")
+    console = Console(highlight=False)
+    result = run_bench(args, console)
+    stem = Path(args.input).stem
+    json_path = Path(args.json or f"{stem}_bench.json")
+    from .report import render, write_chart, write_json
+
+    write_json(result, json_path)
+    written = [str(json_path)]
+    if args.chart_enabled:
+        chart = write_chart(result, Path(args.chart or f"{stem}_bench.png"), console)
+        written += [str(chart)] if chart else []
+    if not args.quiet:
+        render(result, console)
+    console.print("wrote " + ", ".join(written))
+    return 0
+
+
+def run_bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    cfg = RunConfig(input=args.input, filters=args.filters, device="cuda", codec=args.codec,
+                    encoder_opts=_encoder_opts(args), streams=args.streams, in_flight=args.in_flight,
+                    ring_size=args.ring_size, quiet=True, overwrite=True)
+    chain = parse_chain(args.filters)
+    result: dict[str, Any] = {
+        "input": args.input,
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "filters": args.filters,
+        "encoder": {"codec": cfg.codec, "options": cfg.encoder_opts},
+        "repeats": args.repeats,
+        "frames": args.frames,
+        "warmup": args.warmup,
+        "device": _device_info(),
+        "scopes": {},
+    }
+    say = (lambda m: None) if args.quiet else (lambda m: console.print(f"[dim]{m}[/dim]"))
+    if "gpu" in args.scope:
+        result["scopes"]["gpu"] = _gpu_scope(args, cfg, chain, result, say)
+    if "e2e" in args.scope:
+        result["scopes"]["e2e"] = _e2e_scope(args, cfg, say)
+        if args.peers:
+            from .ceilings import measure_peers
+
+            result["peers"] = measure_peers(args, cfg, say)
+    _relative_to_pooled(result)
+    return result
+
+
+def _gpu_scope(args, cfg: RunConfig, chain, result: dict, say) -> list[dict]:
+    from .gpu_scope import GpuScope, decode_to_host
+    from .probe import bandwidth_for_size
+
+    fmt, frames = decode_to_host(args.input, min(args.frames, 120))
+    result["size"] = [fmt.width, fmt.height]
+    result["bandwidth"] = bandwidth_for_size(f"{fmt.width}x{fmt.height} I420 frame", fmt.nbytes)
+    rows = []
+    for strategy in args.strategies:
+        say(f"gpu scope: {strategy}")
+        scope = GpuScope(fmt, chain, strategy, cfg.replace(alloc=strategy), args.copy_threads)
+        try:
+            scope.run(frames, args.warmup)
+            runs = [scope.run(frames, args.frames) for _ in range(args.repeats)]
+        finally:
+            scope.close()
+        latency = [ms for r in runs for ms in r.latency_ms]
+        fps = statistics.median(r.fps for r in runs)
+        rows.append(_row(strategy, [r.fps for r in runs], latency, statistics.median(r.allocs_per_frame for r in runs),
+                         fps * fmt.nbytes / 1e9))
+    return rows
+
+
+def _e2e_scope(args, cfg: RunConfig, say) -> list[dict]:
+    from ..engine import Pipeline
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
+        out = str(Path(tmp) / f"out{Path(args.input).suffix or '.mp4'}")
+        for strategy in args.strategies:
+            say(f"e2e scope: {strategy}")
+            run_cfg = cfg.replace(alloc=strategy, output=out, frames=args.frames)
+            Pipeline(run_cfg.replace(frames=args.warmup), notice=say).run()
+            runs = [Pipeline(run_cfg, notice=say).run() for _ in range(args.repeats)]
+            fps = [r.steady_fps() for r in runs]
+            latency = [ms for r in runs for ms in r.latency_ms[8:]]
+            allocs = statistics.median(r.steady_allocs_per_frame() or 0.0 for r in runs)
+            in_bytes = runs[0].width * runs[0].height * 3 // 2
+            rows.append(_row(strategy, fps, latency, allocs, statistics.median(fps) * in_bytes / 1e9))
+    return rows
+
+
+def _row(strategy: str, fps_runs: list[float], latency: list[float], allocs: float, h2d_gbps: float) -> dict:
+    import numpy as np
+
+    lat = np.asarray(latency) if latency else np.zeros(1)
+    return {
+        "strategy": strategy,
+        "fps": round(statistics.median(fps_runs), 2),
+        "fps_runs": [round(f, 2) for f in fps_runs],
+        "latency_p50_ms": round(float(np.percentile(lat, 50)), 3),
+        "latency_p99_ms": round(float(np.percentile(lat, 99)), 3),
+        "device_allocs_per_frame": round(allocs, 3),
+        "h2d_gbps": round(h2d_gbps, 2),
+        "latency_ms": [round(float(x), 3) for x in lat[:: max(1, len(lat) // 2000)]],
+    }
+
+
+def _relative_to_pooled(result: dict) -> None:
+    for rows in result["scopes"].values():
+        pooled = next((r["fps"] for r in rows if r["strategy"] == "pool"), None)
+        for r in rows:
+            r["x_pooled"] = round(r["fps"] / pooled, 3) if pooled else None
+
+
+def _device_info() -> dict[str, Any]:
+    import os
+
+    from ..gpu.cuda import cupy
+
+    cp = cupy()
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {"name": name, "cpu_cores": os.cpu_count(), "cupy": cp.__version__,
+            "driver": cp.cuda.runtime.driverGetVersion(), "runtime": cp.cuda.runtime.runtimeGetVersion()}

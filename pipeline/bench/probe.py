@@ -654,3 +654,11 @@ def _write_json(path: Path, result: dict) -> None:
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc}") from exc
 
+
+
+def bandwidth_for_size(label: str, nbytes: int, repeats: int = 10) -> list[dict]:
+    """Pinned and pageable H2D/D2H (and both at once) for one buffer size; rows as in ``run_probe``."""
+    _require_gpu()
+    import cupy
+
+    return _bandwidth_for_size(cupy, label, nbytes, repeats)

@@ -56,13 +56,88 @@ def pageable(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
+class StreamOrderedDevice:
+    """Per-frame buffers from one of CuPy's allocators, released by dropping them (stream-ordered reuse).
+
+    ``cupy``: CuPy's caching MemoryPool, whose free lists are per stream; ``async``: cudaMallocAsync
+    through MemoryAsyncPool, freed with cudaFreeAsync on the allocating stream.
+    """
+
+    def __init__(self, kind: str):
+        cp = cupy()
+        self.kind = kind
+        self.calls = 0
+        self.device_allocs = 0
+        if kind == "cupy":
+            self.pool = cp.cuda.MemoryPool(allocator=self._counting_malloc)
+        else:
+            self.pool = cp.cuda.MemoryAsyncPool()
+
+    def _counting_malloc(self, nbytes: int):
+        cp = cupy()
+        self.device_allocs += 1  # a pool miss: a real cudaMalloc
+        return cp.cuda.MemoryPointer(cp.cuda.Memory(nbytes), 0)
+
+    def alloc_frame(self, specs: list[BufferSpec]) -> FrameBuffers:
+        cp = cupy()
+        arrays = [cp.ndarray(s.shape, s.dtype, memptr=self.pool.malloc(s.nbytes)) for s in specs]
+        self.calls += len(specs)
+        if self.kind == "async":
+            self.device_allocs += len(specs)  # each is a cudaMallocAsync call
+        return FrameBuffers(arrays, [])
+
+    def free_frame(self, buffers: FrameBuffers, after=None) -> None:
+        buffers.arrays.clear()  # the allocator orders reuse after the work already queued on the stream
+
+    def drain(self) -> None:
+        pass
+
+    def counters(self) -> dict[str, int]:
+        reserved = self.pool.total_bytes()
+        return {
+            "device_allocs": self.device_allocs,
+            "device_frees": 0,
+            "pool_hits": self.calls - (self.device_allocs if self.kind == "cupy" else 0),
+            "pool_waits": 0,
+            "bytes_reserved": reserved,
+            "bytes_in_use": self.pool.used_bytes(),
+            "bytes_peak": reserved,
+        }
+
+
+def cupy_pinned_allocator():
+    """Host buffers from CuPy's PinnedMemoryPool (cudaHostAlloc on a miss), counted."""
+    cuda = cupy().cuda
+    misses = [0]
+
+    def counting(nbytes: int):
+        misses[0] += 1
+        return cuda.PinnedMemoryPointer(cuda.PinnedMemory(nbytes), 0)
+
+    pool = cuda.PinnedMemoryPool(allocator=counting)
+
+    def allocate(nbytes: int) -> np.ndarray:
+        return np.frombuffer(pool.malloc(nbytes), np.uint8, nbytes)
+
+    return allocate, misses
+
+
 def cuda_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg, extra: int = 0) -> Memory:
-    if strategy == "pool":
+    """The memory of one run for an allocation strategy (see :mod:`pipeline.memory.strategies`)."""
+    if strategy in ("pool", "pinned-per-frame"):
         device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, CudaBacking, extra)
-        in_host = HostRing(cfg.ring_size, in_bytes, pinned_array)
-        out_host = HostRing(cfg.ring_size, out_bytes, pinned_array)
-        return Memory(strategy, in_host, out_host, device, pinned=True)
+        if strategy == "pool":
+            in_host = HostRing(cfg.ring_size, in_bytes, pinned_array)
+            out_host = HostRing(cfg.ring_size, out_bytes, pinned_array)
+            return Memory(strategy, in_host, out_host, device, pinned=True)
+        # cudaHostAlloc/cudaFreeHost per frame: the pinned memory is right, its lifetime is not.
+        return Memory(strategy, PerFrameHost(in_bytes, pinned_array), PerFrameHost(out_bytes, pinned_array),
+                      device, pinned=True)
     if strategy == "naive":
         device = PerFrameDevice(cuda_malloc, cuda_free)
         return Memory(strategy, PerFrameHost(in_bytes, pageable), PerFrameHost(out_bytes, pageable), device, False)
-    raise GPUError(f"allocation strategy {strategy!r} is not available in this build")
+    if strategy in ("cupy", "async"):
+        allocate, misses = cupy_pinned_allocator()
+        return Memory(strategy, PerFrameHost(in_bytes, allocate), PerFrameHost(out_bytes, allocate),
+                      StreamOrderedDevice(strategy), pinned=True, extra={"host_allocs": lambda: misses[0]})
+    raise GPUError(f"unknown allocation strategy {strategy!r}")

@@ -74,6 +74,12 @@ class DevicePool:
     def drain(self) -> None:
         self.arena.drain()
 
+    def close(self) -> None:
+        """Give the arena's memory back (end of run; every frame must be done)."""
+        close = getattr(self.backing, "close", None)
+        if close is not None:
+            close()
+
     def counters(self) -> dict[str, int]:
         a = self.arena
         return {

@@ -9,6 +9,8 @@ so this module stays plain Python.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,26 +21,48 @@ from .host_ring import Event, HostRing, HostSlot
 
 
 class PerFrameHost:
-    """A 'ring' that allocates a fresh host buffer at every acquire (the naive host side)."""
+    """A 'ring' that allocates a fresh host buffer at every acquire (the naive host sides).
+
+    A released buffer is freed only once the event of its last use has completed: freeing pinned
+    memory under an in-flight copy would be a use-after-free, and waiting at release would stall
+    the submitting thread, which no real per-frame allocator does either.
+    """
 
     def __init__(self, nbytes: int, allocate: Callable[[int], np.ndarray], free: Callable[[Any], None] | None = None):
         self.nbytes = nbytes
         self._allocate = allocate
-        self._free = free
+        self._free = free or (lambda array: None)
+        self._pending: deque[tuple[Event | None, np.ndarray]] = deque()
+        self._lock = threading.Lock()  # several copy threads may acquire at once
         self.acquires = 0
         self.waits = 0
+        self.allocs = 0
 
     bytes_reserved = 0
 
     def acquire(self, timeout: float | None = None) -> HostSlot:
-        self.acquires += 1
-        return HostSlot(self.acquires, self._allocate(self.nbytes))
+        with self._lock:
+            self._reclaim()
+            self.acquires += 1
+            self.allocs += 1
+            index = self.acquires
+        return HostSlot(index, self._allocate(self.nbytes))
 
     def release(self, slot: HostSlot, after: Event | None = None) -> None:
-        if self._free is not None:
-            if after is not None:
-                after.synchronize()
-            self._free(slot.array)
+        with self._lock:
+            self._pending.append((after, slot.array))
+            self._reclaim()
+
+    def _reclaim(self) -> None:
+        while self._pending and (self._pending[0][0] is None or self._pending[0][0].done):
+            self._free(self._pending.popleft()[1])
+
+    def drain(self) -> None:
+        while self._pending:
+            event, array = self._pending.popleft()
+            if event is not None:
+                event.synchronize()
+            self._free(array)
 
 
 @dataclass
@@ -91,15 +115,30 @@ class Memory:
     out_host: HostRing | PerFrameHost
     device: DevicePool | PerFrameDevice
     pinned: bool
-    extra: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # more counters; callables are read at report time
+
+    def drain(self) -> None:
+        """Wait for and release everything still pending (end of run)."""
+        self.device.drain()
+        for host in (self.in_host, self.out_host):
+            if isinstance(host, PerFrameHost):
+                host.drain()
+
+    def close(self) -> None:
+        self.drain()
+        close = getattr(self.device, "close", None)
+        if close is not None:
+            close()
 
     def counters(self) -> dict[str, Any]:
         host_bytes = self.in_host.bytes_reserved + self.out_host.bytes_reserved
+        host_allocs = sum(getattr(h, "allocs", 0) for h in (self.in_host, self.out_host))
         return {
+            "host_allocs": host_allocs,
             "strategy": self.strategy,
             **self.device.counters(),
             "host_bytes": host_bytes,
             "pinned_bytes": host_bytes if self.pinned else 0,
             "host_ring_waits": self.in_host.waits + self.out_host.waits,
-            **self.extra,
+            **{k: v() if callable(v) else v for k, v in self.extra.items()},
         }

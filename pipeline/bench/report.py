@@ -1,0 +1,114 @@
+"""How ``pipeline bench`` shows its results: tables for people, JSON for machines, a PNG chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+SCOPE_TITLES = {
+    "gpu": "gpu scope: host slots, upload, kernels, download (frames decoded beforehand, output discarded)",
+    "e2e": "e2e scope: decode, GPU, encode, as `pipeline run`",
+}
+
+
+def strategy_table(scope: str, rows: list[dict]) -> Table:
+    t = Table(title=SCOPE_TITLES.get(scope, scope), title_justify="left")
+    for name, justify in (("strategy", "left"), ("fps", "right"), ("x pooled", "right"), ("p50 ms", "right"),
+                          ("p99 ms", "right"), ("device allocs/frame", "right"), ("H2D GB/s", "right")):
+        t.add_column(name, justify=justify)
+    for r in rows:
+        x = f"{r['x_pooled']:.2f}" if r.get("x_pooled") else "-"
+        t.add_row(r["strategy"], f"{r['fps']:.1f}", x, f"{r['latency_p50_ms']:.2f}", f"{r['latency_p99_ms']:.2f}",
+                  f"{r['device_allocs_per_frame']:g}", f"{r['h2d_gbps']:.2f}")
+    return t
+
+
+def peers_table(peers: dict[str, Any]) -> Table:
+    t = Table(title="ceilings and peers (same clip, same encoder settings)", title_justify="left")
+    t.add_column("what")
+    t.add_column("fps", justify="right")
+    t.add_column("note")
+    for key, row in peers.items():
+        if isinstance(row, dict) and "fps" in row:
+            t.add_row(row.get("label", key), f"{row['fps']:.1f}", row.get("note", ""))
+        elif isinstance(row, dict) and "skipped" in row:
+            t.add_row(row.get("label", key), "-", row["skipped"])
+    return t
+
+
+def bandwidth_table(rows: list[dict]) -> Table:
+    t = Table(title="copy bandwidth for one frame", title_justify="left")
+    for name in ("direction", "memory", "GB/s"):
+        t.add_column(name, justify="right" if name == "GB/s" else "left")
+    for r in rows:
+        t.add_row(r["direction"], r["memory"], f"{r['gbps']:.1f}")
+    return t
+
+
+def render(result: dict[str, Any], console: Console) -> None:
+    dev = result.get("device", {})
+    size = result.get("size")
+    console.print(f"[bold]{result['input']}[/bold]" + (f" {size[0]}x{size[1]}" if size else "")
+                  + f", filters {result['filters']!r}, {dev.get('name', '?')}, {dev.get('cpu_cores', '?')} CPU cores")
+    for scope, rows in result["scopes"].items():
+        console.print(strategy_table(scope, rows))
+    if result.get("peers"):
+        console.print(peers_table(result["peers"]))
+    if result.get("bandwidth"):
+        console.print(bandwidth_table(result["bandwidth"]))
+
+
+def write_json(result: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def write_chart(result: dict[str, Any], path: Path, console: Console) -> Path | None:
+    """Frames per second per strategy and scope, and the latency distributions."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        console.print("pipeline: chart skipped: matplotlib is not installed (pip install .[bench])")
+        return None
+    scopes = list(result["scopes"].items())
+    fig, axes = plt.subplots(2, len(scopes), figsize=(6.5 * len(scopes), 8), squeeze=False)
+    for col, (scope, rows) in enumerate(scopes):
+        _fps_bars(axes[0][col], scope, rows, result.get("peers") if scope == "e2e" else None)
+        _latency_boxes(axes[1][col], scope, rows)
+    dev = result.get("device", {}).get("name", "")
+    size = result.get("size")
+    fig.suptitle(f"pipeline bench: {Path(result['input']).name}" + (f" {size[0]}x{size[1]}" if size else "")
+                 + f" on {dev}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fps_bars(ax, scope: str, rows: list[dict], peers: dict | None) -> None:
+    names = [r["strategy"] for r in rows]
+    fps = [r["fps"] for r in rows]
+    bars = ax.bar(names, fps, color=["#2a7ab0" if n == "pool" else "#b0b0b0" for n in names])
+    ax.bar_label(bars, fmt="%.0f")
+    for key, style in (("transcode", "--"), ("decode", ":")):
+        row = (peers or {}).get(key)
+        if isinstance(row, dict) and "fps" in row:
+            ax.axhline(row["fps"], linestyle=style, color="#c0392b", label=f"{row.get('label', key)} {row['fps']:.0f}")
+    if peers:
+        ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(f"{scope}: frames per second (higher is better)")
+    ax.set_ylabel("fps")
+
+
+def _latency_boxes(ax, scope: str, rows: list[dict]) -> None:
+    data = [r["latency_ms"] or [0.0] for r in rows]
+    ax.boxplot(data, showfliers=False)
+    ax.set_xticks(range(1, len(rows) + 1), [r["strategy"] for r in rows])
+    ax.set_title(f"{scope}: per-frame latency (lower is better)")
+    ax.set_ylabel("ms")

@@ -1,0 +1,84 @@
+"""pipeline bench: CLI contract without a GPU, report rendering on canned results, and a real run on the GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from conftest import ROOT
+from pipeline.bench import report
+
+ROWS = [
+    {"strategy": "pool", "fps": 1500.0, "x_pooled": 1.0, "latency_p50_ms": 1.1, "latency_p99_ms": 2.0,
+     "device_allocs_per_frame": 0.0, "h2d_gbps": 18.6, "latency_ms": [1.0, 1.1, 1.2], "fps_runs": [1500.0]},
+    {"strategy": "naive", "fps": 300.0, "x_pooled": 0.2, "latency_p50_ms": 5.0, "latency_p99_ms": 9.0,
+     "device_allocs_per_frame": 6.0, "h2d_gbps": 3.7, "latency_ms": [4.0, 5.0, 9.0], "fps_runs": [300.0]},
+]
+RESULT = {
+    "input": "clip.mp4", "size": [1920, 1080], "filters": "gblur=sigma=1", "device": {"name": "Test GPU"},
+    "scopes": {"gpu": ROWS, "e2e": ROWS},
+    "peers": {"transcode": {"label": "plain transcode", "fps": 340.0}, "ffmpeg_filters": {"label": "FFmpeg", "skipped": "no equivalent"}},
+    "bandwidth": [{"direction": "H2D", "memory": "pinned", "gbps": 50.0}],
+}
+
+
+def test_render_tables_name_every_strategy_and_peer():
+    console = Console(record=True, width=160)
+    report.render(RESULT, console)
+    text = console.export_text()
+    for word in ("pool", "naive", "1500.0", "plain transcode", "no equivalent", "Test GPU", "x pooled"):
+        assert word in text
+
+
+def test_chart_is_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = report.write_chart(RESULT, tmp_path / "chart.png", Console(file=None))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_round_trips(tmp_path):
+    report.write_json(RESULT, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text()) == RESULT
+
+
+def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
+    from conftest import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present")
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "bench", "samples/sample.mp4", "--json",
+                           str(tmp_path / "x.json")], capture_output=True, text=True)
+    assert proc.returncode == 5
+    assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_strategy_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "bench", "x.mp4", "--strategies", "pool,bogus"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "bogus" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
+    """Consistency, not speed: frame counts and allocation counters per strategy."""
+    out = tmp_path / "b.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "bench", str(ROOT / "samples" / "sample.mp4"), "--repeats", "1", "--frames", "24",
+         "--warmup", "4", "--json", str(out), "--chart", str(tmp_path / "b.png")],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    for scope in ("gpu", "e2e"):
+        rows = {r["strategy"]: r for r in result["scopes"][scope]}
+        assert set(rows) == {"pool", "naive", "cupy", "async", "pinned-per-frame"}
+        assert rows["pool"]["device_allocs_per_frame"] == 0
+        assert rows["naive"]["device_allocs_per_frame"] >= 2
+        assert rows["pool"]["x_pooled"] == 1.0
+        assert all(r["fps"] > 0 for r in rows.values())
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    assert result["peers"]["transcode"]["frames"] > 0
