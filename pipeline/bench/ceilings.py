@@ -30,18 +30,19 @@ def measure_peers(args, cfg: RunConfig, say) -> dict[str, Any]:
     say("ceilings: decode only")
     out["decode"] = {"label": "decode only", **_median_run(lambda: peers.decode_fps(args.input, frames=frames), repeats)}
     say("ceilings: encode only")
-    decoded = peers.load_frames(args.input, frames=frames)
-    first = decoded[0]
-    rate = peers.video_info(args.input)["rate"]
-    out["encode"] = {"label": f"encode only ({codec})", **_median_run(
-        lambda: peers.encode_fps(decoded, width=first.width, height=first.height, rate=rate, codec=codec, options=opts),
-        repeats)}
-    del decoded
+    out["encode"] = {"label": f"encode only ({codec})", **_encode_only(args.input, frames, codec, opts, repeats)}
     say("ceilings: plain transcode")
     out["transcode"] = {"label": "plain PyAV transcode", **_median_run(
         lambda: peers.transcode_fps(args.input, codec=codec, options=opts, frames=frames), repeats)}
     out.update(_heavy_chain(args, cfg, say))
     return out
+
+
+def _encode_only(path: str, frames: int, codec: str, opts: dict, repeats: int) -> dict:
+    decoded = peers.load_frames(path, frames=frames)  # in memory, outside the timing
+    w, h, rate = decoded[0].width, decoded[0].height, peers.video_info(path)["rate"]
+    return _median_run(lambda: peers.encode_fps(decoded, width=w, height=h, rate=rate, codec=codec, options=opts),
+                       repeats)
 
 
 def _heavy_chain(args, cfg: RunConfig, say) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GPUError
-from ..memory.device_pool import BufferSpec, DevicePool
+from ..memory.device_pool import BufferSpec, DevicePool, FrameBuffers
 from ..memory.host_ring import HostRing
 from ..memory.strategies import Memory, PerFrameDevice, PerFrameHost
 from .cuda import cupy
