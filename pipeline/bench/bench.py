@@ -61,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chart", help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
     p.add_argument("--no-chart", dest="chart_enabled", action="store_false", help="do not draw the chart")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the file names written")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
 def _encoder_opts(args) -> dict[str, str]:
