@@ -94,7 +94,7 @@ class Processor:
         item.out_format = plan.out_format
         with ops.scope(ctx):
             # Allocated under the frame's stream: stream-ordered allocators (CuPy's pools) key reuse on it.
-            bufs = item.device = mem.device.alloc_frame(list(plan.specs))
+            bufs = item.device = mem.device.alloc_frame(plan.specs)
             a = bufs.arrays
             ops.mark(ctx, "start")
             ops.upload(ctx, a[0], item.in_slot.array)

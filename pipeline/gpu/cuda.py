@@ -40,7 +40,7 @@ _KERNELS: dict[tuple[int, str], Any] = {}
 def raw_kernel(source: str, name: str, options: tuple[str, ...] = ("-std=c++17",)) -> Any:
     """A compiled RawKernel, cached per device and name (names record parameters, for readable traces)."""
     cp = cupy()
-    key = (cp.cuda.Device().id, name)
+    key = (cp.cuda.runtime.getDevice(), name)
     kernel = _KERNELS.get(key)
     if kernel is None:
         kernel = _KERNELS[key] = cp.RawKernel(source, name, options=options)

@@ -8,6 +8,7 @@ backend. Everything else (placement, reuse after events, accounting) is the plai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,7 +22,7 @@ class BufferSpec:
     shape: tuple[int, ...]
     dtype: Any
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
@@ -56,6 +57,10 @@ class DevicePool:
         self.arena = ArenaAllocator(capacity)
         self.backing = backing
         self.device_allocs = device_allocs  # real allocations made for the arena itself
+        # First-fit hands the same offsets out again and again: keep the array views made for them,
+        # so the steady state creates no array objects either.
+        self._views: dict[tuple[int, tuple[BufferSpec, ...]], list[Any]] = {}
+        self._sizes: dict[tuple[BufferSpec, ...], int] = {}
 
     @classmethod
     def sized_for(cls, frame_bytes: int, in_flight: int, headroom: float, make_backing, extra: int = 0) -> DevicePool:
@@ -64,9 +69,20 @@ class DevicePool:
         return cls(capacity, make_backing(capacity))
 
     def alloc_frame(self, specs: list[BufferSpec]) -> FrameBuffers:
-        blocks = [self.arena.alloc(s.nbytes) for s in specs]
-        arrays = [self.backing.view(b.offset, s) for b, s in zip(blocks, specs)]
-        return FrameBuffers(arrays, blocks)
+        """One arena block holding all of a frame's buffers, each at an aligned offset inside it."""
+        key_specs = tuple(specs)
+        size = self._sizes.get(key_specs)
+        if size is None:
+            size = self._sizes[key_specs] = frame_bytes(specs)
+        block = self.arena.alloc(size)
+        arrays = self._views.get((block.offset, key_specs))
+        if arrays is None:
+            arrays, offset = [], block.offset
+            for spec in specs:
+                arrays.append(self.backing.view(offset, spec))
+                offset += align_up(spec.nbytes)
+            self._views[(block.offset, key_specs)] = arrays
+        return FrameBuffers(arrays, [block])
 
     def free_frame(self, buffers: FrameBuffers, after: Event | None) -> None:
         self.arena.free(buffers.blocks, after)
@@ -76,6 +92,7 @@ class DevicePool:
 
     def close(self) -> None:
         """Give the arena's memory back (end of run; every frame must be done)."""
+        self._views.clear()
         close = getattr(self.backing, "close", None)
         if close is not None:
             close()
