@@ -91,13 +91,28 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     return values
 
 
+_TYPES: dict[str, tuple[type, ...]] = {
+    "output": (str,), "filters": (str,), "device": (str,), "codec": (str,), "stats_json": (str,),
+    "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
+    "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
+}
+
+
 def _coerce(path: Path, name: str, value: Any) -> Any:
     if name == "encoder_opts":
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: encoder_opts must be a table of KEY = VALUE")
         return {str(k): str(v) for k, v in value.items()}
     if name == "plugins":
-        return tuple(value) if isinstance(value, list) else (value,)
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in items):
+            raise ConfigError(f"{path}: invalid plugins ({value!r}). Supported values are paths (strings).")
+        return tuple(items)
+    expected = _TYPES.get(name)
+    # bool is an int in Python; a TOML 'true' is never a frame count.
+    if expected and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):
+        kinds = " or ".join(t.__name__ for t in expected)
+        raise ConfigError(f"{path}: invalid {name} ({value!r}). Supported values are of type {kinds}.")
     return value
 
 
