@@ -1,0 +1,93 @@
+"""Shared by the tests: decode a clip into I420 frames, and the CPU reference of a whole filter chain.
+
+The reference re-does the pipeline's per-frame work with plain arrays (no ring, no arena, no threads), so a
+mismatch with a pipeline run points at the plumbing: buffer reuse, aliasing, ordering, timestamps.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from pipeline.filters import parse_chain
+from pipeline.filters.color import rgb_to_yuv_cpu, yuv_to_rgb_cpu
+from pipeline.frames import VideoFormat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Decoded:
+    frames: list[np.ndarray]  # flat I420 uint8, one per frame
+    pts: list[int | None]
+    time_base: Fraction | None
+    width: int
+    height: int
+    colorspace: int
+    color_range: int
+    audio_packets: int
+
+
+def decode(path: str | Path) -> Decoded:
+    """Every video frame as a flat I420 array, plus the facts the pipeline must keep."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+    assert frames, f"{path}: no video frames"
+    assert all(f.format.name == "yuv420p" for f in frames)
+    first = frames[0]
+    return Decoded(
+        frames=[f.to_ndarray().ravel() for f in frames],  # yuv420p to_ndarray is Y, U, V without padding
+        pts=[f.pts for f in frames],
+        time_base=first.time_base,
+        width=first.width,
+        height=first.height,
+        colorspace=first.colorspace,
+        color_range=first.color_range,
+        audio_packets=count_audio_packets(path),
+    )
+
+
+def count_audio_packets(path: str | Path) -> int:
+    with av.open(str(path)) as container:
+        if not container.streams.audio:
+            return 0
+        return sum(1 for p in container.demux(container.streams.audio[0]) if p.dts is not None)
+
+
+def apply_chain_cpu(i420: np.ndarray, fmt: VideoFormat, filters: str) -> np.ndarray:
+    """One frame through yuv->rgb, the chain's CPU references and rgb->yuv, with fresh buffers for everything."""
+    rgb = np.full((3, fmt.height, fmt.width), np.nan, np.float32)
+    yuv_to_rgb_cpu(i420, fmt, rgb)
+    w, h = fmt.width, fmt.height
+    for f in parse_chain(filters):
+        scratch = [np.full(s, np.nan, np.float32) for s in f.scratch_shapes(w, h)]
+        w, h = f.output_size(w, h)
+        dst = np.full((3, h, w), np.nan, np.float32)
+        f.cpu(rgb, dst, scratch)
+        rgb = dst
+    out_fmt = fmt.resized(w, h)
+    out = np.zeros(out_fmt.nbytes, np.uint8)
+    rgb_to_yuv_cpu(rgb, out_fmt, out)
+    return out
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> int:
+    return int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max())
+
+
+def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m pipeline ARGS`` in a fresh process, so a crash shows as a return code."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

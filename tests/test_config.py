@@ -1,0 +1,331 @@
+"""Configuration: RunConfig validation, TOML files, flags over file values, the CLI parser and filter chains."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+from pipeline.cli import add_run_arguments, build_parser, config_from_args, main
+from pipeline.config import DEFAULT_FILTERS, RunConfig, build_config, load_toml
+from pipeline.errors import ConfigError
+from pipeline.filters import parse_chain
+
+# --- RunConfig validation ---------------------------------------------------------------------------
+
+
+def test_defaults_are_valid():
+    cfg = RunConfig(input="in.mp4")
+    assert (cfg.device, cfg.alloc, cfg.ring_size, cfg.filters) == ("auto", "pool", 8, DEFAULT_FILTERS)
+
+
+@pytest.mark.parametrize("value", [0, 1, -3])
+def test_ring_size_too_small(value):
+    with pytest.raises(ConfigError) as info:
+        RunConfig(ring_size=value)
+    assert str(info.value) == f"Invalid ring_size ({value}). Supported values are integers >= 2."
+
+
+@pytest.mark.parametrize("value", ["8", 8.0, True, None])
+def test_ring_size_must_be_an_integer(value):
+    with pytest.raises(ConfigError, match=re.escape(f"Invalid ring_size ({value!r})")):
+        RunConfig(ring_size=value)
+
+
+def test_device_message_lists_choices():
+    with pytest.raises(ConfigError) as info:
+        RunConfig(device="gpu")
+    assert str(info.value) == "Invalid device ('gpu'). Supported values are auto, cuda, cpu."
+
+
+def test_alloc_message_lists_choices():
+    with pytest.raises(ConfigError) as info:
+        RunConfig(alloc="slab")
+    message = str(info.value)
+    assert message.startswith("Invalid alloc ('slab'). Supported values are ")
+    for choice in ("pool", "naive"):
+        assert choice in message
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [({"streams": 0}, "streams"), ({"in_flight": 0}, "in_flight"), ({"frames": 0}, "frames"),
+     ({"arena_headroom": 0.5}, "arena_headroom")],
+)
+def test_other_limits(changes, name):
+    with pytest.raises(ConfigError, match=f"Invalid {name} "):
+        RunConfig(**changes)
+
+
+def test_config_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        RunConfig(ring_size=1)
+
+
+def test_output_path_default_is_stem_processed_in_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert RunConfig(input="/videos/clip.mkv").output_path() == tmp_path / "clip_processed.mkv"
+    assert RunConfig(input="/videos/noext").output_path() == tmp_path / "noext_processed.mp4"
+    assert RunConfig(input="/videos/clip.mkv", output="x/y.mp4").output_path() == Path("x/y.mp4")
+
+
+def test_replace_validates():
+    cfg = RunConfig()
+    assert cfg.replace(ring_size=3).ring_size == 3
+    with pytest.raises(ConfigError):
+        cfg.replace(ring_size=1)
+
+
+# --- TOML files ----------------------------------------------------------------------------------
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+def test_toml_accepts_dashes_and_underscores(tmp_path):
+    path = _toml(tmp_path, 'ring-size = 4\nin_flight = 3\ndevice = "cpu"\narena-headroom = 1.5\n'
+                           '[encoder-opts]\ncrf = 18\npreset = "slow"\n')
+    assert load_toml(path) == {
+        "ring_size": 4, "in_flight": 3, "device": "cpu", "arena_headroom": 1.5,
+        "encoder_opts": {"crf": "18", "preset": "slow"},
+    }
+
+
+def test_toml_plugins_become_a_tuple(tmp_path):
+    assert load_toml(_toml(tmp_path, 'plugins = ["a.py", "b.py"]\n')) == {"plugins": ("a.py", "b.py")}
+    assert load_toml(_toml(tmp_path, 'plugins = "a.py"\n')) == {"plugins": ("a.py",)}
+
+
+@pytest.mark.parametrize("key", ["colour", "ring-sizes", "input"])
+def test_toml_unknown_key_is_named(tmp_path, key):
+    path = _toml(tmp_path, f"{key} = 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_toml(path)
+    assert repr(key) in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_toml_syntax_error(tmp_path):
+    path = _toml(tmp_path, "ring_size = = 4\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_toml(path)
+
+
+def test_toml_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_toml(tmp_path / "nope.toml")
+
+
+def test_toml_encoder_opts_must_be_a_table(tmp_path):
+    with pytest.raises(ConfigError, match="encoder_opts"):
+        load_toml(_toml(tmp_path, 'encoder_opts = "crf=18"\n'))
+
+
+def test_toml_bad_value_is_reported_by_validation(tmp_path):
+    values = load_toml(_toml(tmp_path, "ring_size = 1\n"))
+    with pytest.raises(ConfigError, match="Invalid ring_size"):
+        build_config(values, {})
+
+
+# --- flags over file values ------------------------------------------------------------------------
+
+
+def test_flags_override_file_values():
+    cfg = build_config({"ring_size": 4, "device": "cpu", "codec": "ffv1"}, {"ring_size": 6, "codec": None})
+    assert (cfg.ring_size, cfg.device, cfg.codec) == (6, "cpu", "ffv1")
+
+
+def test_unset_flags_keep_defaults():
+    assert build_config({}, {"ring_size": None, "quiet": None, "overwrite": None}) == RunConfig()
+
+
+def test_encoder_opts_merge_flag_wins():
+    file_values = {"encoder_opts": {"crf": "18", "preset": "slow"}}
+    cfg = build_config(file_values, {"encoder_opts": {"crf": "0", "tune": "film"}})
+    assert cfg.encoder_opts == {"crf": "0", "preset": "slow", "tune": "film"}
+
+
+def test_unknown_field_is_a_config_error():
+    with pytest.raises(ConfigError):
+        build_config({}, {"colour": "red"})
+
+
+# --- the CLI parser (in process) -------------------------------------------------------------------
+
+
+def _parse(*argv: str) -> RunConfig:
+    return config_from_args(build_parser().parse_args(["run", *argv]))
+
+
+def test_cli_flags_map_to_config():
+    cfg = _parse("in.mp4", "-o", "out.mkv", "-y", "--device", "cpu", "-c", "ffv1", "--encoder-opt", "crf=0",
+                 "--encoder-opt", "preset=fast", "--frames", "5", "--ring-size", "3", "--streams", "1",
+                 "--in-flight", "2", "-q", "--filters", "eq=contrast=2", "--stats-json", "s.json")
+    assert cfg.input == "in.mp4" and cfg.output == "out.mkv"
+    assert cfg.overwrite and cfg.quiet and not cfg.debug
+    assert (cfg.device, cfg.codec, cfg.frames, cfg.ring_size, cfg.streams, cfg.in_flight) == ("cpu", "ffv1", 5, 3, 1, 2)
+    assert cfg.encoder_opts == {"crf": "0", "preset": "fast"}
+    assert cfg.filters == "eq=contrast=2" and cfg.stats_json == "s.json"
+
+
+def test_cli_without_flags_gives_defaults():
+    assert _parse("in.mp4") == RunConfig(input="in.mp4")
+
+
+def test_cli_naive_alloc_alias():
+    assert _parse("in.mp4", "--naive-alloc").alloc == "naive"
+    assert _parse("in.mp4", "--alloc", "naive").alloc == "naive"
+
+
+def test_cli_empty_filter_chain_is_kept():
+    assert _parse("in.mp4", "--filters", "").filters == ""
+
+
+def test_cli_flags_override_config_file(tmp_path):
+    path = _toml(tmp_path, 'ring-size = 4\ncodec = "ffv1"\n[encoder_opts]\ncrf = 18\npreset = "slow"\n')
+    cfg = _parse("in.mp4", "--config", str(path), "--ring-size", "6", "--encoder-opt", "crf=0")
+    assert cfg.ring_size == 6  # flag wins
+    assert cfg.codec == "ffv1"  # file value kept
+    assert cfg.encoder_opts == {"crf": "0", "preset": "slow"}
+
+
+def test_cli_bad_encoder_opt_is_a_usage_error(capsys):
+    assert main(["run", "in.mp4", "--encoder-opt", "crf"]) == 2
+    err = capsys.readouterr().err
+    assert "KEY=VALUE" in err and "Traceback" not in err
+
+
+def test_cli_bad_value_exit_code(capsys):
+    assert main(["run", "in.mp4", "--ring-size", "1", "--device", "cpu"]) == 2
+    assert "ring_size" in capsys.readouterr().err
+
+
+# --- the CLI as a subprocess -----------------------------------------------------------------------
+
+
+def _normalised(text: str) -> str:
+    # argparse wraps help text (also at hyphens), so compare with all whitespace removed.
+    return re.sub(r"\s+", "", text)
+
+
+def test_run_help_lists_every_option_with_defaults():
+    proc = run_cli("run", "--help")
+    assert proc.returncode == 0, proc.stderr
+    help_text = _normalised(proc.stdout)
+    run_parser = argparse.ArgumentParser()
+    add_run_arguments(run_parser, RunConfig())  # the same flags `pipeline run` gets
+    config_fields = {f.name for f in fields(RunConfig)}
+    defaults = RunConfig()
+    expected = {"--output", "--overwrite", "--filters", "--config", "--device", "--alloc", "--naive-alloc", "--codec",
+                "--encoder-opt", "--frames", "--ring-size", "--streams", "--in-flight", "--plugin", "--stats-json",
+                "--quiet", "--debug"}
+    seen = set()
+    for action in run_parser._actions:
+        for option in action.option_strings:
+            seen.add(option)
+            assert _normalised(option) in help_text, option
+        default = getattr(defaults, action.dest, None) if action.dest in config_fields else None
+        if default not in (None, False, (), {}) and action.const is None:
+            shown = repr(default) if isinstance(default, str) and action.dest == "filters" else str(default)
+            assert _normalised(f"(default: {shown}") in help_text, (action.dest, shown)
+    assert expected <= seen
+    assert "(default:all)" in help_text  # --frames
+    assert "exitcodes:" in help_text
+
+
+def test_unknown_flag_exits_2_with_one_line():
+    proc = run_cli("run", "in.mp4", "--no-such-flag")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "--no-such-flag" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_input_argument_exits_2():
+    proc = run_cli("run")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_unknown_config_key_exits_2_naming_it(tmp_path):
+    path = _toml(tmp_path, "colour = 1\n")
+    proc = run_cli("run", "in.mp4", "--config", path)
+    assert proc.returncode == 2
+    assert "'colour'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_chain_on_cli_exits_2_naming_token(tmp_path):
+    proc = run_cli("run", tmp_path / "in.mp4", "--device", "cpu", "--filters", "gblur=sigma=2,blurx")
+    assert proc.returncode == 2
+    assert "'blurx'" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_filters_command_lists_builtins():
+    proc = run_cli("filters")
+    assert proc.returncode == 0, proc.stderr
+    assert "gblur" in proc.stdout and "eq" in proc.stdout
+
+
+def test_filters_command_shows_one_and_refuses_unknown():
+    proc = run_cli("filters", "gblur")
+    assert proc.returncode == 0 and "sigma" in proc.stdout
+    proc = run_cli("filters", "nope")
+    assert proc.returncode == 2 and "'nope'" in proc.stderr
+
+
+# --- filter chains ---------------------------------------------------------------------------------
+
+
+def test_parse_chain_named_and_positional():
+    blur, eq = parse_chain("gblur=sigma=2, eq=1.2:0.1")
+    assert blur.name == "gblur" and blur.sigma == 2.0
+    assert eq.name == "eq" and (eq.contrast, eq.brightness, eq.saturation, eq.gamma) == (1.2, 0.1, 1.0, 1.0)
+
+
+def test_parse_chain_empty_and_defaults():
+    assert parse_chain("") == []
+    (blur,) = parse_chain("gblur")
+    assert blur.sigma == 1.0
+    assert [f.name for f in parse_chain(DEFAULT_FILTERS)] == ["gblur", "eq"]
+
+
+@pytest.mark.parametrize(
+    "text, token, detail",
+    [
+        ("blurx", "blurx", "unknown filter 'blurx'"),
+        ("gblur=sigma=2,blurx=3", "blurx=3", "unknown filter 'blurx'"),
+        ("gblur=sigma=abc", "gblur=sigma=abc", "sigma must be float, got 'abc'"),
+        ("gblur=sigma=0", "gblur=sigma=0", "sigma must be > 0"),
+        ("gblur=sigma=100", "gblur=sigma=100", "sigma must be <= 64"),
+        ("eq=contrast=1:contrast=2", "eq=contrast=1:contrast=2", "contrast given twice"),
+        ("gblur=1:2", "gblur=1:2", "too many positional values"),
+        ("gblur=radius=3", "gblur=radius=3", "unknown parameter 'radius'"),
+        ("eq=saturation=-1", "eq=saturation=-1", "saturation must be >= 0"),
+    ],
+)
+def test_parse_chain_errors_name_the_token(text, token, detail):
+    with pytest.raises(ConfigError) as info:
+        parse_chain(text)
+    message = str(info.value)
+    assert f"bad filter {token!r}" in message
+    assert detail in message
+
+
+def test_parse_chain_error_gives_column():
+    with pytest.raises(ConfigError, match="at column 4 "):
+        parse_chain("eq,gblur=sigma=x")
+
+
+def test_parse_chain_only_separators_is_an_error():
+    with pytest.raises(ConfigError, match="empty filter chain"):
+        parse_chain(" , ,")
