@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 
 import cv2
@@ -37,9 +39,14 @@ extern "C" __global__ void NAME(const float* __restrict__ src, float* __restrict
 """
 
 
-def _sep_kernel(taps: np.ndarray, horizontal: bool, tag: str):
+@functools.lru_cache(maxsize=64)
+def _sep_source(taps_bytes: bytes, horizontal: bool, tag: str) -> tuple[str, str]:
+    """(source, name) of one pass; built once per taps, not per frame."""
+    taps = np.frombuffer(taps_bytes, np.float32)
     radius = len(taps) // 2
-    name = f"pipeline_{tag}_{'h' if horizontal else 'v'}_r{radius}"
+    # Kernels are cached by name: a digest of the taps keeps two sigmas that print alike apart.
+    digest = hashlib.sha1(taps_bytes).hexdigest()[:8]
+    name = f"pipeline_{tag}_{'h' if horizontal else 'v'}_r{radius}_{digest}"
     src = (
         _SEP_SRC.replace("NAME", name)
         .replace("RADIUS", str(radius))
@@ -47,8 +54,11 @@ def _sep_kernel(taps: np.ndarray, horizontal: bool, tag: str):
         .replace("DX", "1" if horizontal else "0")
         .replace("DY", "0" if horizontal else "1")
     )
-    # The tag records the taps' parameters (e.g. sigma), so the cached kernel is keyed by them too.
-    return raw_kernel(src, name)
+    return src, name
+
+
+def _sep_kernel(taps: np.ndarray, horizontal: bool, tag: str):
+    return raw_kernel(*_sep_source(np.asarray(taps, np.float32).tobytes(), horizontal, tag))
 
 
 def gaussian_taps(sigma: float) -> np.ndarray:

@@ -1,3 +1,3 @@
 """Importing this module registers every built-in filter."""
 
-from . import blur, pointwise  # noqa: F401
+from . import bilateral, blur, geometry, looks, lut, pointwise, spatial, temporal  # noqa: F401

@@ -48,6 +48,23 @@ class Eq(Filter):
         if self.gamma != 1.0:
             np.power(dst, _F(1.0 / self.gamma), out=dst)
 
+    def pointwise_expr(self) -> str:
+        """The kernel's per-pixel body, for the fusion pass (see :mod:`.fuse`)."""
+        con, bri, sat = (float_literal(v) for v in (self.contrast, self.brightness, self.saturation))
+        gamma = "" if self.gamma == 1.0 else f"pw_v = powf(pw_v, {float_literal(1.0 / self.gamma)});"
+        return f"""float pw_c[3] = {{r, g, b}};
+#pragma unroll
+for (int p = 0; p < 3; ++p)
+    pw_c[p] = __fadd_rn(__fadd_rn(__fmul_rn(__fsub_rn(pw_c[p], 0.5f), {con}), 0.5f), {bri});
+float pw_l = pw_luma709(pw_c[0], pw_c[1], pw_c[2]);
+#pragma unroll
+for (int p = 0; p < 3; ++p) {{
+    float pw_v = fminf(fmaxf(__fadd_rn(pw_l, __fmul_rn(__fsub_rn(pw_c[p], pw_l), {sat})), 0.f), 1.f);
+    {gamma}
+    pw_c[p] = pw_v;
+}}
+r = pw_c[0]; g = pw_c[1]; b = pw_c[2];"""
+
     def cuda(self, src, dst, scratch):
         source = _EQ_SRC.replace("KR", float_literal(_KR)).replace("KG", float_literal(_KG))
         kernel = raw_kernel(source.replace("KB", float_literal(_KB)), "pipeline_eq")

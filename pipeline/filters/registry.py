@@ -25,12 +25,16 @@ class Param:
     high: float | None = None
     help: str = ""
     low_exclusive: bool = False
+    choices: tuple[Any, ...] = ()  # when set, the only values allowed
 
     def parse(self, filter_name: str, text: Any) -> Any:
         try:
             value = self.kind(text) if not isinstance(text, self.kind) else text
         except (TypeError, ValueError):
             raise ConfigError(f"{filter_name}: {self.name} must be {self.kind.__name__}, got {text!r}") from None
+        if self.choices and value not in self.choices:
+            allowed = ", ".join(str(c) for c in self.choices)
+            raise ConfigError(f"{filter_name}: {self.name} must be one of {allowed}; got {value!r}")
         self._check_range(filter_name, value)
         return value
 
@@ -45,6 +49,8 @@ class Param:
         lo = "" if self.low is None else (f"> {self.low:g}" if self.low_exclusive else f">= {self.low:g}")
         hi = "" if self.high is None else f"<= {self.high:g}"
         bounds = " and ".join(b for b in (lo, hi) if b)
+        if self.choices:
+            bounds = "one of " + "|".join(str(c) for c in self.choices)
         return f"{self.name} ({self.kind.__name__}, default {self.default}{', ' + bounds if bounds else ''})"
 
 
@@ -149,11 +155,19 @@ def _parse_filter(token: str) -> Filter:
     return cls(**values)
 
 
+_LOADED_PLUGINS: set[Path] = set()
+
+
 def load_plugin(path: str | Path) -> None:
-    """Import a user's Python file; its ``@register_filter`` classes join the registry."""
+    """Import a user's Python file; its ``@register_filter`` classes join the registry.
+
+    A file already loaded is not run again (a bench runs the pipeline several times in one process).
+    """
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"plugin not found: {path}")
+    if path.resolve() in _LOADED_PLUGINS:
+        return
     spec = importlib.util.spec_from_file_location(f"pipeline_plugin_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -162,3 +176,4 @@ def load_plugin(path: str | Path) -> None:
         raise
     except Exception as e:
         raise ConfigError(f"cannot load plugin {path}: {type(e).__name__}: {e}") from e
+    _LOADED_PLUGINS.add(path.resolve())
