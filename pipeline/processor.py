@@ -73,9 +73,21 @@ class Processor:
         for i in range(in_flight):
             self._contexts.put(ops.context(i))
         self._bind_state()
+        self._head, self._tail = self._folded() if getattr(ops, "folds_pointwise", False) else ((), ())
         # Temporal filters read what the previous frame wrote, possibly on another stream: order them.
         self._stateful = any(plan.state)
         self._previous = None
+
+    def _folded(self) -> tuple[tuple, tuple]:
+        """Pointwise filters at the ends of the chain, to run inside the colour conversion kernels."""
+        from .filters.fuse import is_pointwise, members_of
+
+        chain = self.chain
+        head = tuple(members_of(chain[0])) if chain and _foldable(chain[0], is_pointwise) else ()
+        tail = ()
+        if len(chain) > 1 and _foldable(chain[-1], is_pointwise):
+            tail = tuple(members_of(chain[-1]))
+        return head, tail
 
     def _bind_state(self) -> None:
         """Reserve every filter's cross-frame state once, from the same device memory as the frames."""
@@ -101,10 +113,7 @@ class Processor:
             ops.mark(ctx, "uploaded")
             if self._stateful and self._previous is not None:
                 ops.after(ctx, self._previous)
-            ops.yuv_to_rgb(a[0], plan.in_format, a[1])
-            for f, (src, dst, scratch) in zip(self.chain, plan.steps):
-                ops.run_filter(f, a[src], a[dst], [a[i] for i in scratch])
-            ops.rgb_to_yuv(a[plan.last_rgb], plan.out_format, a[-1])
+            self._kernels(a)
             ops.mark(ctx, "filtered")
             self._previous = ctx
             ops.download(ctx, item.out_slot.array, a[-1])
@@ -112,6 +121,21 @@ class Processor:
         mem.in_host.release(item.in_slot, after=ctx.uploaded)
         item.in_slot = None
         mem.device.free_frame(bufs, after=ctx.done)
+
+    def _kernels(self, a: list) -> None:
+        """Colour conversion, the chain, conversion back; end filters folded into the conversions when possible."""
+        ops, plan, steps = self.ops, self.plan, self.plan.steps
+        first, last = (1 if self._head else 0), len(steps) - (1 if self._tail else 0)
+        if self._head:
+            ops.yuv_to_rgb(a[0], plan.in_format, a[steps[0][1]], self._head)
+        else:
+            ops.yuv_to_rgb(a[0], plan.in_format, a[1])
+        for f, (src, dst, scratch) in zip(self.chain[first:last], steps[first:last]):
+            ops.run_filter(f, a[src], a[dst], [a[i] for i in scratch])
+        if self._tail:
+            ops.rgb_to_yuv(a[steps[-1][0]], plan.out_format, a[-1], self._tail)
+        else:
+            ops.rgb_to_yuv(a[plan.last_rgb], plan.out_format, a[-1])
 
     def complete(self, item: WorkItem) -> dict[str, float]:
         """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
@@ -128,3 +152,9 @@ class Processor:
             self.memory.device.free_frame(buffers, after=None)
         self._state_buffers.clear()
         self.memory.close()
+
+
+def _foldable(f, is_pointwise) -> bool:
+    from .filters.fuse import FusedPointwise
+
+    return isinstance(f, FusedPointwise) or is_pointwise(f)

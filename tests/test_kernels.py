@@ -294,3 +294,34 @@ def test_eq_brightness_and_gamma():
     np.testing.assert_allclose(reference_filter(bright, src), src + np.float32(0.1), atol=1e-6)
     (gamma,) = parse_chain("eq=gamma=2")
     np.testing.assert_allclose(reference_filter(gamma, src), np.sqrt(src), rtol=1e-6)
+
+
+# --- pointwise filters folded into the colour conversions -------------------------------------------
+
+FOLDABLE = ["eq=contrast=1.3:saturation=0.7:gamma=1.4", "hue=degrees=30", "invert", "vignette"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text", FOLDABLE)
+@pytest.mark.parametrize("colour", COLOURS, ids=COLOUR_IDS)
+def test_pointwise_folded_into_yuv_to_rgb_is_bit_identical(text, colour):
+    """yuv->rgb with a filter folded in == yuv->rgb, then the filter on its own."""
+    fmt = VideoFormat(190, 106, colour)
+    (f,) = parse_chain(text)
+    yuv = noise_i420(fmt, seed=3)
+    separate = run_filter("cuda", f, convert_to_rgb("cuda", yuv, fmt))
+    (folded,) = on_device("cuda", None, lambda y, out: yuv_to_rgb_cuda(y, fmt, out, (f,)), [yuv],
+                          [sentinel_like((3, fmt.height, fmt.width), np.float32)])
+    np.testing.assert_array_equal(folded, separate)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text", FOLDABLE)
+def test_pointwise_folded_into_rgb_to_yuv_is_bit_identical(text):
+    fmt = VideoFormat(190, 106, Colour("bt709", False))
+    (f,) = parse_chain(text)
+    rgb = smooth_rgb(fmt.width, fmt.height, seed=4)
+    separate = convert_to_yuv("cuda", run_filter("cuda", f, rgb), fmt)
+    (folded,) = on_device("cuda", None, lambda r, out: rgb_to_yuv_cuda(r, fmt, out, (f,)), [rgb],
+                          [sentinel_like((fmt.nbytes,), np.uint8)])
+    np.testing.assert_array_equal(folded, separate)

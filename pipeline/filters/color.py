@@ -14,6 +14,8 @@ import numpy as np
 
 from ..frames import Colour, VideoFormat
 from ..gpu.cuda import i32, launch_2d, raw_kernel
+from .fuse import POINTWISE_PRELUDE as _PRELUDE
+from .fuse import pointwise_body
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def _mean_2x2(c: np.ndarray) -> np.ndarray:
 _YUV2RGB_SRC = r"""
 __device__ __forceinline__ float clamp01(float v) { return fminf(fmaxf(v, 0.f), 1.f); }
 
-extern "C" __global__ void pipeline_yuv2rgb(
+extern "C" __global__ void NAME(
     const unsigned char* __restrict__ yuv, float* __restrict__ rgb, int w, int h,
     float y_off, float y_inv, float c_inv, float r_cr, float g_cb, float g_cr, float b_cb)
 {
@@ -114,9 +116,13 @@ extern "C" __global__ void pipeline_yuv2rgb(
     float yp = __fmul_rn((float)yuv[i] - y_off, y_inv);
     float cb = __fmul_rn((float)U[ci] - 128.f, c_inv);
     float cr = __fmul_rn((float)V[ci] - 128.f, c_inv);
-    rgb[i] = clamp01(__fadd_rn(yp, __fmul_rn(r_cr, cr)));
-    rgb[n + i] = clamp01(__fsub_rn(__fsub_rn(yp, __fmul_rn(g_cb, cb)), __fmul_rn(g_cr, cr)));
-    rgb[2 * n + i] = clamp01(__fadd_rn(yp, __fmul_rn(b_cb, cb)));
+    float r = clamp01(__fadd_rn(yp, __fmul_rn(r_cr, cr)));
+    float g = clamp01(__fsub_rn(__fsub_rn(yp, __fmul_rn(g_cb, cb)), __fmul_rn(g_cr, cr)));
+    float b = clamp01(__fadd_rn(yp, __fmul_rn(b_cb, cb)));
+    POINTWISE
+    rgb[i] = r;
+    rgb[n + i] = g;
+    rgb[2 * n + i] = b;
 }
 """
 
@@ -129,7 +135,7 @@ __device__ __forceinline__ float luma(float r, float g, float b, float kr, float
 }
 
 // One thread per 2x2 block: four luma samples and one chroma pair.
-extern "C" __global__ void pipeline_rgb2yuv(
+extern "C" __global__ void NAME(
     const float* __restrict__ rgb, unsigned char* __restrict__ yuv, int w, int h,
     float y_off, float y_scale, float c_scale, float kr, float kg, float kb, float cb_inv, float cr_inv)
 {
@@ -139,8 +145,11 @@ extern "C" __global__ void pipeline_rgb2yuv(
     size_t n = (size_t)w * h;
     float rs[4], gs[4], bs[4];
     for (int k = 0; k < 4; ++k) {
-        size_t i = (size_t)(2 * cy + (k >> 1)) * w + 2 * cx + (k & 1);
-        rs[k] = rgb[i]; gs[k] = rgb[n + i]; bs[k] = rgb[2 * n + i];
+        int x = 2 * cx + (k & 1), y = 2 * cy + (k >> 1);
+        size_t i = (size_t)y * w + x;
+        float r = rgb[i], g = rgb[n + i], b = rgb[2 * n + i];
+        POINTWISE
+        rs[k] = r; gs[k] = g; bs[k] = b;
         yuv[i] = to_u8(__fadd_rn(y_off, __fmul_rn(y_scale, luma(rs[k], gs[k], bs[k], kr, kg, kb))));
     }
     float ra = __fmul_rn(__fadd_rn(__fadd_rn(rs[0], rs[1]), __fadd_rn(rs[2], rs[3])), 0.25f);
@@ -154,20 +163,38 @@ extern "C" __global__ void pipeline_rgb2yuv(
 """
 
 
-def yuv_to_rgb_cuda(yuv, fmt: VideoFormat, rgb) -> None:
-    """CUDA version of :func:`yuv_to_rgb_cpu`, on the current stream."""
+def _kernel(template: str, base: str, fused: tuple = ()):
+    """The conversion kernel, with the per-pixel statements of pointwise filters folded in.
+
+    Folding the first pointwise filters into YUV->RGB (and the last ones into RGB->YUV) saves a
+    full read and write of the float frame per filter run; the arithmetic is the same, so the
+    result is bit-identical to running them separately.
+    """
+    return raw_kernel(*_source(template, base, tuple(fused)))
+
+
+@functools.lru_cache(maxsize=128)
+def _source(template: str, base: str, fused: tuple) -> tuple[str, str]:
+    # Keyed by the filter objects themselves: a run's chain is fixed, so this is built once per run.
+    body, name = "", base
+    if fused:
+        body, tag = pointwise_body(list(fused))
+        name = f"{base}_{tag}"
+    return _PRELUDE + template.replace("NAME", name).replace("POINTWISE", body), name
+
+
+def yuv_to_rgb_cuda(yuv, fmt: VideoFormat, rgb, then: tuple = ()) -> None:
+    """CUDA version of :func:`yuv_to_rgb_cpu`, on the current stream; ``then``: pointwise filters folded in."""
     k = YuvCoefficients.of(fmt.colour)
-    kernel = raw_kernel(_YUV2RGB_SRC, "pipeline_yuv2rgb")
+    kernel = _kernel(_YUV2RGB_SRC, "pipeline_yuv2rgb", then)
     args = (yuv, rgb, i32(fmt.width), i32(fmt.height), k.y_off, k.y_inv, k.c_inv, k.r_cr, k.g_cb, k.g_cr, k.b_cb)
     launch_2d(kernel, fmt.width, fmt.height, args)
 
 
-def rgb_to_yuv_cuda(rgb, fmt: VideoFormat, yuv) -> None:
-    """CUDA version of :func:`rgb_to_yuv_cpu`, on the current stream."""
+def rgb_to_yuv_cuda(rgb, fmt: VideoFormat, yuv, first: tuple = ()) -> None:
+    """CUDA version of :func:`rgb_to_yuv_cpu`, on the current stream; ``first``: pointwise filters folded in."""
     k = YuvCoefficients.of(fmt.colour)
-    kernel = raw_kernel(_RGB2YUV_SRC, "pipeline_rgb2yuv")
+    kernel = _kernel(_RGB2YUV_SRC, "pipeline_rgb2yuv", first)
     args = (rgb, yuv, i32(fmt.width), i32(fmt.height), k.y_off, k.y_scale, k.c_scale)
     args += (k.kr, k.kg, k.kb, k.cb_inv, k.cr_inv)
     launch_2d(kernel, fmt.width // 2, fmt.height // 2, args, block=(16, 8))
-
-

@@ -59,15 +59,29 @@ def _expr(f: Filter) -> str:
     return expr() if callable(expr) else str(expr)
 
 
-def pointwise_source(members: list[Filter]) -> tuple[str, str]:
-    """(CUDA source, kernel name) of one kernel applying ``members`` in order.
+def members_of(f: Filter) -> list[Filter]:
+    """The pointwise filters a (possibly fused) filter applies, in order."""
+    return list(f.members) if isinstance(f, FusedPointwise) else [f]
 
-    The name ends with a digest of the source: kernels are cached by name and the constants are in the text.
+
+def pointwise_body(members: list[Filter]) -> tuple[str, str]:
+    """(CUDA statements updating ``r, g, b`` for ``members`` in order, a name tag with their digest).
+
+    Kernels are cached by name and the constants are in the text, so the tag carries a digest of it.
     """
     body = "\n".join(f"    {{ // {f.name}\n{_expr(f)}\n    }}" for f in members)
     digest = hashlib.sha1(body.encode()).hexdigest()[:10]
     names = "_".join(re.sub(r"\W", "_", f.name) for f in members[:6])
-    name = f"pipeline_pw_{names}_{digest}"
+    return body, f"{names}_{digest}"
+
+
+POINTWISE_PRELUDE = _PRELUDE
+
+
+def pointwise_source(members: list[Filter]) -> tuple[str, str]:
+    """(CUDA source, kernel name) of one kernel applying ``members`` in order."""
+    body, tag = pointwise_body(members)
+    name = f"pipeline_pw_{tag}"
     return f'{_PRELUDE}extern "C" __global__ void {name}{_HEAD}{body}{_TAIL}', name
 
 

@@ -44,6 +44,7 @@ class CudaOps:
     """Upload, kernels and download on the frame's own stream."""
 
     name = "cuda"
+    folds_pointwise = True  # the conversion kernels take pointwise filters in (see Processor._folded)
 
     def __init__(self, streams: int, default_stream: bool = False):
         cp = cupy()
