@@ -86,7 +86,10 @@ class GpuScope:
             t.start()
         try:
             for i in range(count):
-                pending.put(self.copiers.submit(self._fill, frames[i % len(frames)], i))
+                # Slots are taken here, in frame order: the submit thread consumes frames in order,
+                # so letting copy threads race for slots could leave it waiting on a frame with none.
+                slot = self.memory.in_host.acquire()
+                pending.put(self.copiers.submit(self._fill, slot, frames[i % len(frames)], i))
             pending.put(END)
         except Aborted:
             pass
@@ -106,9 +109,9 @@ class GpuScope:
             self.error = self.error or e
             self.abort.set()
 
-    def _fill(self, frame: np.ndarray, index: int) -> WorkItem:
+    @staticmethod
+    def _fill(slot, frame: np.ndarray, index: int) -> WorkItem:
         meta = FrameMeta(index, index, None)
-        slot = self.memory.in_host.acquire()
         np.copyto(slot.array, frame)
         return WorkItem(meta, in_slot=slot)
 
