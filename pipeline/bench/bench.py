@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the ceilings (decode, encode, transcode) and the FFmpeg CPU peer")
     p.add_argument("-c", "--codec", default="libx264", help="encoder for e2e and the peers (default: libx264)")
     p.add_argument("--encoder-opt", action="append", default=None, metavar="KEY=VALUE",
-                   help="encoder option, repeatable (default: preset=ultrafast)")
+                   help="encoder option, repeatable (default: preset=ultrafast for libx264)")
     p.add_argument("--streams", type=int, default=RunConfig.streams, help="CUDA streams (default: %(default)s)")
     p.add_argument("--in-flight", type=int, default=RunConfig.in_flight, help="frames in flight (default: %(default)s)")
     p.add_argument("--ring-size", type=int, default=RunConfig.ring_size, help="host slots each way (default: %(default)s)")
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _encoder_opts(args) -> dict[str, str]:
     if not args.encoder_opt:
-        return dict(DEFAULT_ENCODER_OPTS)
+        return dict(DEFAULT_ENCODER_OPTS) if args.codec == "libx264" else {}
     opts = {}
     for text in args.encoder_opt:
         key, eq, value = text.partition("=")
