@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import traceback
@@ -12,17 +13,36 @@ from rich.console import Console
 
 from . import __version__
 from .config import ALLOC_STRATEGIES, DEVICES, RunConfig, build_config, load_toml
-from .errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, PipelineError
+from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, PipelineError
 
 EXIT_CODES = """exit codes:
   0    success
   2    usage or config error (bad option, filter chain, config key; output exists without -y)
-  3    bad input (missing, unreadable, no video stream, undecodable)
-  4    output or I/O error (directory missing or not writable, write failed)
-  5    GPU error (no usable GPU with --device cuda, out of device memory, CUDA error)
+  3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
+       with --strict, any decode error)
+  4    output or I/O error (directory missing or not writable, write failed, disk full)
+  5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error;
+       on the CPU backend, frames whose buffers exceed the available memory)
   130  interrupted (SIGINT): in-flight frames drained, output finalised
   143  terminated (SIGTERM): likewise
   1    internal error (a bug; --debug shows the traceback)"""
+
+
+RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied.
+
+  Output: written to a hidden temporary file beside the target and renamed into place when complete,
+    so the target never holds a partial file; an existing target is replaced only with -y.
+  Input: frames that are not 8-bit 4:2:0 (10-bit, 4:4:4, NV12, gray, ...) are converted with a notice,
+    an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
+    Timestamps are kept (variable frame rate included); one missing, going backwards or jumping by
+    over a minute (damage, a wrap) is moved so that they keep increasing.
+  Rotation: kept, not applied. Pixels are processed as stored and the output carries the input's
+    rotation (display matrix), so players show it turned as they showed the input. Geometry filters
+    (crop, flips, transpose) therefore work on the picture as stored, before that rotation.
+  Damaged input: undecodable packets are skipped and counted, a truncated file gives the frames it
+    holds with a warning; --strict makes the first decode error fatal (exit 3).
+  SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
+    at once without output."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pipeline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="process a video file", epilog=EXIT_CODES,
+    run = sub.add_parser("run", help="process a video file", description=RUN_NOTES, epilog=EXIT_CODES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(run, d)
     _add_other_commands(sub)
@@ -65,6 +85,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast)")
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
+    p.add_argument("--strict", action="store_true", default=None,
+                   help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
     p.add_argument("--ring-size", type=int, help=f"pinned host slots each way (default: {d.ring_size})")
     p.add_argument("--streams", type=int, help=f"CUDA streams (default: {d.streams})")
     p.add_argument("--in-flight", type=int, help=f"frames in flight on the GPU (default: {d.in_flight})")
@@ -102,21 +124,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     err = Console(stderr=True, highlight=False)
     debug = "--debug" in argv
+    args = None
     try:
         args = build_parser().parse_args(argv)
         return _dispatch(args, err)
     except PipelineError as e:
         if debug:
             traceback.print_exc()
-        err.print(f"pipeline: error: {e}", markup=False, soft_wrap=True)
+        label = "" if isinstance(e, Interrupted) else "error: "  # a stop on request is no error
+        err.print(f"pipeline: {label}{e}", markup=False, soft_wrap=True)
         return e.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the handlers are installed: nothing was written yet
         err.print("pipeline: interrupted", markup=False)
-        return 130
+        return EXIT_SIGINT
     except Exception as e:  # a bug: still one line, the traceback only with --debug
         if debug:
             traceback.print_exc()
-        err.print(f"pipeline: internal error: {type(e).__name__}: {e} (--debug shows the traceback)",
+        where = f" while processing {args.input}" if getattr(args, "input", None) else ""
+        err.print(f"pipeline: internal error{where}: {type(e).__name__}: {e} (--debug shows the traceback)",
                   markup=False, soft_wrap=True)
         return EXIT_INTERNAL
 
@@ -156,14 +181,20 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
 
 
 def _install_signal_handlers(pipeline: Any) -> None:
-    """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once."""
+    """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once.
+
+    The first only sets an event (the engine raises Interrupted once the output is final). The second
+    must not wait for anything (the user is escaping a stuck run): drop the temporary file, leave the
+    target as it was, and leave the process without unwinding (os._exit), since unwinding would run
+    the engine's clean-up, which waits on the worker threads.
+    """
 
     def handler(signum, frame):
         if pipeline.stop_event.is_set():
-            signal.signal(signum, signal.SIG_DFL)
-            raise SystemExit(128 + signum)
-        pipeline.signum = signum
-        pipeline.stop()
+            pipeline.discard_output()
+            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n".encode())
+            os._exit(128 + signum)
+        pipeline.stop(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

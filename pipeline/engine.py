@@ -10,18 +10,20 @@ channels, the host ring and the pool of in-flight contexts give back-pressure en
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from .channels import END as _END, Aborted, Channel, wait_for
 from .config import RunConfig
-from .errors import ConfigError, GPUError, Interrupted, OutputError, PipelineError
+from .errors import ConfigError, GPUError, InputError, Interrupted, OutputError, PipelineError
 from .filters import load_plugin, parse_chain
 from .frames import WorkItem
+from .memory.arena import align_up
 from .processor import FramePlan, Processor
 from .sink import Sink
 from .source import AudioPacket, DecodedFrame, Source
@@ -45,14 +47,35 @@ class Pipeline:
         self._error_lock = threading.Lock()
         self.on_frame: Callable[[RunStats], None] | None = None
         self.total_frames: int | None = None
+        self.signum: int | None = None
+        self._sink: Sink | None = None
 
-    def stop(self) -> None:
-        """Ask for a graceful stop: in-flight frames are drained and the output finalised."""
+    def stop(self, signum: int | None = None) -> None:
+        """Ask for a graceful stop: in-flight frames are drained and the output finalised.
+
+        Safe from a signal handler: it only sets an event the decode stage polls.
+        """
+        if signum is not None and self.signum is None:
+            self.signum = signum
         self.stop_event.set()
+
+    def discard_output(self) -> None:
+        """Before an immediate exit (a second signal): drop the partial file; the target is untouched.
+
+        Only unlinks a path, so it is safe while the encode thread is still writing.
+        """
+        sink = self._sink
+        if sink is not None:
+            try:
+                sink.tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     # -- set-up ---------------------------------------------------------------------------------
 
     def run(self) -> RunStats:
+        """Everything that can be refused (options, GPU, output path, input) is checked before any
+        output file exists; after that, a failure removes the partial file."""
         cfg = self.cfg
         for plugin in cfg.plugins:
             load_plugin(plugin)
@@ -60,16 +83,25 @@ class Pipeline:
         ops, memory_for = self._backend()
         target = cfg.output_path()
         check_output(Path(cfg.input), target, cfg.overwrite)
-        source = Source(cfg.input, notice=self.notice)
+        source = Source(cfg.input, notice=self.notice, strict=cfg.strict)
         try:
             plan = FramePlan.build(source.format, chain)
-            memory = memory_for(cfg.alloc, source.format.nbytes, plan.out_format.nbytes, plan.frame_bytes, cfg,
-                                plan.state_bytes)
-            self.processor = Processor(ops, memory, plan, chain, cfg.in_flight, self.abort)
-            sink = Sink(target, plan.out_format, codec=cfg.codec, options=cfg.encoder_opts,
-                        rate=source.frame_rate, time_base=source.video.time_base, audio_streams=source.audio)
+            if self.stats.device == "cpu":
+                check_host_memory(cfg, plan)
+            try:
+                memory = memory_for(cfg.alloc, source.format.nbytes, plan.out_format.nbytes, plan.frame_bytes,
+                                    cfg, plan.state_bytes)
+                self.processor = Processor(ops, memory, plan, chain, cfg.in_flight, self.abort)
+            except Exception as e:  # CuPy's own errors (pinned or device memory) become GPUError
+                error = _as_pipeline_error(e)
+                if error is e:
+                    raise
+                raise error from e
             self._describe(source, plan, target)
-            self._run_threads(source, sink)
+            self._sink = Sink(target, plan.out_format, codec=cfg.codec, options=cfg.encoder_opts,
+                              rate=source.frame_rate, time_base=source.video.time_base,
+                              audio_streams=source.audio, display_matrix=source.display_matrix)
+            self._run_threads(source, self._sink)
         finally:
             source.close()
         return self.stats
@@ -120,10 +152,19 @@ class Pipeline:
         try:
             for t in threads:
                 while t.is_alive():
-                    t.join(0.1)
+                    t.join(0.1)  # short waits: signal handlers run only when the main thread wakes
         finally:
             self.stats.finish()
+            self._count_damage(source, sink)
             self._close(sink)
+
+    def _count_damage(self, source: Source, sink: Sink) -> None:
+        s = self.stats
+        s.decode_errors, s.corrupt_frames = source.decode_errors, source.corrupt_frames
+        s.retimed_frames = source.retimed_frames
+        if sink.audio_dropped:
+            self.notice(f"warning: {source.path}: {sink.audio_dropped} damaged audio packets dropped "
+                        "(timestamps going backwards, or refused by the muxer)")
 
     def _guard(self, name: str, body: Callable[[], None], downstream: Channel | None) -> None:
         try:
@@ -172,8 +213,10 @@ class Pipeline:
         lent: deque = deque()
         while (item := self.q_submitted.get()) is not _END:
             if isinstance(item, AudioPacket):
-                sink.write_audio(item.packet)
-                self.stats.audio_packets += 1
+                if sink.write_audio(item.packet):
+                    self.stats.audio_packets += 1
+                elif self.cfg.strict and sink.audio_dropped:
+                    raise InputError(f"{self.cfg.input}: damaged audio packet at dts {item.packet.dts} (--strict)")
                 continue
             timings = self.processor.complete(item)
             t0 = time.perf_counter()
@@ -201,16 +244,60 @@ class Pipeline:
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
         self.stats.memory = self.processor.memory.counters()
-        # Keep a playable file of the frames done when stopped on purpose or by the GPU mid-run.
-        keep = error is None or (isinstance(error, GPUError) and self.stats.frames_out > 0)
-        if keep:
-            sink.finish()
-        else:
+        error = _as_pipeline_error(error) if error is not None else None
+        done = self.stats.frames_out
+        # Keep a playable file of the frames done when stopped on purpose or by the GPU mid-run;
+        # any other failure (bad input, write error, a bug) leaves no output at all.
+        keep = done > 0 and (error is None or isinstance(error, GPUError))
+        if not keep:
             sink.abort()
+        else:
+            sink.finish()
         if error is not None:
-            raise _as_pipeline_error(error)
+            if keep:
+                error.args = (f"{error}; {sink.target} holds the {done} frames done",)
+            raise error
         if self.stop_event.is_set():
-            raise Interrupted(getattr(self, "signum", 2))
+            kept = f"{sink.target} holds the {done} frames done" if keep else "no output written"
+            raise Interrupted(self.signum or 2, kept)
+        if not keep:
+            raise InputError(f"{self.cfg.input}: no frames decoded; no output written")
+
+
+def check_host_memory(cfg: RunConfig, plan: FramePlan) -> None:
+    """Refuse, before allocating, a run whose frames cannot fit in this machine's memory (CPU backend:
+    the "device" arena is host memory too). CUDA reports its own shortfall, with sizes, at reservation."""
+    needed = memory_needed(cfg, plan)
+    available = _available_memory()
+    if available is not None and needed > available:
+        f = plan.in_format
+        raise GPUError(
+            f"{cfg.input}: out of memory: {f.width}x{f.height} frames need {_gib(needed)} "
+            f"({needed} bytes: {cfg.in_flight} in flight, {cfg.ring_size} ring slots each way), "
+            f"{_gib(available)} is available; lower --in-flight/--ring-size or the resolution"
+        )
+
+
+def memory_needed(cfg: RunConfig, plan: FramePlan) -> int:
+    """The arena and host rings the run reserves: the same sums the memory strategies make."""
+    arena = align_up(int(plan.frame_bytes * cfg.in_flight * cfg.arena_headroom)) + align_up(plan.state_bytes)
+    rings = cfg.ring_size * (plan.in_format.nbytes + plan.out_format.nbytes)
+    return arena + rings
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None  # not Linux: no check, the allocation itself reports
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _as_pipeline_error(error: BaseException) -> BaseException:
@@ -234,7 +321,5 @@ def check_output(source: Path, target: Path, overwrite: bool) -> None:
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise OutputError(f"{target}: directory {parent} does not exist")
-    import os
-
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: directory {parent} is not writable")

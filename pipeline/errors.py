@@ -45,9 +45,9 @@ class GPUError(PipelineError):
 class Interrupted(PipelineError):
     """SIGINT or SIGTERM: in-flight frames were drained and the output finalised."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, detail: str = ""):
         import signal
 
         self.signum = signum
         self.exit_code = EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {detail}" if detail else ""))

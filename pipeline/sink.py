@@ -2,6 +2,13 @@
 
 Video frames are built zero-copy over the host slot (``VideoFrame.from_numpy_buffer``); the slot stays
 busy until the encoder lets go of the frame (see :meth:`HostSlot.lend`). Audio packets are copied as they are.
+
+Rotation is kept, not applied: pixels are encoded as stored and the input's display matrix is written
+to the output stream, so a player shows the output turned exactly as it showed the input. Applying
+it would cost a transpose per frame and change the frame size for 90/270 degrees, for no gain.
+
+A run killed outright (SIGKILL, power loss) leaves only the temporary file, never a truncated target;
+the next run into the same directory removes such leftovers of processes that no longer exist.
 """
 
 from __future__ import annotations
@@ -22,26 +29,82 @@ def temp_path_for(target: Path) -> Path:
     return target.with_name(f".{target.stem}.partial-{os.getpid()}{target.suffix}")
 
 
+MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
+
+
+def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
+    # MP4/MOV write the edit list (where presentation starts) in the movie timescale, 1/1000 by
+    # default: a first timestamp of 6000/90000 s would come back as 5940. The video's own clock keeps it.
+    if target.suffix.lower() in MOV_SUFFIXES and time_base and time_base.denominator < 2**31:
+        return {"movie_timescale": str(time_base.denominator)}
+    return {}
+
+
+def remove_stale_partials(target: Path) -> None:
+    """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run)."""
+    prefix, suffix = f".{target.stem}.partial-", target.suffix
+    try:
+        names = os.listdir(target.parent if str(target.parent) else ".")
+    except OSError:
+        return  # the output check reports an unusable directory
+    for name in names:  # not glob: a stem may hold glob metacharacters
+        if not (name.startswith(prefix) and name.endswith(suffix)):
+            continue
+        pid = name[len(prefix):len(name) - len(suffix)]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            (target.parent / name).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's; anything else: do not guess, keep the file
+        return True
+    return True
+
+
 class Sink:
     def __init__(self, target: Path, fmt: VideoFormat, *, codec: str, options: dict[str, str],
-                 rate: Fraction | None, time_base: Fraction | None, audio_streams=()):
+                 rate: Fraction | None, time_base: Fraction | None, audio_streams=(),
+                 display_matrix: tuple[int, ...] | None = None):
         self.target = target
         self.tmp = temp_path_for(target)
+        remove_stale_partials(target)
         self.fmt = fmt
         self._next_pts = 0
+        self._last_dts: dict[int, int] = {}
+        self.audio_dropped = 0
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         try:
-            self.container = av.open(str(self.tmp), "w")
+            self.container = av.open(str(self.tmp), "w", container_options=_muxer_options(target, time_base))
         except ValueError as e:  # unknown container for this extension
             raise ConfigError(f"{target}: cannot choose an output format from the name ({e})") from e
         except (OSError, av.error.FFmpegError) as e:
             raise OutputError(f"{target}: cannot create output: {e}") from e
         try:
             self.video = self._add_video(codec, options, rate, time_base)
+            if display_matrix is not None:
+                self.video.set_display_matrix(display_matrix)
             self.audio = {s.index: self.container.add_stream_from_template(s) for s in audio_streams}
+            self._start()
         except BaseException:
             self.abort()
             raise
+
+    def _start(self) -> None:
+        """Open the encoder and write the header now, not at the first packet: a container that cannot
+        hold a stream (PCM audio in MP4) or a bad encoder option is refused before any frame is done."""
+        try:
+            self.container.start_encoding()
+        except OSError as e:
+            raise OutputError(f"{self.target}: cannot create output: {e}") from e
+        except (ValueError, av.error.FFmpegError) as e:
+            streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
+            raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
+                              f"with these options ({e}); try another output extension (.mkv) or "
+                              "--encoder-opt") from e
 
     def _add_video(self, codec, options, rate, time_base):
         try:
@@ -71,13 +134,33 @@ class Sink:
         else:
             frame.pts, frame.time_base = meta.pts, meta.time_base
         self._next_pts = frame.pts + 1
-        self._mux(self.video.encode(frame))
+        try:
+            packets = self.video.encode(frame)
+        except av.error.FFmpegError as e:
+            raise OutputError(f"{self.target}: encoding failed: {e}") from e
+        self._mux(packets)
 
-    def write_audio(self, packet: av.Packet) -> None:
+    def write_audio(self, packet: av.Packet) -> bool:
+        """Copy one packet; False if dropped as damaged: its dts went backwards, or the muxer refused
+        its content (invalid data, an unsupported header: any FFmpeg error but an OSError, which is a
+        write error). Losing that packet beats failing the whole run on the input's fault."""
         out = self.audio.get(packet.stream.index)
-        if out is not None:
-            packet.stream = out
-            self._mux([packet])
+        if out is None:
+            return False
+        dts, last = packet.dts, self._last_dts.get(out.index)  # in the input's time base: mux rescales
+        if last is not None and dts <= last:
+            self.audio_dropped += 1
+            return False
+        packet.stream = out
+        try:
+            self.container.mux([packet])
+        except OSError as e:
+            raise OutputError(f"{self.target}: write failed: {e}") from e
+        except av.error.FFmpegError:
+            self.audio_dropped += 1
+            return False
+        self._last_dts[out.index] = dts
+        return True
 
     def _mux(self, packets) -> None:
         try:
@@ -86,14 +169,17 @@ class Sink:
             raise OutputError(f"{self.target}: write failed: {e}") from e
 
     def finish(self) -> None:
-        """Flush the encoder, finalise the container and move it into place."""
+        """Flush the encoder, finalise the container and move it into place; on failure, no output."""
         try:
             self._mux(self.video.encode(None))
             self.container.close()
+            os.replace(self.tmp, self.target)
+        except OutputError:
+            self.abort()
+            raise
         except (OSError, av.error.FFmpegError) as e:
             self.abort()
             raise OutputError(f"{self.target}: cannot finalise output: {e}") from e
-        os.replace(self.tmp, self.target)
 
     def abort(self) -> None:
         """Drop the partial output: the target is left as it was."""

@@ -24,8 +24,14 @@ class RunStats:
     frames_in: int = 0
     frames_out: int = 0
     audio_packets: int = 0
+    # Damaged input survived (see source.py): packets skipped, frames concealed by the decoder,
+    # timestamps moved forward to stay increasing.
+    decode_errors: int = 0
+    corrupt_frames: int = 0
+    retimed_frames: int = 0
     stage_ms: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in STAGES})
     latency_ms: list[float] = field(default_factory=list)
+    done_at: list[float] = field(default_factory=list)  # perf_counter when each frame left the encoder
     memory: dict[str, Any] = field(default_factory=dict)
     # Counters sampled after warm-up, to show what the steady state allocates.
     memory_warm: dict[str, Any] = field(default_factory=dict)
@@ -41,6 +47,7 @@ class RunStats:
             for stage, ms in timings.items():
                 self.stage_ms[stage].append(ms)
             self.latency_ms.append(latency_ms)
+            self.done_at.append(time.perf_counter())
             self.frames_out += 1
 
     def finish(self) -> None:
@@ -49,6 +56,13 @@ class RunStats:
     @property
     def fps(self) -> float:
         return self.frames_out / self.wall_s if self.wall_s > 0 else 0.0
+
+    def steady_fps(self, skip: int = 8) -> float:
+        """Frames per second after the first ``skip`` frames (start-up and kernel compilation excluded)."""
+        t = self.done_at
+        if len(t) <= skip + 1:
+            return self.fps
+        return (len(t) - 1 - skip) / (t[-1] - t[skip])
 
     def steady_allocs_per_frame(self) -> float | None:
         """Device allocations per frame after warm-up (the pooled path must show 0)."""
@@ -68,6 +82,9 @@ class RunStats:
             "frames_in": self.frames_in,
             "frames_out": self.frames_out,
             "audio_packets": self.audio_packets,
+            "decode_errors": self.decode_errors,
+            "corrupt_frames": self.corrupt_frames,
+            "retimed_frames": self.retimed_frames,
             "wall_s": round(self.wall_s, 4),
             "fps": round(self.fps, 2),
             "stage_ms": {s: _summary(v) for s, v in self.stage_ms.items()},
@@ -94,6 +111,10 @@ class RunStats:
         if lat["count"]:
             t.add_row("latency (decoded to encoded)", f"{lat['mean']:.2f}", f"{lat['p50']:.2f}", f"{lat['p99']:.2f}",
                       style="bold")
+        if self.decode_errors or self.corrupt_frames or self.retimed_frames:
+            t.caption = (f"damaged input: {self.decode_errors} packets skipped, {self.corrupt_frames} frames "
+                         f"concealed, {self.retimed_frames} timestamps moved")
+            t.caption_justify = "left"
         return t
 
     def memory_table(self) -> Table:

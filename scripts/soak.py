@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Soak test: a long run and many short runs in one process, watching for anything that grows.
+
+    python scripts/soak.py                         # 3000 frames, then 300 open/run/close cycles
+    python scripts/soak.py --cycles 50 --frames 500 --device cpu
+
+At checkpoints it prints the process RSS, pinned host bytes and device pool bytes (from the run's
+memory counters), open file descriptors and threads. After a warm-up (caches, codec tables, the
+allocator's first arenas) nothing may grow beyond a tolerance; if anything does, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_sample import make_clip
+
+from pipeline import Pipeline, RunConfig
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Sample:
+    label: str
+    rss: int
+    pinned: int
+    pool: int
+    fds: int
+    threads: int
+
+
+# What may grow after warm-up: RSS by a little (allocator noise, FFmpeg's lazily built tables); the
+# rest not at all, since every run must give back its buffers, files and threads.
+TOLERANCE = {"rss": 24 * MIB, "pinned": 0, "pool": 0, "fds": 0, "threads": 0}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def sample(label: str, memory: dict) -> Sample:
+    return Sample(label, rss_bytes(), int(memory.get("pinned_bytes", 0)), int(memory.get("bytes_reserved", 0)),
+                  len(os.listdir("/proc/self/fd")), threading.active_count())
+
+
+def show(s: Sample) -> None:
+    print(f"{s.label:>14}  rss {s.rss / MIB:8.1f} MiB  pinned {s.pinned / MIB:7.1f} MiB  "
+          f"pool {s.pool / MIB:7.1f} MiB  fds {s.fds:4d}  threads {s.threads:3d}", flush=True)
+
+
+def config(src: Path, out: Path, device: str, frames: int | None = None) -> RunConfig:
+    return RunConfig(input=str(src), output=str(out), device=device, quiet=True, overwrite=True, frames=frames)
+
+
+def long_run(src: Path, out: Path, device: str, frames: int, every: int) -> list[Sample]:
+    """One run of ``frames`` frames, sampled every ``every`` frames from the encode thread."""
+    samples: list[Sample] = []
+    pipeline = Pipeline(config(src, out, device, frames), notice=lambda m: None)
+
+    def on_frame(stats) -> None:
+        if stats.frames_out % every == 0:
+            samples.append(sample(f"frame {stats.frames_out}", pipeline.processor.memory.counters()))
+            show(samples[-1])
+
+    pipeline.on_frame = on_frame
+    stats = pipeline.run()
+    if stats.frames_out != frames:
+        raise SystemExit(f"soak: long run wrote {stats.frames_out} frames, expected {frames}")
+    return samples
+
+
+def cycles(src: Path, out: Path, device: str, count: int, every: int) -> list[Sample]:
+    samples = []
+    for i in range(1, count + 1):
+        stats = Pipeline(config(src, out, device), notice=lambda m: None).run()
+        if i % every == 0 or i == count:
+            samples.append(sample(f"cycle {i}", stats.memory))
+            show(samples[-1])
+    return samples
+
+
+def growth(samples: list[Sample], warmup: float) -> list[str]:
+    """What grew between the end of warm-up and the end, beyond the tolerance."""
+    if len(samples) < 2:
+        return []
+    base = samples[min(len(samples) - 2, int(len(samples) * warmup))]
+    last = samples[-1]
+    problems = []
+    for key, allowed in TOLERANCE.items():
+        grew = getattr(last, key) - getattr(base, key)
+        if grew > allowed:
+            problems.append(f"{key} grew by {grew} from {base.label} to {last.label} (allowed {allowed})")
+    return problems
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--frames", type=int, default=3000, help="frames in the long run (default: 3000)")
+    p.add_argument("--cycles", type=int, default=300, help="short runs, each opening and closing everything")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--size", default="160x96", help="frame size WxH (default: 160x96)")
+    p.add_argument("--warmup", type=float, default=0.25, help="fraction of the checkpoints that is warm-up")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    w, h = (int(v) for v in args.size.lower().split("x"))
+    with tempfile.TemporaryDirectory(prefix="soak-") as d:
+        d = Path(d)
+        print(f"soak: building clips ({args.size}) in {d}", flush=True)
+        short = make_clip(d / "short.mp4", width=w, height=h, frames=10, audio=True)
+        problems = []
+        if args.frames:
+            long = make_clip(d / "long.mp4", width=w, height=h, frames=args.frames, audio=True,
+                             options={"preset": "ultrafast"})
+            print(f"soak: one run of {args.frames} frames", flush=True)
+            samples = long_run(long, d / "out_long.mp4", args.device, args.frames, max(1, args.frames // 10))
+            problems += [f"long run: {p}" for p in growth(samples, args.warmup)]
+        if args.cycles:
+            print(f"soak: {args.cycles} open/run/close cycles", flush=True)
+            samples = cycles(short, d / "out_short.mp4", args.device, args.cycles, max(1, args.cycles // 10))
+            problems += [f"cycles: {p}" for p in growth(samples, args.warmup)]
+    for problem in problems:
+        print(f"soak: FAIL: {problem}", file=sys.stderr)
+    if not problems:
+        print("soak: ok, nothing grew after warm-up")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

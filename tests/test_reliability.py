@@ -1,0 +1,677 @@
+"""The reliability contract (issue 5): exit codes, one-line errors, no output on failure, nothing lost.
+
+Bad inputs and paths run the CLI as a subprocess, so a crash shows as a failing return code; failures
+that cannot be provoked from outside (device out of memory, disk full, a bug in a stage) run the CLI
+in-process with one function monkeypatched. Signals are in test_signals.py, fuzzing in test_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+from make_sample import make_clip
+
+from pipeline import cli, engine
+from pipeline.errors import GPUError, InputError
+from pipeline.source import MAX_SIDE, check_frame_size
+
+W, H, N = 320, 180, 30
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def run_cli(*args, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu", "-q"]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def partials(directory: Path) -> list[Path]:
+    return sorted(directory.glob(".*.partial-*"))
+
+
+def assert_failed(result, code: int, out: Path, name: str | None = None) -> None:
+    """The contract for every failure: the exit code, one line naming the cause, no output left."""
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeline: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    if name is not None:
+        assert name in lines[0]
+    assert not out.exists()
+    assert partials(out.parent) == []
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("pipeline: error")]
+
+
+def video_frames(path: Path) -> list[av.VideoFrame]:
+    with av.open(str(path)) as c:
+        return list(c.decode(video=0))
+
+
+def seconds(frames) -> list[Fraction]:
+    return [Fraction(f.pts) * f.time_base for f in frames]
+
+
+def decodable_frames(path: Path) -> int:
+    """What PyAV alone gets out of a damaged file, skipping the packets it rejects."""
+    count = 0
+    with av.open(str(path)) as c:
+        for packet in c.demux(video=0):
+            try:
+                count += len(packet.decode())
+            except av.error.FFmpegError:
+                pass
+    return count
+
+
+def audio_packet_count(path: Path) -> int:
+    with av.open(str(path)) as c:
+        if not c.streams.audio:
+            return 0
+        return sum(1 for p in c.demux(audio=0) if p.dts is not None)
+
+
+def remux(src: Path, dst: Path, options: dict | None = None) -> Path:
+    with av.open(str(src)) as i, av.open(str(dst), "w", options=options or {}) as o:
+        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
+        for packet in i.demux():
+            if packet.dts is not None:
+                packet.stream = streams[packet.stream.index]
+                o.mux(packet)
+    return dst
+
+
+def write_frames(path: Path, frames, *, codec="libx264", rate=25, time_base=None, container_format=None,
+                 pix_fmt="yuv420p", rotation=None):
+    """Write (pts, rgb) pairs as one video stream; ``time_base`` for explicit (VFR) timestamps."""
+    with av.open(str(path), "w", format=container_format) as c:
+        first = frames[0][1]
+        s = c.add_stream(codec, rate=rate)
+        s.width, s.height, s.pix_fmt = first.shape[1], first.shape[0], pix_fmt
+        tb = time_base or Fraction(1, rate)
+        s.codec_context.time_base = tb
+        if time_base:
+            s.time_base = time_base
+        if rotation is not None:
+            s.set_display_rotation(*rotation)
+        for pts, rgb in frames:
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts, frame.time_base = pts, tb
+            c.mux(s.encode(frame))
+        c.mux(s.encode(None))
+    return path
+
+
+def flat(value: int, w: int = 160, h: int = 96) -> np.ndarray:
+    rgb = np.full((h, w, 3), value, np.uint8)
+    rgb[: h // 2, : w // 2] = 255 - value  # some structure, so a mix-up of planes would show
+    return rgb
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clips")
+    return {
+        "av": make_clip(d / "av.mp4", width=W, height=H, frames=N, audio=True),
+        "video": make_clip(d / "video.mp4", width=W, height=H, frames=60, audio=False),
+    }
+
+
+@pytest.fixture
+def restore_signals():
+    """cli.main installs SIGINT/SIGTERM handlers; put pytest's back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+@pytest.fixture(autouse=True)
+def _slow_only_when_asked(request):
+    # The project's pytest settings do not deselect `slow`; `make test` passes -m "not slow". Here a
+    # plain run skips them too, so the default run of this file stays short.
+    if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("slow: select with -m slow")
+
+
+def no_pipeline_threads() -> bool:
+    return not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+# -- 1. inputs that are not video: exit 3, nothing written ------------------------------------------
+
+
+def _zero(d: Path) -> Path:
+    (p := d / "zero.mp4").write_bytes(b"")
+    return p
+
+
+def _text(d: Path) -> Path:
+    (p := d / "text.mp4").write_text("this is not a video\n" * 20)
+    return p
+
+
+def _png(d: Path) -> Path:
+    png = d / "image.png"
+    cv2.imwrite(str(png), flat(90))
+    return png.rename(d / "image.mp4")
+
+
+def _audio_only(d: Path) -> Path:
+    p = d / "audio.mp4"
+    with av.open(str(p), "w") as c:
+        s = c.add_stream("aac", rate=48000)
+        s.layout = "stereo"
+        for i in range(10):
+            frame = av.AudioFrame.from_ndarray(np.zeros((2, 1024), np.float32), format="fltp", layout="stereo")
+            frame.sample_rate, frame.pts = 48000, i * 1024
+            c.mux(s.encode(frame))
+        c.mux(s.encode(None))
+    return p
+
+
+def _unknown_codec(d: Path) -> Path:
+    raw = make_clip(d / "raw.mkv", width=64, height=48, frames=3, codec="rawvideo", audio=False)
+    data = raw.read_bytes()
+    assert b"V_UNCOMPRESSED" in data
+    (p := d / "unknown.mkv").write_bytes(data.replace(b"V_UNCOMPRESSED", b"V_ZZZZZZZZZZZZ"))
+    return p
+
+
+def _garbage_payload(d: Path) -> Path:
+    """A well-formed mp4 whose H.264 packets are random bytes."""
+    data = bytearray(make_clip(d / "clean.mp4", width=160, height=96, frames=10, audio=False).read_bytes())
+    start, end = data.find(b"mdat") + 4, data.find(b"moov") - 4
+    data[start:end] = random.Random(0).randbytes(end - start)
+    (p := d / "garbage.mp4").write_bytes(bytes(data))
+    return p
+
+
+def _missing(d: Path) -> Path:
+    return d / "missing.mp4"
+
+
+def _directory(d: Path) -> Path:
+    (p := d / "folder.mp4").mkdir()
+    return p
+
+
+@pytest.mark.parametrize("build", [_zero, _text, _png, _audio_only, _unknown_codec, _garbage_payload, _missing,
+                                   _directory], ids=lambda f: f.__name__.strip("_"))
+def test_not_a_video_exits_3_without_output(tmp_path, build):
+    src = build(tmp_path)
+    out = tmp_path / "out" / "result.mp4"
+    out.parent.mkdir()
+    result = run_cli(src, "-o", out, cwd=tmp_path)
+    assert_failed(result, 3, out, name=src.name)
+
+
+# -- 2. truncated files ---------------------------------------------------------------------------
+
+
+def test_mp4_truncated_before_moov_exits_3(tmp_path, clips):
+    data = clips["av"].read_bytes()
+    assert data.find(b"moov") > len(data) // 2  # not faststart: the index is at the end
+    (src := tmp_path / "cut.mp4").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out.mp4"
+    assert_failed(run_cli(src, "-o", out, cwd=tmp_path), 3, out, name="cut.mp4")
+
+
+def test_faststart_mp4_truncated_in_media_keeps_every_decodable_frame(tmp_path, clips):
+    fast = remux(clips["av"], tmp_path / "fast.mp4", {"movflags": "faststart"})
+    data = fast.read_bytes()
+    assert data.find(b"moov") < data.find(b"mdat")
+    (src := tmp_path / "cut.mp4").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "out.mp4"
+    result = run_cli(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning" in result.stderr and "ends early" in result.stderr
+    expected = decodable_frames(src)
+    assert 0 < expected < N
+    assert len(video_frames(out)) == expected
+    assert json.loads((tmp_path / "s.json").read_text())["frames_out"] == expected
+
+
+# -- 3. corrupt packets -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def corrupt_clip(tmp_path, clips):
+    data = bytearray(clips["video"].read_bytes())
+    start, end = data.find(b"mdat") + 5000, data.find(b"moov") - 5000
+    rng = random.Random(1)
+    for _ in range(200):
+        data[rng.randrange(start, end)] ^= 0xFF
+    (p := tmp_path / "corrupt.mp4").write_bytes(bytes(data))
+    return p
+
+
+def test_corrupt_packets_are_skipped_counted_and_reported(tmp_path, corrupt_clip):
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(corrupt_clip), "-o", str(out), "--device", "cpu",
+           "--stats-json", str(tmp_path / "s.json")]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["decode_errors"] + stats["corrupt_frames"] > 0
+    assert stats["frames_in"] == stats["frames_out"] == len(video_frames(out))
+    assert stats["frames_in"] + stats["decode_errors"] <= 60
+    assert "damaged input" in result.stdout  # the summary's row
+    assert "warning" in result.stderr and not error_lines(result.stderr)
+
+
+def test_strict_makes_the_first_decode_error_fatal(tmp_path, corrupt_clip):
+    out = tmp_path / "out.mp4"
+    result = run_cli(corrupt_clip, "-o", out, "--strict", cwd=tmp_path)
+    assert_failed(result, 3, out, name="corrupt.mp4")
+    assert "--strict" in result.stderr
+
+
+class _ReadErrorAfter:
+    """An input container whose demuxer fails after ``after`` packets, as on a bad sector."""
+
+    def __init__(self, container, after: int):
+        self._container, self._after = container, after
+
+    def demux(self, *streams):
+        for i, packet in enumerate(self._container.demux(*streams)):
+            if i == self._after:
+                raise av.error.InvalidDataError(1094995529, "Invalid data found when processing input")
+            yield packet
+
+    def __getattr__(self, name):
+        return getattr(self._container, name)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_read_error_mid_file_ends_the_input(tmp_path, clips, monkeypatch, capsys, restore_signals, strict):
+    from pipeline import source
+
+    real_open = source._open
+    monkeypatch.setattr(source, "_open", lambda path: _ReadErrorAfter(real_open(path), after=40))
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["video"]), "-o", str(out), "--device", "cpu", "-q"]
+                    + ["--strict"] * strict)
+    err = capsys.readouterr().err
+    assert "read error" in err and "Traceback" not in err
+    if strict:
+        assert code == 3 and not out.exists()
+    else:
+        assert code == 0 and "warning" in err
+        assert len(video_frames(out)) == 40  # the decoder's queue drained: every frame read is kept
+    assert partials(tmp_path) == []
+
+
+# -- 4. resolution change ---------------------------------------------------------------------------
+
+
+def test_resolution_change_mid_stream_is_scaled_to_the_first_size(tmp_path):
+    # Two MPEG-TS segments of different sizes, concatenated as bytes (as a broadcast capture would be).
+    a = write_frames(tmp_path / "a.ts", [(i, flat(40 + 10 * i, 320, 180)) for i in range(10)])
+    b = write_frames(tmp_path / "b.ts", [(10 + i, flat(40 + 10 * i, 256, 144)) for i in range(10)])
+    (src := tmp_path / "joined.ts").write_bytes(a.read_bytes() + b.read_bytes())
+    assert {(f.width, f.height) for f in video_frames(src)} == {(320, 180), (256, 144)}
+    out = tmp_path / "out.mp4"
+    result = run_cli(src, "-o", out, "--filters", "", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    frames = video_frames(out)
+    assert len(frames) == 20
+    assert {(f.width, f.height) for f in frames} == {(320, 180)}
+    times = seconds(frames)
+    assert all(t0 < t1 for t0, t1 in zip(times, times[1:]))
+
+
+# -- 5. pixel formats and odd sizes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("w, h, codec, pix_fmt", [
+    (639, 359, "ffv1", "yuv444p"),
+    (320, 180, "ffv1", "yuv420p10le"),
+    (320, 180, "rawvideo", "nv12"),
+    (321, 181, "ffv1", "gray"),
+])
+def test_other_formats_are_converted_with_a_notice(tmp_path, w, h, codec, pix_fmt):
+    src = make_clip(tmp_path / "in.mkv", width=w, height=h, frames=4, codec=codec, pix_fmt=pix_fmt, audio=False)
+    out = tmp_path / "out.mp4"
+    result = run_cli(src, "-o", out, "--filters", "", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"converting {pix_fmt}" in result.stderr
+    frames = video_frames(out)
+    assert len(frames) == 4
+    assert (frames[0].width, frames[0].height) == (w - w % 2, h - h % 2)
+    for a, b in zip(video_frames(src), frames):  # the picture, not just its size, survived
+        ya = a.reformat(format="gray").to_ndarray()[: b.height, : b.width].astype(np.float32)
+        yb = b.reformat(format="gray").to_ndarray().astype(np.float32)
+        assert abs(ya.mean() - yb.mean()) < 3
+        assert np.abs(ya - yb).mean() < 6
+
+
+# -- 6. variable frame rate ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_variable_frame_rate_keeps_every_timestamp(tmp_path, suffix):
+    pts = [0, 33, 50, 120, 121, 300, 333, 340, 500, 1000, 1016, 1100]
+    src = write_frames(tmp_path / "vfr.mkv", [(p, flat(10 + 20 * i)) for i, p in enumerate(pts)],
+                       rate=30, time_base=Fraction(1, 1000))
+    out = tmp_path / f"out{suffix}"
+    result = run_cli(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert seconds(video_frames(out)) == [Fraction(p, 1000) for p in pts]
+
+
+# -- 7. rotation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rotation", [(90,), (-90, True)], ids=["90", "270-hflip"])
+def test_rotation_is_kept_not_applied(tmp_path, rotation):
+    src = write_frames(tmp_path / "rot.mp4", [(i, flat(50 + 10 * i, 160, 96)) for i in range(4)], rotation=rotation)
+    out = tmp_path / "out.mp4"
+    result = run_cli(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX
+    a, b = video_frames(src)[0], video_frames(out)[0]
+    assert (b.width, b.height) == (a.width, a.height) == (160, 96)  # pixels as stored
+    assert b.rotation == a.rotation == rotation[0]
+    assert bytes(b.side_data.get(matrix)) == bytes(a.side_data.get(matrix))  # flips included
+
+
+# -- 8. huge frames -----------------------------------------------------------------------------------
+
+
+def test_frame_size_limit():
+    check_frame_size("x.mp4", 7680, 4320)
+    with pytest.raises(InputError, match=f"up to {MAX_SIDE}x{MAX_SIDE}"):
+        check_frame_size("x.mp4", MAX_SIDE + 2, 64)
+
+
+def test_frames_too_big_for_memory_are_refused_with_the_bytes_needed(tmp_path, clips, monkeypatch, capsys,
+                                                                      restore_signals):
+    monkeypatch.setattr(engine, "_available_memory", lambda: 2**20)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 5, err
+    assert "out of memory" in err and "bytes" in err and "available" in err
+    assert not out.exists() and partials(tmp_path) == []
+
+
+@pytest.mark.skipif((engine._available_memory() or 0) < 4 * 2**30, reason="needs 4 GiB of free memory")
+def test_8k_frames_are_processed(tmp_path):
+    """Two 8K frames through the CPU backend (about 6 s on 2 cores: no filters, one frame in flight)."""
+    w, h = 7680, 4320
+    luma = np.tile((np.arange(w) % 200 + 20).astype(np.uint8), (h, 1))
+    i420 = np.concatenate([luma, np.full((h // 2, w), 128, np.uint8)])
+    src = tmp_path / "8k.mkv"
+    with av.open(str(src), "w") as c:
+        s = c.add_stream("libx264", rate=25, options={"preset": "ultrafast"})
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        for i in range(2):
+            frame = av.VideoFrame.from_numpy_buffer(i420, format="yuv420p")
+            frame.pts = i
+            c.mux(s.encode(frame))
+        c.mux(s.encode(None))
+    out = tmp_path / "out.mkv"
+    result = run_cli(src, "-o", out, "--filters", "", "--in-flight", "1", "--ring-size", "2", cwd=tmp_path,
+                     timeout=300)
+    assert result.returncode == 0, result.stderr
+    frames = video_frames(out)
+    assert [(f.width, f.height) for f in frames] == [(w, h)] * 2
+
+
+# -- 9. no GPU ----------------------------------------------------------------------------------------
+
+
+def _gpu_available() -> bool:
+    from pipeline.gpu.cuda import gpu_status
+
+    return gpu_status()[0]
+
+
+@pytest.mark.skipif(_gpu_available(), reason="there is a GPU here")
+def test_device_cuda_without_gpu_exits_5_before_output(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--device", "cuda", "-q"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert_failed(result, 5, out)
+    assert "--device cuda" in result.stderr
+
+
+def test_device_auto_falls_back_to_the_cpu(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--device", "auto", "-q"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    if not _gpu_available():
+        assert "running on the CPU" in result.stderr
+    assert len(video_frames(out)) == N
+
+
+# -- 10. device out of memory mid-run --------------------------------------------------------------------
+
+
+def test_device_oom_mid_run_keeps_a_playable_partial_output(tmp_path, clips, monkeypatch, capsys,
+                                                            restore_signals):
+    from pipeline.memory.device_pool import DevicePool
+
+    real_alloc = DevicePool.alloc_frame
+    calls = {"n": 0}
+
+    def alloc_frame(self, specs):
+        calls["n"] += 1
+        if calls["n"] > 12:
+            raise GPUError(f"out of device memory: arena of {self.arena.capacity} bytes cannot fit "
+                           f"{sum(s.nbytes for s in specs)} more")
+        return real_alloc(self, specs)
+
+    monkeypatch.setattr(DevicePool, "alloc_frame", alloc_frame)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 5, err
+    assert "out of device memory" in err and "bytes" in err and "holds the" in err
+    done = int(err.split("holds the ")[1].split()[0])
+    assert 0 < done <= 12
+    assert len(video_frames(out)) == done  # playable, with the frames done
+    assert partials(tmp_path) == []
+    assert no_pipeline_threads()
+
+
+# -- 13. output directory ----------------------------------------------------------------------------
+
+
+def test_missing_output_directory_exits_4_before_decoding(tmp_path):
+    src = _text(tmp_path)  # undecodable: exit 4 rather than 3 shows the output was checked first
+    out = tmp_path / "nowhere" / "out.mp4"
+    assert_failed(run_cli(src, "-o", out, cwd=tmp_path), 4, out, name="nowhere")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories anyway")
+def test_unwritable_output_directory_exits_4(tmp_path, clips):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        out = locked / "out.mp4"
+        assert_failed(run_cli(clips["av"], "-o", out, cwd=tmp_path), 4, out, name="not writable")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_unwritable_output_directory_exits_4_even_as_root(tmp_path, clips, monkeypatch, capsys, restore_signals):
+    # Root ignores permission bits, so the directory is made to look read-only to the check itself.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked else real_access(p, mode))
+    out = locked / "out.mp4"
+    code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 4 and "not writable" in err and len(err.strip().splitlines()) == 1
+    assert list(locked.iterdir()) == []
+
+
+# -- 14. output is the input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["same", "symlink", "hardlink"])
+def test_output_that_is_the_input_exits_2_and_leaves_it_intact(tmp_path, clips, how):
+    src = shutil.copy(clips["av"], tmp_path / "in.mp4")
+    before = Path(src).read_bytes()
+    out = {"same": lambda: Path(src), "symlink": lambda: tmp_path / "link.mp4",
+           "hardlink": lambda: tmp_path / "hard.mp4"}[how]()
+    if how == "symlink":
+        out.symlink_to(src)
+    elif how == "hardlink":
+        os.link(src, out)
+    result = run_cli(src, "-o", out, "-y", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "output is the input" in result.stderr and "Traceback" not in result.stderr
+    assert Path(src).read_bytes() == before
+    assert partials(tmp_path) == []
+
+
+# -- 15. write errors -------------------------------------------------------------------------------------
+
+
+class _FullDisk:
+    """A container whose writes fail with ENOSPC after ``after`` successful ones."""
+
+    def __init__(self, container, after: int):
+        self._container, self._left = container, after
+
+    def mux(self, packets):
+        self._left -= 1
+        if self._left < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._container.mux(packets)
+
+    def __getattr__(self, name):
+        return getattr(self._container, name)
+
+
+def test_disk_full_while_muxing_exits_4_and_removes_the_partial_file(tmp_path, clips, monkeypatch, capsys,
+                                                                      restore_signals):
+    from pipeline.sink import Sink
+
+    real_init = Sink.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.container = _FullDisk(self.container, after=8)
+
+    monkeypatch.setattr(Sink, "__init__", init)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert "No space left on device" in err and "out.mp4" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and partials(tmp_path) == []
+    assert no_pipeline_threads()
+
+
+# -- 16. existing output --------------------------------------------------------------------------------
+
+
+def test_existing_output_is_kept_without_overwrite_and_replaced_with_it(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"precious")
+    result = run_cli(clips["av"], "-o", out, cwd=tmp_path)
+    assert result.returncode == 2 and "already exists" in result.stderr
+    assert out.read_bytes() == b"precious"
+    result = run_cli(clips["av"], "-o", out, "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(video_frames(out)) == N
+
+
+def test_stale_partial_files_of_dead_runs_are_removed(tmp_path):
+    from pipeline.sink import remove_stale_partials
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    names = [f".out.partial-{dead.stdout.strip()}.mp4",  # killed run: removed
+             f".out.partial-{os.getpid()}.mp4",  # ours (a reused pid): the sink truncates it
+             ".out.partial-1.mp4",  # a live process, maybe writing right now
+             ".other.partial-999999999.mp4"]  # another target
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    remove_stale_partials(tmp_path / "out.mp4")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+def test_timestamps_stay_increasing_whatever_the_input_does():
+    from pipeline.source import _Clock
+
+    clock = _Clock(step=10, max_gap=1000)
+    # in order; a jump back (concatenation) keeps the spacing; a gap past max_gap (wrap, damage) is
+    # closed the same way; a missing timestamp takes one step.
+    got = [clock(p) for p in (0, 10, 25, 5, 15, 100_000, 100_010, None, 100_030)]
+    assert got == [0, 10, 25, 35, 45, 55, 65, 75, 85]
+
+
+# -- nothing lost, threads always end ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv", ".ts"])
+def test_good_input_loses_nothing(tmp_path, clips, suffix):
+    # Other containers have other time bases (1/1000, 1/90000) than the output's: nothing may be lost.
+    src = clips["av"] if suffix == ".mp4" else remux(clips["av"], tmp_path / f"in{suffix}")
+    out = tmp_path / "out.mp4"
+    result = run_cli(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["frames_in"] == stats["frames_out"] == N
+    assert stats["decode_errors"] == stats["corrupt_frames"] == stats["retimed_frames"] == 0
+    times = seconds(video_frames(out))
+    assert times == seconds(video_frames(src))
+    assert all(t0 < t1 for t0, t1 in zip(times, times[1:]))
+    assert stats["audio_packets"] == audio_packet_count(src) == audio_packet_count(out) > 0
+
+
+def _boom(*args, **kwargs):
+    raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("stage, target", [
+    ("decode", "pipeline.source.Source.copy_into"),
+    ("submit", "pipeline.processor.Processor.submit"),
+    ("encode", "pipeline.sink.Sink.write_video"),
+])
+def test_a_failing_stage_stops_the_others_and_is_reported_once(tmp_path, clips, monkeypatch, capsys,
+                                                               restore_signals, stage, target):
+    monkeypatch.setattr(target, _boom)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.count("boom") == 1 and len(err.strip().splitlines()) == 1
+    assert "internal error while processing" in err and "av.mp4" in err and "Traceback" not in err
+    assert not out.exists() and partials(tmp_path) == []
+    assert no_pipeline_threads()
+
+
+@pytest.mark.slow
+def test_short_soak_grows_nothing(tmp_path):
+    """scripts/soak.py: a long run and many open/close cycles, no growth in memory, fds or threads."""
+    soak = Path(__file__).resolve().parents[1] / "scripts" / "soak.py"
+    cmd = [sys.executable, str(soak), "--frames", "600", "--cycles", "60", "--device", "cpu"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nothing grew" in result.stdout

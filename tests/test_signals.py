@@ -1,0 +1,137 @@
+"""Signals mid-run, on the CLI as a subprocess.
+
+SIGINT/SIGTERM: in-flight frames drained, encoder flushed, container finalised, exit 130/143; a second
+signal exits at once with no output; SIGKILL leaves the target untouched (the work goes to a temporary
+file renamed into place only when complete).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import pytest
+from make_sample import make_clip
+
+from pipeline import cli, engine
+
+FRAMES = 240
+# Heavy enough on 2 cores (about 50 fps) that a signal sent after the first frames lands mid-run.
+SLOW_CHAIN = "gblur=sigma=8,gblur=sigma=8"
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("signals") / "long.mp4"
+    return make_clip(path, width=640, height=360, frames=FRAMES, options={"preset": "ultrafast"})
+
+
+def start(src: Path, out: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pipeline", "run", str(src), "-o", str(out), "--device", "cpu", "-q",
+           "--filters", SLOW_CHAIN, "--ring-size", "16", "--in-flight", "8"]
+    return subprocess.Popen(cmd, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def partials(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".{out.stem}.partial-*"))
+
+
+def wait_for_progress(proc: subprocess.Popen, out: Path, settle: float = 1.0) -> None:
+    """Until the run has started writing (the temporary file and its header exist), then ``settle``
+    seconds of processing (some 50 frames here). The file's size says nothing finer: the encoder's
+    look-ahead and the muxer's write buffer hold back the first hundreds of kilobytes."""
+    deadline = time.monotonic() + 30
+    while not partials(out):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.02)
+    time.sleep(settle)
+    assert proc.poll() is None, "finished before the signal: make the run slower"
+
+
+def video_times(path: Path) -> list[Fraction]:
+    with av.open(str(path)) as c:
+        return [Fraction(f.pts) * f.time_base for f in c.decode(video=0)]
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"])
+def test_first_signal_drains_and_finalises(tmp_path, long_clip, signum, code):
+    out = tmp_path / "out.mp4"
+    proc = start(long_clip, out)
+    wait_for_progress(proc, out)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "interrupted by" in lines[0] and "Traceback" not in err
+    done = int(lines[0].split("holds the ")[1].split()[0])
+    assert 0 < done < FRAMES
+    times = video_times(out)  # playable, and exactly the frames done, with the input's timestamps
+    assert len(times) == done
+    assert times == video_times(long_clip)[:done]
+    assert partials(out) == []
+
+
+def test_second_signal_exits_at_once_without_output(tmp_path, long_clip):
+    out = tmp_path / "out.mp4"
+    proc = start(long_clip, out)
+    wait_for_progress(proc, out)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)  # two signals at once would be delivered as one
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "again" in err and "Traceback" not in err
+    assert time.monotonic() - t0 < 5
+    assert not out.exists() and partials(out) == []
+
+
+def test_sigkill_leaves_the_target_untouched_and_the_next_run_clean(tmp_path, long_clip):
+    out = tmp_path / "out.mp4"
+    proc = start(long_clip, out)
+    wait_for_progress(proc, out)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert not out.exists()  # never a half-written target
+    stale = partials(out)
+    assert len(stale) == 1  # the temporary file of the killed run
+    cmd = [sys.executable, "-m", "pipeline", "run", str(long_clip), "-o", str(out), "--device", "cpu", "-q",
+           "--frames", "5"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert len(video_times(out)) == 5
+    assert partials(out) == []  # the dead run's leftover was removed
+
+
+def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypatch, capsys):
+    """The same path, timed precisely: the encode thread signals the process after frame 20."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    real_init = engine.Pipeline.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.on_frame = lambda stats: stats.frames_out == 20 and os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(engine.Pipeline, "__init__", init)
+    out = tmp_path / "out.mp4"
+    try:
+        code = cli.main(["run", str(long_clip), "-o", str(out), "--device", "cpu", "-q", "--filters", "",
+                         "--frames", str(FRAMES)])
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err
+    assert code == 143, err
+    done = int(err.split("holds the ")[1].split()[0])
+    assert 20 <= done < FRAMES  # the frames in flight when the signal came were finished, not dropped
+    assert video_times(out) == video_times(long_clip)[:done]
+    assert partials(out) == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
