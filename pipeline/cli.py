@@ -47,7 +47,8 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and the documented code, as for every other error
-        raise ConfigError(f"{self.prog}: {message}")
+        prog = self.prog.removeprefix("pipeline").strip()  # "pipeline: error:" is printed already
+        raise ConfigError(f"{prog}: {message}" if prog else message)
 
 
 def _kv(text: str) -> tuple[str, str]:
@@ -90,6 +91,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--ring-size", type=int, help=f"pinned host slots each way (default: {d.ring_size})")
     p.add_argument("--streams", type=int, help=f"CUDA streams (default: {d.streams})")
     p.add_argument("--in-flight", type=int, help=f"frames in flight on the GPU (default: {d.in_flight})")
+    p.add_argument("--arena-headroom", type=float,
+                   help=f"device arena size as a multiple of the frames in flight (default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
                    help="Python file registering extra filters, repeatable")
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path")

@@ -21,7 +21,7 @@ from typing import Callable
 from .channels import END as _END, Aborted, Channel, wait_for
 from .config import RunConfig
 from .errors import ConfigError, GPUError, InputError, Interrupted, OutputError, PipelineError
-from .filters import load_plugin, parse_chain
+from .filters import fuse_pointwise, load_plugin, parse_chain
 from .frames import WorkItem
 from .memory.arena import align_up
 from .processor import FramePlan, Processor
@@ -79,7 +79,7 @@ class Pipeline:
         cfg = self.cfg
         for plugin in cfg.plugins:
             load_plugin(plugin)
-        chain = parse_chain(cfg.filters)
+        chain = fuse_pointwise(parse_chain(cfg.filters))
         ops, memory_for = self._backend()
         target = cfg.output_path()
         check_output(Path(cfg.input), target, cfg.overwrite)
@@ -98,9 +98,13 @@ class Pipeline:
                     raise
                 raise error from e
             self._describe(source, plan, target)
-            self._sink = Sink(target, plan.out_format, codec=cfg.codec, options=cfg.encoder_opts,
-                              rate=source.frame_rate, time_base=source.video.time_base,
-                              audio_streams=source.audio, display_matrix=source.display_matrix)
+            try:
+                self._sink = Sink(target, plan.out_format, codec=cfg.codec, options=cfg.encoder_opts,
+                                  rate=source.frame_rate, time_base=source.video.time_base,
+                                  audio_streams=source.audio, display_matrix=source.display_matrix)
+            except BaseException:
+                self.processor.close()  # give the device arena back: the caller may run again in-process
+                raise
             self._run_threads(source, self._sink)
         finally:
             source.close()

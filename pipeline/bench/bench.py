@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ..config import ALLOC_STRATEGIES, DEFAULT_FILTERS, RunConfig
 from ..errors import ConfigError, GPUError
-from ..filters import parse_chain
+from ..filters import fuse_pointwise, parse_chain
 
 SCOPES = ("gpu", "e2e")
 HEAVY_CHAIN = "gblur=sigma=2,unsharp=sigma=1:amount=1.2,eq=contrast=1.2:saturation=1.2"
@@ -106,7 +106,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     cfg = RunConfig(input=args.input, filters=args.filters, device="cuda", codec=args.codec,
                     encoder_opts=_encoder_opts(args), streams=args.streams, in_flight=args.in_flight,
                     ring_size=args.ring_size, quiet=True, overwrite=True)
-    chain = parse_chain(args.filters)
+    chain = fuse_pointwise(parse_chain(args.filters))  # as `pipeline run` does
     result: dict[str, Any] = {
         "input": args.input,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
