@@ -91,3 +91,14 @@ def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 120) -> 
         text=True,
         timeout=timeout,
     )
+
+
+def remux(src: Path, dst: Path, options: dict | None = None) -> Path:
+    """Copy every stream of ``src`` into a new container (chosen by ``dst``'s suffix), no re-encoding."""
+    with av.open(str(src)) as i, av.open(str(dst), "w", options=options or {}) as o:
+        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
+        for packet in i.demux():
+            if packet.dts is not None:
+                packet.stream = streams[packet.stream.index]
+                o.mux(packet)
+    return dst

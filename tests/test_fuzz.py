@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import av
 import pytest
+from helpers import remux
 from make_sample import make_clip
 
 ALLOWED = {0, 3}
@@ -37,18 +37,8 @@ def seeds(tmp_path_factory):
         ".mp4": mp4.read_bytes(),
         ".mkv": make_clip(d / "seed.mkv", width=160, height=96, frames=20, audio=True).read_bytes(),
         # MPEG-TS: no index, resynchronising demuxer, 33-bit timestamps, ADTS audio: other failure modes.
-        ".ts": _remux(mp4, d / "seed.ts").read_bytes(),
+        ".ts": remux(mp4, d / "seed.ts").read_bytes(),
     }
-
-
-def _remux(src: Path, dst: Path) -> Path:
-    with av.open(str(src)) as i, av.open(str(dst), "w") as o:
-        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
-        for packet in i.demux():
-            if packet.dts is not None:
-                packet.stream = streams[packet.stream.index]
-                o.mux(packet)
-    return dst
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:

@@ -23,6 +23,7 @@ import av
 import cv2
 import numpy as np
 import pytest
+from helpers import remux
 from make_sample import make_clip
 
 from pipeline import cli, engine
@@ -86,16 +87,6 @@ def audio_packet_count(path: Path) -> int:
         if not c.streams.audio:
             return 0
         return sum(1 for p in c.demux(audio=0) if p.dts is not None)
-
-
-def remux(src: Path, dst: Path, options: dict | None = None) -> Path:
-    with av.open(str(src)) as i, av.open(str(dst), "w", options=options or {}) as o:
-        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
-        for packet in i.demux():
-            if packet.dts is not None:
-                packet.stream = streams[packet.stream.index]
-                o.mux(packet)
-    return dst
 
 
 def write_frames(path: Path, frames, *, codec="libx264", rate=25, time_base=None, container_format=None,
