@@ -36,11 +36,12 @@ class Sample:
     pool: int
     fds: int
     threads: int
+    gpu: int  # device memory in use by the whole process (cudaMemGetInfo), 0 without a GPU
 
 
 # What may grow after warm-up: RSS by a little (allocator noise, FFmpeg's lazily built tables); the
 # rest not at all, since every run must give back its buffers, files and threads.
-TOLERANCE = {"rss": 24 * MIB, "pinned": 0, "pool": 0, "fds": 0, "threads": 0}
+TOLERANCE = {"rss": 24 * MIB, "pinned": 0, "pool": 0, "fds": 0, "threads": 0, "gpu": 8 * MIB}
 
 
 def rss_bytes() -> int:
@@ -51,14 +52,23 @@ def rss_bytes() -> int:
     return 0
 
 
+def gpu_used_bytes() -> int:
+    """Device memory in use, seen by the driver: catches an arena or a buffer a run forgot to give back."""
+    if "cupy" not in sys.modules:  # the CPU backend never imported it: nothing to measure
+        return 0
+    free, total = sys.modules["cupy"].cuda.runtime.memGetInfo()
+    return total - free
+
+
 def sample(label: str, memory: dict) -> Sample:
     return Sample(label, rss_bytes(), int(memory.get("pinned_bytes", 0)), int(memory.get("bytes_reserved", 0)),
-                  len(os.listdir("/proc/self/fd")), threading.active_count())
+                  len(os.listdir("/proc/self/fd")), threading.active_count(), gpu_used_bytes())
 
 
 def show(s: Sample) -> None:
     print(f"{s.label:>14}  rss {s.rss / MIB:8.1f} MiB  pinned {s.pinned / MIB:7.1f} MiB  "
-          f"pool {s.pool / MIB:7.1f} MiB  fds {s.fds:4d}  threads {s.threads:3d}", flush=True)
+          f"pool {s.pool / MIB:7.1f} MiB  gpu used {s.gpu / MIB:8.1f} MiB  fds {s.fds:4d}  threads {s.threads:3d}",
+          flush=True)
 
 
 def config(src: Path, out: Path, device: str, frames: int | None = None) -> RunConfig:
