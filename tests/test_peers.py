@@ -6,7 +6,8 @@ import av
 import pytest
 from make_sample import make_clip
 
-from pipeline.bench import peers
+from pipeline.bench import peer_plumbing, peers
+from pipeline.bench.ffmpeg_graph import ffmpeg_chain, parse_graph
 from pipeline.errors import ConfigError, InputError
 from pipeline.filters import Filter, Param, parse_chain
 
@@ -61,7 +62,7 @@ def test_transcode_fps(clip):
 
 def test_null_muxer_is_used():
     # The cheapest throw-away output; the matroska fallback is for builds without it.
-    with peers._Encoder("libx264", None, rate=30, time_base=None) as enc:
+    with peer_plumbing._Encoder("libx264", None, rate=30, time_base=None) as enc:
         assert enc.muxer == "null"
 
 
@@ -86,17 +87,17 @@ def test_bad_encoder(clip):
 
 def test_chain_gblur_eq():
     chain = parse_chain("gblur=sigma=2,eq=contrast=1.2")
-    with_eq = peers.ffmpeg_chain(chain, available={"gblur", "eq", "lutyuv"})
+    with_eq = ffmpeg_chain(chain, available={"gblur", "eq", "lutyuv"})
     assert with_eq == "gblur=sigma=2,eq=contrast=1.2:brightness=0:saturation=1:gamma=1"
     # PyAV's wheels lack FFmpeg's GPL filters (eq): the same lookup tables through lutyuv.
-    without_eq = peers.ffmpeg_chain(chain, available={"gblur", "lutyuv"})
+    without_eq = ffmpeg_chain(chain, available={"gblur", "lutyuv"})
     assert without_eq.startswith("gblur=sigma=2,lutyuv=y=(val-127.5)*1.2+127.5")
-    assert peers.ffmpeg_chain(chain, available={"gblur"}) is None
+    assert ffmpeg_chain(chain, available={"gblur"}) is None
 
 
 def test_chain_unsharp_mask_size():
     def size(sigma):
-        desc = peers.ffmpeg_chain([FakeUnsharp(sigma=sigma, amount=1.5)], available={"unsharp"})
+        desc = ffmpeg_chain([FakeUnsharp(sigma=sigma, amount=1.5)], available={"unsharp"})
         assert desc.endswith(":luma_amount=1.5")
         return desc
 
@@ -106,21 +107,21 @@ def test_chain_unsharp_mask_size():
 
 
 def test_chain_without_equivalent():
-    assert peers.ffmpeg_chain([Dummy()]) is None
-    assert peers.ffmpeg_chain(parse_chain("gblur=sigma=2") + [Dummy()]) is None
-    assert peers.ffmpeg_chain([]) == "null"
+    assert ffmpeg_chain([Dummy()]) is None
+    assert ffmpeg_chain(parse_chain("gblur=sigma=2") + [Dummy()]) is None
+    assert ffmpeg_chain([]) == "null"
 
 
 def test_parse_graph_quoting():
-    assert peers.parse_graph("lutyuv=y='clip(val,16,235)', hflip") == [
+    assert parse_graph("lutyuv=y='clip(val,16,235)', hflip") == [
         ("lutyuv", "y=clip(val,16,235)"),
         ("hflip", None),
     ]
-    assert peers.parse_graph(r"lutyuv=y=clip(val\,16\,235)") == [("lutyuv", "y=clip(val,16,235)")]
+    assert parse_graph(r"lutyuv=y=clip(val\,16\,235)") == [("lutyuv", "y=clip(val,16,235)")]
 
 
 def test_ffmpeg_filters_fps(clip):
-    desc = peers.ffmpeg_chain(parse_chain("gblur=sigma=2,eq=contrast=1.2"))
+    desc = ffmpeg_chain(parse_chain("gblur=sigma=2,eq=contrast=1.2"))
     result = peers.ffmpeg_filters_fps(clip, desc)
     check(result)
     assert result["graph"].startswith("gblur=sigma=2,")
@@ -130,8 +131,8 @@ def test_ffmpeg_filters_fps(clip):
 def test_ffmpeg_filters_resize_and_fallbacks_run(clip):
     # Every fallback this build would use must be accepted by FFmpeg; the encoder follows the new size.
     chain = parse_chain("eq=contrast=-1.5:brightness=0.1:saturation=2:gamma=2.2")
-    unsharp = peers.ffmpeg_chain([FakeUnsharp(sigma=5, amount=9)])  # mask and amount clamped to FFmpeg's limits
-    desc = ",".join([peers.ffmpeg_chain(chain), unsharp, "crop=100:60:0:0"])
+    unsharp = ffmpeg_chain([FakeUnsharp(sigma=5, amount=9)])  # mask and amount clamped to FFmpeg's limits
+    desc = ",".join([ffmpeg_chain(chain), unsharp, "crop=100:60:0:0"])
     result = peers.ffmpeg_filters_fps(clip, desc, frames=4, threads=1)
     check(result, 4)
     assert (result["width"], result["height"]) == (100, 60)
@@ -187,7 +188,7 @@ def test_every_translation_runs_in_ffmpeg(clip, tmp_path):
         fake("crop", w=100, h=60, x=4, y=-1),
         fake("transpose", dir="cclock"),
     ]
-    desc = peers.ffmpeg_chain(chain)
+    desc = ffmpeg_chain(chain)
     assert desc is not None
     assert desc.endswith(
         "hflip,vflip,negate,format=gray,format=yuv420p,hue=h=30,scale=120:-2,"
@@ -196,8 +197,8 @@ def test_every_translation_runs_in_ffmpeg(clip, tmp_path):
     result = peers.ffmpeg_filters_fps(clip, desc, frames=2)
     check(result, 2)
     assert (result["width"], result["height"]) == (60, 100)  # transposed
-    assert peers.ffmpeg_chain([fake("crop", w=-1, h=-1, x=-1, y=-1)]) == "crop=w=iw:h=ih:x=(iw-ow)/2:y=(ih-oh)/2"
-    assert peers.ffmpeg_chain([fake("boxblur", radius=3)], available={"boxblur"}).startswith("boxblur=luma_radius=3:")
-    assert peers.ffmpeg_chain([fake("boxblur", radius=3)], available={"avgblur"}) == "avgblur=sizeX=3:sizeY=3"
-    assert peers.ffmpeg_chain([fake("scale", size=2)]) is None  # missing the attributes it needs
-    assert peers.ffmpeg_chain([fake("tdenoise", alpha=0.3)]) is None  # temporal: no FFmpeg equivalent here
+    assert ffmpeg_chain([fake("crop", w=-1, h=-1, x=-1, y=-1)]) == "crop=w=iw:h=ih:x=(iw-ow)/2:y=(ih-oh)/2"
+    assert ffmpeg_chain([fake("boxblur", radius=3)], available={"boxblur"}).startswith("boxblur=luma_radius=3:")
+    assert ffmpeg_chain([fake("boxblur", radius=3)], available={"avgblur"}) == "avgblur=sizeX=3:sizeY=3"
+    assert ffmpeg_chain([fake("scale", size=2)]) is None  # missing the attributes it needs
+    assert ffmpeg_chain([fake("tdenoise", alpha=0.3)]) is None  # temporal: no FFmpeg equivalent here

@@ -14,7 +14,7 @@ import types
 import pytest
 from rich.console import Console
 
-from pipeline.bench import probe
+from pipeline.bench import probe, probe_report
 from pipeline.errors import EXIT_GPU, GPUError
 
 SMALL_SIZES = {"1 MiB": 1 << 20, "8 MiB": 8 << 20}
@@ -22,7 +22,7 @@ SMALL_SIZES = {"1 MiB": 1 << 20, "8 MiB": 8 << 20}
 
 def render(result: dict) -> str:
     console = Console(file=io.StringIO(), record=True, width=140, color_system=None)
-    for table in probe.probe_table(result):
+    for table in probe_report.probe_table(result):
         console.print(table)
     return console.export_text()
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..config import RunConfig
 from ..filters import parse_chain
-from . import peers
+from . import ffmpeg_graph, peers
 
 
 def _median_run(fn: Callable[[], dict], repeats: int) -> dict:
@@ -50,7 +50,7 @@ def _heavy_chain(args, cfg: RunConfig, say) -> dict[str, Any]:
     from ..engine import Pipeline
 
     chain = parse_chain(args.peer_filters)
-    graph = peers.ffmpeg_chain(chain)
+    graph = ffmpeg_graph.ffmpeg_chain(chain)
     result: dict[str, Any] = {}
     if graph is None:
         result["ffmpeg_filters"] = {"label": "FFmpeg CPU filters", "skipped": f"no FFmpeg equivalent for {args.peer_filters!r}"}
