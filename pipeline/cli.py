@@ -12,14 +12,16 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import ALLOC_STRATEGIES, DEVICES, RunConfig, build_config, load_toml
+from .config import ALLOC_STRATEGIES, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, PipelineError
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key; output exists without -y)
+  2    usage or config error (bad option, filter chain, config key; output exists without -y;
+       --preview where no window can be shown)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
-       with --strict, any decode error)
+       with --strict, any decode error; a live source that cannot be opened, or that stalled and
+       could not be reopened: then the frames done before the stall are kept, playable)
   4    output or I/O error (directory missing or not writable, write failed, disk full)
   5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error;
        on the CPU backend, frames whose buffers exceed the available memory)
@@ -42,7 +44,24 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
   Damaged input: undecodable packets are skipped and counted, a truncated file gives the frames it
     holds with a warning; --strict makes the first decode error fatal (exit 3).
   SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
-    at once without output."""
+    at once without output.
+
+Real time:
+  Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
+    device (--input-format v4l2 /dev/video0). Opening and every read are bounded by --timeout; a source
+    silent that long (or whose video stops while audio flows) is stalled: with --reconnect N it is
+    reopened up to N times per outage (back-off 0.5, 1, 2, 4, 8 s), then the run ends with exit 3 and
+    the frames done kept. The end of a stream (the sender closed it) ends the run normally. A URL
+    input is treated as live even when it is a file on a server: add --drop-policy block for those.
+  Output URL (udp://, tcp://, srt://, rtmp://): written directly, no temporary file; the muxer is
+    --format, else MPEG-TS (FLV for rtmp). configs/realtime.toml sets low-latency libx264.
+  --realtime: a file is read at its own frame rate, as a camera would deliver it.
+  Drops: live and paced sources cannot wait, so when processing falls behind a frame is dropped
+    (drop-oldest: the one waiting longest; drop-newest: the arriving one) and counted per stage;
+    every queue is bounded, memory never grows. Default: block for files, drop-oldest otherwise.
+  Latency: per frame, host times at decoded, slotted (in a host slot), uploaded, filtered, downloaded
+    (GPU: CUDA event completions on the host clock), handed to the encoder, packet out; the summary
+    gives p50/p95/p99/max of each hop, --stats-json the per-frame series."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pipeline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="process a video file", description=RUN_NOTES, epilog=EXIT_CODES,
+    run = sub.add_parser("run", help="process a video file or live stream", description=RUN_NOTES,
+                         epilog=EXIT_CODES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(run, d)
     _add_other_commands(sub)
@@ -73,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     """Every flag defaults to None so that only the flags given override the config file."""
-    p.add_argument("input", help="input video file")
-    p.add_argument("-o", "--output", help="output file (default: <input stem>_processed<ext> in the current directory)")
+    p.add_argument("input", help="input video file, stream URL or capture device")
+    p.add_argument("-o", "--output", help="output file or stream URL (default: <input stem>_processed<ext> in the "
+                                          "current directory; a URL input needs -o)")
     p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
     p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", help="TOML config file; flags given here override it")
@@ -98,6 +119,34 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
     p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
+    _add_realtime_arguments(p.add_argument_group("real time"), d)
+
+
+def _add_realtime_arguments(p, d: RunConfig) -> None:
+    p.add_argument("--input-format", metavar="NAME", help="demuxer or capture device (v4l2, mpegts, ...)")
+    p.add_argument("--input-opt", dest="input_opts", action="append", type=_kv, metavar="KEY=VALUE",
+                   help="demuxer/protocol option passed to FFmpeg when opening, repeatable "
+                        "(e.g. video_size=1280x720, fflags=nobuffer)")
+    p.add_argument("--format", dest="output_format", metavar="NAME",
+                   help="output muxer (e.g. mpegts, flv); default: from the output name, or the URL scheme")
+    p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
+                   help="muxer/protocol option for the output, repeatable (e.g. pkt_size=1316)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"live sources: open and read timeout, and the stall watchdog (default: {d.timeout})")
+    p.add_argument("--reconnect", type=int, metavar="N",
+                   help=f"live sources: reopen a stalled or lost source up to N times per outage (default: "
+                        f"{d.reconnect}), then exit 3 keeping the frames done")
+    p.add_argument("--realtime", action="store_true", default=None,
+                   help="pace a file at its own frame rate (by timestamps), as a camera would deliver it")
+    p.add_argument("--drop-policy", choices=DROP_POLICIES,
+                   help=f"when processing falls behind a live or paced source (default: {d.drop_policy}: "
+                        "block for files, drop-oldest for live or --realtime)")
+    p.add_argument("--latency-budget", type=float, metavar="MS",
+                   help="warn once when a frame takes longer from decode to packet, and count such frames")
+    p.add_argument("--preview", action="store_true", default=None,
+                   help="show the processed frames in a window, with fps and latency (needs a display)")
+    p.add_argument("--nvtx", action="store_true", default=None,
+                   help="emit NVTX ranges per stage and frame, for Nsight Systems")
 
 
 def _add_other_commands(sub) -> None:
@@ -116,8 +165,9 @@ def _add_other_commands(sub) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     file_values = load_toml(args.config) if args.config else {}
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
-    if flags.get("encoder_opts"):
-        flags["encoder_opts"] = dict(flags["encoder_opts"])
+    for table in ("encoder_opts", "input_opts", "output_opts"):
+        if flags.get(table):
+            flags[table] = dict(flags[table])
     if flags.get("plugins"):
         flags["plugins"] = tuple(flags["plugins"])
     return build_config(file_values, flags)
@@ -171,13 +221,19 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
 
     pipeline = Pipeline(cfg, notice=lambda m: err.print(f"pipeline: {m}", markup=False, soft_wrap=True))
     _install_signal_handlers(pipeline)
-    with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
-        stats = pipeline.run()
-    if cfg.stats_json:
-        stats.write_json(cfg.stats_json)
+    try:
+        with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
+            stats = pipeline.run()
+    finally:
+        # Also when the run ends early with its output kept (a stalled live source, a signal): the
+        # statistics of the frames done are what one looks at next.
+        if cfg.stats_json and pipeline.stats.frames_out:
+            pipeline.stats.write_json(cfg.stats_json)
     if not cfg.quiet:
         out = Console(highlight=False)
         out.print(stats.table())
+        if stats.mode != "file" or cfg.latency_budget is not None:
+            out.print(stats.hops_table())
         out.print(stats.memory_table())
         out.print(f"wrote {stats.output}")
     return 0

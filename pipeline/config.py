@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -13,6 +14,9 @@ from .errors import ConfigError
 DEVICES = ("auto", "cuda", "cpu")
 ALLOC_STRATEGIES = ("pool", "naive", "cupy", "async", "pinned-per-frame")
 DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
+# "auto": block for a file read as fast as possible (every frame comes out), drop-oldest for a live or
+# paced source (it cannot wait, so the freshest frames go through and latency stays bounded).
+DROP_POLICIES = ("auto", "block", "drop-oldest", "drop-newest")
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,18 @@ class RunConfig:
     plugins: tuple[str, ...] = ()
     strict: bool = False
     debug: bool = False
+    # Real time (issue 6): live sources and sinks, pacing, drops, latency.
+    input_format: str | None = None  # demuxer or device (v4l2); None: FFmpeg guesses
+    input_opts: dict[str, str] = field(default_factory=dict)  # demuxer/protocol options (av.open)
+    output_format: str | None = None  # muxer; None: from the output name (or the URL scheme)
+    output_opts: dict[str, str] = field(default_factory=dict)  # muxer/protocol options
+    timeout: float = 10.0  # live sources: open timeout, read timeout and stall watchdog, seconds
+    reconnect: int = 0  # live sources: reopen attempts per outage before giving up
+    realtime: bool = False  # pace a file at its own frame rate, as a camera would deliver it
+    drop_policy: str = "auto"
+    latency_budget: float | None = None  # ms, decoded to packet out; warn once and count
+    preview: bool = False
+    nvtx: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device, DEVICES)
@@ -46,16 +62,43 @@ class RunConfig:
             _check_min("frames", self.frames, 1)
         if self.arena_headroom < 1.0:
             raise ConfigError(f"Invalid arena_headroom ({self.arena_headroom}). Supported values are >= 1.0.")
+        _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
+        _check_positive("timeout", self.timeout)
+        if not isinstance(self.reconnect, int) or isinstance(self.reconnect, bool) or self.reconnect < 0:
+            raise ConfigError(f"Invalid reconnect ({self.reconnect!r}). Supported values are integers >= 0.")
+        if self.latency_budget is not None:
+            _check_positive("latency_budget", self.latency_budget)
 
     def output_path(self) -> Path:
-        """The output file: ``-o`` if given, else ``<input stem>_processed<ext>`` in the current directory."""
+        """The output file: ``-o`` if given, else ``<input stem>_processed<ext>`` in the current directory.
+
+        A URL output is not a path: see :meth:`output_target`."""
         if self.output:
             return Path(self.output)
+        if is_url(self.input):
+            raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
         src = Path(self.input)
         return Path.cwd() / f"{src.stem}_processed{src.suffix or '.mp4'}"
 
+    def output_target(self) -> Path | str:
+        """Where the output goes: a path, or the URL string itself (``Path`` would fold its ``//``)."""
+        return self.output if self.output and is_url(self.output) else self.output_path()
+
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(name: str | None) -> bool:
+    """``scheme://...``: handed to FFmpeg as it is, never checked or created as a local path."""
+    return bool(name) and _URL.match(name) is not None
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"Invalid {name} ({value!r}). Supported values are numbers > 0.")
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -95,13 +138,16 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "codec": (str,), "stats_json": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
+    "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
+    "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),
 }
+_TABLES = ("encoder_opts", "input_opts", "output_opts")  # KEY = VALUE tables, values kept as strings
 
 
 def _coerce(path: Path, name: str, value: Any) -> Any:
-    if name == "encoder_opts":
+    if name in _TABLES:
         if not isinstance(value, dict):
-            raise ConfigError(f"{path}: encoder_opts must be a table of KEY = VALUE")
+            raise ConfigError(f"{path}: {name} must be a table of KEY = VALUE")
         return {str(k): str(v) for k, v in value.items()}
     if name == "plugins":
         items = value if isinstance(value, list) else [value]
@@ -122,8 +168,8 @@ def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> Ru
     for key, value in flag_values.items():
         if value is None:
             continue
-        if key == "encoder_opts":
-            merged["encoder_opts"] = {**merged.get("encoder_opts", {}), **value}
+        if key in _TABLES:
+            merged[key] = {**merged.get(key, {}), **value}
         else:
             merged[key] = value
     try:

@@ -30,6 +30,12 @@ class InputError(PipelineError):
     exit_code = EXIT_INPUT
 
 
+class SourceStalled(InputError):
+    """A live input stopped delivering (no packet within the read timeout, or the connection was lost)
+    and could not be reopened within ``--reconnect`` attempts. Unlike other input errors, the frames
+    done before the stall are kept: the output is finalised and playable."""
+
+
 class OutputError(PipelineError):
     """The output cannot be created, written or finalised."""
 

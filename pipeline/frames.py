@@ -89,6 +89,8 @@ class FrameMeta:
     time_base: Fraction | None
     decoded_at: float = field(default_factory=time.perf_counter)
     decode_s: float = 0.0
+    # Host times (perf_counter) of the later hops, filled in by the engine for the latency report.
+    stamps: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

@@ -9,6 +9,10 @@ it would cost a transpose per frame and change the frame size for 90/270 degrees
 
 A run killed outright (SIGKILL, power loss) leaves only the temporary file, never a truncated target;
 the next run into the same directory removes such leftovers of processes that no longer exist.
+
+A URL output (``udp://``, ``rtmp://``, ``srt://``...) is a live stream: it is written directly (there is
+nothing to rename), the muxer comes from ``--format`` or else the scheme (MPEG-TS for udp/tcp/srt, FLV
+for rtmp), and connecting is bounded by the timeout.
 """
 
 from __future__ import annotations
@@ -16,12 +20,28 @@ from __future__ import annotations
 import os
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 import av
 import numpy as np
 
+from .config import is_url
 from .errors import ConfigError, OutputError
 from .frames import FrameMeta, VideoFormat
+
+# The muxer a stream URL gets without --format: what players and servers expect on that protocol.
+URL_MUXERS = {"udp": "mpegts", "tcp": "mpegts", "srt": "mpegts", "rtp": "rtp_mpegts", "rtmp": "flv",
+              "rtmps": "flv", "rtsp": "rtsp", "http": "mpegts", "https": "mpegts"}
+
+
+def url_muxer(url: str, output_format: str | None) -> str:
+    if output_format:
+        return output_format
+    scheme = url.partition("://")[0].lower()
+    if scheme not in URL_MUXERS:
+        raise ConfigError(f"{url}: cannot choose a muxer for {scheme}:// outputs; give one with --format "
+                          "(e.g. --format mpegts)")
+    return URL_MUXERS[scheme]
 
 
 def temp_path_for(target: Path) -> Path:
@@ -66,23 +86,23 @@ def _alive(pid: int) -> bool:
 
 
 class Sink:
-    def __init__(self, target: Path, fmt: VideoFormat, *, codec: str, options: dict[str, str],
+    def __init__(self, target: Path | str, fmt: VideoFormat, *, codec: str, options: dict[str, str],
                  rate: Fraction | None, time_base: Fraction | None, audio_streams=(),
-                 display_matrix: tuple[int, ...] | None = None):
+                 display_matrix: tuple[int, ...] | None = None, output_format: str | None = None,
+                 output_opts: dict[str, str] | None = None, timeout: float | None = None,
+                 low_latency: bool = False):
         self.target = target
-        self.tmp = temp_path_for(target)
-        remove_stale_partials(target)
+        self.low_latency = low_latency
+        self.url = is_url(str(target))
+        self.tmp: Path | None = None if self.url else temp_path_for(Path(target))
         self.fmt = fmt
         self._next_pts = 0
         self._last_dts: dict[int, int] = {}
         self.audio_dropped = 0
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
-        try:
-            self.container = av.open(str(self.tmp), "w", container_options=_muxer_options(target, time_base))
-        except ValueError as e:  # unknown container for this extension
-            raise ConfigError(f"{target}: cannot choose an output format from the name ({e})") from e
-        except (OSError, av.error.FFmpegError) as e:
-            raise OutputError(f"{target}: cannot create output: {e}") from e
+        # Called with the timestamps (seconds) of the video packets each encode returned: latency.
+        self.on_packets: Callable[[list[float | None]], None] | None = None
+        self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         try:
             self.video = self._add_video(codec, options, rate, time_base)
             if display_matrix is not None:
@@ -92,6 +112,26 @@ class Sink:
         except BaseException:
             self.abort()
             raise
+
+    def _open(self, output_format, output_opts, time_base, timeout):
+        target = self.target
+        muxer = url_muxer(target, output_format) if self.url else output_format
+        try:
+            if self.url:
+                kwargs = {"timeout": (timeout, timeout)} if timeout else {}
+                return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
+            remove_stale_partials(Path(target))
+            options = {**_muxer_options(Path(target), time_base), **output_opts}
+            return av.open(str(self.tmp), "w", format=muxer, container_options=options)
+        except ValueError as e:  # unknown container for this extension, or an unknown --format
+            if muxer:
+                raise ConfigError(f"{target}: invalid --format {muxer!r} ({e})") from e
+            raise ConfigError(f"{target}: cannot choose an output format from the name ({e}); "
+                              "give one with --format") from e
+        except av.error.ExitError as e:
+            raise OutputError(f"{target}: cannot connect within {timeout:g} s") from e
+        except (OSError, av.error.FFmpegError) as e:
+            raise OutputError(f"{target}: cannot create output: {e}") from e
 
     def _start(self) -> None:
         """Open the encoder and write the header now, not at the first packet: a container that cannot
@@ -114,7 +154,10 @@ class Sink:
         stream.width, stream.height = self.fmt.width, self.fmt.height
         stream.pix_fmt = "yuv420p"
         stream.options = dict(options)
-        stream.thread_type = "AUTO"
+        # Frame threads hold back one frame per thread (24 at 16 cores: 0.4 s at 60 fps), and FFmpeg's
+        # libx264 wrapper picks them over x264's own sliced threads (tune=zerolatency) whenever
+        # thread_type includes FRAME. Live and paced runs want each packet out at once: slices only.
+        stream.thread_type = "SLICE" if self.low_latency else "AUTO"
         if time_base:  # keep the input's clock so every pts survives unchanged (VFR included)
             stream.time_base = time_base
             stream.codec_context.time_base = time_base
@@ -139,6 +182,12 @@ class Sink:
         except av.error.FFmpegError as e:
             raise OutputError(f"{self.target}: encoding failed: {e}") from e
         self._mux(packets)
+        self._report(packets)
+
+    def _report(self, packets) -> None:
+        if self.on_packets is not None and packets:
+            self.on_packets([None if p.pts is None or p.time_base is None else float(p.pts * p.time_base)
+                             for p in packets])
 
     def write_audio(self, packet: av.Packet) -> bool:
         """Copy one packet; False if dropped as damaged: its dts went backwards, or the muxer refused
@@ -171,9 +220,12 @@ class Sink:
     def finish(self) -> None:
         """Flush the encoder, finalise the container and move it into place; on failure, no output."""
         try:
-            self._mux(self.video.encode(None))
+            packets = self.video.encode(None)
+            self._mux(packets)
+            self._report(packets)
             self.container.close()
-            os.replace(self.tmp, self.target)
+            if self.tmp is not None:
+                os.replace(self.tmp, self.target)
         except OutputError:
             self.abort()
             raise
@@ -187,4 +239,5 @@ class Sink:
             self.container.close()
         except Exception:
             pass  # the file is deleted next; a close error adds nothing
-        self.tmp.unlink(missing_ok=True)
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)

@@ -7,6 +7,12 @@ counted (``decode_errors``) and skipped, a frame the decoder concealed is counte
 and processed, a read error or early end of file ends the input with a warning. Timestamps are kept
 as they are, except that a missing, non-increasing or wildly jumping one is moved (see ``_Clock``) so
 the encoder and muxer, which require strictly increasing timestamps, never fail on an input's fault.
+
+Live inputs (a network URL or a capture device, see :func:`is_live_input`) are opened with open and
+read timeouts, so no read blocks for longer than ``timeout``; a read that times out or fails drains
+the decoder (the frames it holds are kept) and raises :class:`SourceStalled`; the reader thread
+(:mod:`pipeline.live`) then calls :meth:`Source.reopen` or gives up. The decoder uses slice threads
+only: frame threads would hold back one frame per thread, latency a camera feed cannot afford.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from .errors import InputError
+from .config import is_url
+from .errors import ConfigError, InputError, SourceStalled
 from .frames import AVCOL_RANGE_JPEG, Colour, FrameMeta, VideoFormat
 
 NATIVE_FORMATS = ("yuv420p", "yuvj420p")  # what the kernels take without a conversion
@@ -34,6 +41,18 @@ MAX_SIDE = 16384
 # A gap between two frames longer than this is a discontinuity (a timestamp wrap or damage), not a
 # pause: FFmpeg's own threshold for such jumps is 10 s; a minute leaves room for sparse VFR capture.
 MAX_GAP_S = 60.0
+
+# Demuxers that read a capture device rather than a file: live, like a network stream.
+CAPTURE_FORMATS = frozenset({"v4l2", "video4linux2", "avfoundation", "dshow", "gdigrab", "x11grab", "kmsgrab",
+                             "fbdev", "decklink", "android_camera"})
+
+
+def is_live_input(path: str, input_format: str | None = None) -> bool:
+    """A network stream (any URL but ``file:``) or a capture device: it delivers frames at its own pace,
+    may stall, and cannot be asked to wait."""
+    if input_format in CAPTURE_FORMATS:
+        return True
+    return is_url(path) and not path.lower().startswith("file:")
 
 
 @dataclass
@@ -50,15 +69,21 @@ class DecodedFrame:
 class Source:
     """An opened input: its video stream (decoded), its audio streams (passed through as packets)."""
 
-    def __init__(self, path: str, *, notice: Callable[[str], None] = lambda msg: None, strict: bool = False):
+    def __init__(self, path: str, *, notice: Callable[[str], None] = lambda msg: None, strict: bool = False,
+                 input_format: str | None = None, options: dict[str, str] | None = None,
+                 timeout: float | None = None, live: bool | None = None):
         self.path = path
         self._notice = notice
         self._held: list[str] | None = []  # notices while opening: shown only if the input is usable
         self.strict = strict
+        self.live = is_live_input(path, input_format) if live is None else live
+        self.input_format, self.options = input_format, dict(options or {})
+        self.timeout = timeout if self.live else None
         self.decode_errors = 0  # packets the decoder rejected (skipped)
         self.corrupt_frames = 0  # frames the decoder concealed errors in (processed)
         self.retimed_frames = 0  # frames whose timestamp was missing or went backwards
-        self.container = _open(path)
+        self._index = 0  # frames decoded, across reconnections
+        self.container = self._open()
         try:
             self.video = self._video_stream()
             self.audio = self._audio_streams()
@@ -82,8 +107,31 @@ class Source:
         video = videos[0]
         if video.codec_context is None:
             raise InputError(f"{self.path}: no decoder for the video stream (unknown or unsupported codec)")
-        video.thread_type = "AUTO"
+        video.thread_type = "SLICE" if self.live else "AUTO"
         return video
+
+    def _open(self):
+        if not (self.live or self.input_format or self.options or is_url(self.path)):
+            return _open(self.path)
+        return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path))
+
+    def reopen(self) -> None:
+        """Open a live input again after a stall (called by the reader thread, which owns the container).
+
+        Frames keep the first connection's size (copy_into scales) and clock (``_Clock`` moves a
+        timestamp that restarts or jumps), so the output continues as one stream."""
+        try:
+            self.container.close()
+        except (OSError, av.error.FFmpegError):
+            pass  # a connection that just failed may fail to close too; it is replaced either way
+        self.container = self._open()
+        try:
+            self.video = self._video_stream()
+            self.audio = self._audio_streams()
+        except BaseException:
+            self.container.close()
+            raise
+        self._frames = self._decode()
 
     def _audio_streams(self) -> list:
         """Audio streams to copy. One without a sample rate or channels (a damaged or phantom stream)
@@ -137,26 +185,30 @@ class Source:
     def items(self, limit: int | None = None) -> Iterator[DecodedFrame | AudioPacket]:
         """Decoded video frames (first one included) and audio packets, in demux order."""
         count = 0
-        pending, self._pending = self._pending, []
-        for item in itertools.chain(pending, self._frames):
+        for item in self.entries():
             if limit is not None and count >= limit:
                 return
             yield item
             count += isinstance(item, DecodedFrame)
 
+    def entries(self) -> Iterator[DecodedFrame | AudioPacket]:
+        """Everything until the end of this connection: on a live input, ends by raising SourceStalled."""
+        pending, self._pending = self._pending, []
+        return itertools.chain(pending, self._frames)
+
     # -- demux and decode -------------------------------------------------------------------------
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
-        index = 0
+        video = self.video  # this connection's stream: a reopen replaces self.video
         for packet in self._packets():
-            if packet.stream is not self.video:
+            if packet.stream is not video:
                 if packet.dts is not None:  # flush packets carry nothing to copy
                     yield AudioPacket(packet)
                 continue
             for frame, decode_s in self._decode_packet(packet):
-                yield DecodedFrame(frame, self._meta(index, frame, decode_s))
-                index += 1
-        self._check_complete(index)
+                yield DecodedFrame(frame, self._meta(self._index, frame, decode_s))
+                self._index += 1
+        self._check_complete(self._index)
 
     def _packets(self) -> Iterator[av.Packet]:
         """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
@@ -167,12 +219,20 @@ class Source:
             except StopIteration:
                 return
             except av.error.FFmpegError as e:
+                if self.live:  # a stall or a lost connection: keep what the decoder holds, then report
+                    yield from self._drain_packet()
+                    raise SourceStalled(self._loss(e)) from e
                 if self.strict:
                     raise InputError(f"{self.path}: read error: {e}") from e
                 self.notice(f"warning: {self.path}: read error, the rest of the input is skipped: {e}")
                 yield from self._drain_packet()
                 return
             yield packet
+
+    def _loss(self, error: Exception) -> str:
+        if isinstance(error, av.error.ExitError):  # our own interrupt: the read timeout expired
+            return f"{self.path}: no data for {self.timeout:g} s (stalled)"
+        return f"{self.path}: connection lost: {error}"
 
     def _drain_packet(self) -> Iterator[av.Packet]:
         # After a read error the demuxer sends no flush packet; an empty one drains the decoder's queue.
@@ -305,19 +365,47 @@ def check_frame_size(path: str, width: int, height: int) -> None:
 
 
 def _open(path: str):
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory")
+    return _open_input(path, None, {}, None, local=True)
+
+
+def _open_input(path: str, input_format: str | None, options: dict[str, str], timeout: float | None, *,
+                local: bool):
+    """Open a file, URL or device. ``timeout`` bounds the open and the stream analysis (each) and
+    then every read: without it a silent network source would block forever."""
+    if local:
+        _check_local(path)
+    if input_format is not None:
+        _check_format(input_format)
+    kwargs = {"timeout": (timeout, timeout)} if timeout else {}
     try:
-        container = av.open(str(p), "r")
+        container = av.open(path, "r", format=input_format, container_options=options, **kwargs)
+    except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
+        raise InputError(f"{path}: nothing received within {timeout:g} s while opening "
+                         "(is the source sending? --timeout sets the limit)") from e
     except av.error.FFmpegError as e:
         raise InputError(f"{path}: cannot open as video: {e}") from e
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open: {e}") from e
+    if not local:
+        return container
     if container.format.name.endswith("_pipe") or container.format.name == "image2":
         # A still image decodes as a one-frame "video"; a video pipeline should say so, not "succeed".
         container.close()
         raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
     return container
+
+
+def _check_local(path: str) -> None:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    if p.is_dir():
+        raise InputError(f"{path}: is a directory")
+
+
+def _check_format(name: str) -> None:
+    try:
+        av.format.ContainerFormat(name, "r")
+    except ValueError:
+        raise ConfigError(f"Invalid input format ({name!r}): FFmpeg has no such demuxer or device "
+                          "(`ffmpeg -formats` lists them)") from None

@@ -1,4 +1,8 @@
-"""Run statistics: per-frame stage times and latency, memory counters, the summary table and JSON."""
+"""Run statistics: per-frame stage times and latency, drops, memory counters, the summary table and JSON.
+
+Per-frame series are kept in fixed-size rings (the last 262,144 frames, see :mod:`pipeline.latency`),
+so a live run of any length holds its statistics in constant memory; summaries cover those frames.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.table import Table
 
+from .latency import LatencyLog, Ring, summary
+
 STAGES = ("decode", "upload", "kernels", "download", "encode")
+# Where a frame can be dropped (see engine.py): before the decode stage copied it into a host slot,
+# and in its host slot before the GPU submit stage took it. The encode stage never drops: frames
+# there hold GPU work, and its back-pressure reaches the submit stage's queue within a few frames.
+DROP_STAGES = ("decode", "submit")
 
 
 @dataclass
@@ -29,9 +38,15 @@ class RunStats:
     decode_errors: int = 0
     corrupt_frames: int = 0
     retimed_frames: int = 0
-    stage_ms: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in STAGES})
-    latency_ms: list[float] = field(default_factory=list)
-    done_at: list[float] = field(default_factory=list)  # perf_counter when each frame left the encoder
+    stage_ms: dict[str, Ring] = field(default_factory=lambda: {s: Ring() for s in STAGES})
+    latency_ms: Ring = field(default_factory=Ring)  # decoded to encoded (write_video returned)
+    done_at: Ring = field(default_factory=Ring)  # perf_counter when each frame left the encoder
+    mode: str = "file"  # file, paced (--realtime) or live
+    drop_policy: str = "block"
+    drops: dict[str, int] = field(default_factory=lambda: {s: 0 for s in DROP_STAGES})
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)  # channel: size and peak occupancy
+    reconnects: int = 0
+    latency: LatencyLog | None = None  # per-hop timestamps (set by the engine)
     memory: dict[str, Any] = field(default_factory=dict)
     # Counters sampled after warm-up, to show what the steady state allocates.
     memory_warm: dict[str, Any] = field(default_factory=dict)
@@ -49,6 +64,20 @@ class RunStats:
             self.latency_ms.append(latency_ms)
             self.done_at.append(time.perf_counter())
             self.frames_out += 1
+
+    def count_in(self) -> None:
+        with self._lock:
+            self.frames_in += 1
+
+    def drop(self, stage: str, *, received: bool = False) -> None:
+        """Count a dropped frame; ``received``: it had not been counted in frames_in yet."""
+        with self._lock:
+            self.drops[stage] += 1
+            self.frames_in += received
+
+    @property
+    def dropped(self) -> int:
+        return sum(self.drops.values())
 
     def finish(self) -> None:
         self.wall_s = time.perf_counter() - self.started
@@ -71,7 +100,8 @@ class RunStats:
         frames = self.frames_out - self.memory_warm["frames"]
         return (self.memory["device_allocs"] - self.memory_warm["device_allocs"]) / frames
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, per_frame: bool = True) -> dict[str, Any]:
+        """Everything the JSON holds; ``per_frame``: with the per-frame latency series (large)."""
         return {
             "input": self.input,
             "output": self.output,
@@ -87,17 +117,37 @@ class RunStats:
             "retimed_frames": self.retimed_frames,
             "wall_s": round(self.wall_s, 4),
             "fps": round(self.fps, 2),
-            "stage_ms": {s: _summary(v) for s, v in self.stage_ms.items()},
-            "latency_ms": _summary(self.latency_ms),
+            "stage_ms": {s: summary(v.values()) for s, v in self.stage_ms.items()},
+            "latency_ms": summary(self.latency_ms.values()),
             "memory": self.memory,
             "steady_device_allocs_per_frame": self.steady_allocs_per_frame(),
+            **self._realtime_dict(),
+            **({"per_frame": self.latency.series() if self.latency else {}} if per_frame else {}),
+        }
+
+    def _realtime_dict(self) -> dict[str, Any]:
+        lat = self.latency
+        return {
+            "mode": self.mode,
+            "drop_policy": self.drop_policy,
+            "drops": {**self.drops, "total": self.dropped},
+            "queues": self.queues,
+            "reconnects": self.reconnects,
+            "latency_budget_ms": lat.budget_ms if lat else None,
+            "over_budget": lat.over_budget if lat else 0,
+            "latency_hops_ms": lat.hops() if lat else {},
         }
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """Indented, except the per-frame series: one line per column keeps a long run's file compact."""
+        body = json.dumps(self.to_dict(per_frame=False), indent=2)
+        series = self.latency.series() if self.latency else {}
+        columns = ",\n".join(f"    {json.dumps(name)}: {json.dumps(values)}" for name, values in series.items())
+        body = body[:-2] + ',\n  "per_frame": {' + (f"\n{columns}\n  " if columns else "") + "}\n}"
+        Path(path).write_text(body + "\n")
 
     def table(self) -> Table:
-        d = self.to_dict()
+        d = self.to_dict(per_frame=False)
         t = Table(title=f"pipeline: {d['frames_out']} frames in {d['wall_s']:.2f} s ({d['fps']:.1f} fps)",
                   title_justify="left")
         t.add_column("stage")
@@ -111,9 +161,34 @@ class RunStats:
         if lat["count"]:
             t.add_row("latency (decoded to encoded)", f"{lat['mean']:.2f}", f"{lat['p50']:.2f}", f"{lat['p99']:.2f}",
                       style="bold")
+        notes = []
         if self.decode_errors or self.corrupt_frames or self.retimed_frames:
-            t.caption = (f"damaged input: {self.decode_errors} packets skipped, {self.corrupt_frames} frames "
+            notes.append(f"damaged input: {self.decode_errors} packets skipped, {self.corrupt_frames} frames "
                          f"concealed, {self.retimed_frames} timestamps moved")
+        if self.mode != "file" or self.dropped:
+            per_stage = ", ".join(f"{n} before {stage}" for stage, n in self.drops.items())
+            notes.append(f"{self.mode} input, {self.drop_policy}: {self.frames_in} frames in, {self.frames_out} out, "
+                         f"{self.dropped} dropped ({per_stage})"
+                         + (f"; {self.reconnects} reconnects" if self.reconnects else ""))
+        if notes:
+            t.caption = "\n".join(notes)
+            t.caption_justify = "left"
+        return t
+
+    def hops_table(self) -> Table | None:
+        """p50/p95/p99/max of every hop of a frame and end to end (see pipeline/latency.py)."""
+        if self.latency is None:
+            return None
+        t = Table(title="latency by hop (ms)", title_justify="left")
+        for name in ("hop", "p50", "p95", "p99", "max"):
+            t.add_column(name, justify="left" if name == "hop" else "right")
+        for hop, s in self.latency.hops().items():
+            if s["count"]:
+                bold = "bold" if hop in ("decoded→encoder", "end to end") else None
+                t.add_row(hop, *(f"{s[k]:.2f}" for k in ("p50", "p95", "p99", "max")), style=bold)
+        lat = self.latency
+        if lat.budget_ms is not None:
+            t.caption = f"{lat.over_budget} frames over the {lat.budget_ms:g} ms budget (decoded to packet)"
             t.caption_justify = "left"
         return t
 
@@ -134,19 +209,6 @@ class RunStats:
         if steady is not None:
             t.add_row("device allocations per frame after warm-up", f"{steady:g}")
         return t
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"count": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
-    a = np.asarray(values)
-    return {
-        "count": int(a.size),
-        "mean": round(float(a.mean()), 4),
-        "p50": round(float(np.percentile(a, 50)), 4),
-        "p99": round(float(np.percentile(a, 99)), 4),
-        "max": round(float(a.max()), 4),
-    }
 
 
 def _mib(n: int) -> str:

@@ -1,0 +1,39 @@
+"""The output check the engine makes before anything is written, and how foreign errors become ours."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import is_url
+from .errors import ConfigError, GPUError, OutputError, PipelineError
+
+
+def as_pipeline_error(error: BaseException) -> BaseException:
+    if isinstance(error, PipelineError):
+        return error
+    if isinstance(error, MemoryError) and "cupy" in type(error).__module__:
+        return GPUError(f"out of device memory: {error}")
+    if type(error).__module__.startswith(("cupy", "cupy_backends")):
+        return GPUError(f"CUDA error: {error}")
+    return error
+
+
+def check_output(source: str, target: Path | str, overwrite: bool) -> None:
+    """Refuse, before decoding anything, an output that would destroy the input or cannot be written.
+
+    A stream URL is the receiver's business: nothing to check here."""
+    if isinstance(target, str):
+        return
+    src = Path(source)
+    if target.exists() and not is_url(source) and src.exists() and target.resolve().samefile(src.resolve()):
+        raise ConfigError(f"{target}: output is the input; choose another -o")
+    if target.exists() and target.is_dir():
+        raise OutputError(f"{target}: is a directory")
+    if target.exists() and not overwrite:
+        raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{target}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{target}: directory {parent} is not writable")

@@ -1,0 +1,390 @@
+"""Real time (issue 6): live sources over loopback, stalls and reconnects, pacing, drops, latency.
+
+Live tests run the CLI as a subprocess against tests/live_sender.py, which streams MPEG-TS to
+127.0.0.1 at the clip's own pace (UDP, or TCP to a pipeline listening); ports are picked free by the
+OS. Every wait is bounded, and every process started is ended by the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from conftest import ROOT, all_devices
+from make_sample import make_clip
+
+FPS, N = 30, 45  # a 1.5 s clip
+SENDER = Path(__file__).with_name("live_sender.py")
+REALTIME = ROOT / "configs" / "realtime.toml"
+SLOW_CHAIN = "bilateral=sigma_s=6:sigma_r=0.2"  # about 120 ms a frame at 320x180 on one core: 8 fps
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    root = tmp_path_factory.mktemp("realtime")
+    # A keyframe every 10 frames, so that a receiver joining mid-stream starts decoding quickly.
+    opts = {"preset": "ultrafast", "g": "10", "bf": "0"}
+    return {
+        "ts": make_clip(root / "clip.ts", width=320, height=180, frames=N, fps=FPS, options=opts, seed=3),
+        "mp4": make_clip(root / "clip.mp4", width=320, height=180, frames=N, fps=FPS, options=opts, seed=4),
+    }
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pipeline_cmd(*args) -> list[str]:
+    return [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu", "-q"]
+
+
+def start(cmd: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def sender(clip: Path, url: str, *extra, cwd: Path) -> subprocess.Popen:
+    return start([sys.executable, str(SENDER), str(clip), url, *map(str, extra)], cwd)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"process did not end in {timeout} s: {err}")
+    return proc.returncode, err
+
+
+def end(*procs: subprocess.Popen) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def wait_udp_bound(port: int, proc: subprocess.Popen, timeout: float = 20) -> None:
+    """Until a socket is bound to the UDP port (Linux's /proc/net/udp): the receiver is listening."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        for table in ("/proc/net/udp", "/proc/net/udp6"):
+            try:
+                rows = Path(table).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            if any(int(row.split()[1].rsplit(":", 1)[1], 16) == port for row in rows):
+                return
+        time.sleep(0.05)
+    pytest.fail(f"nothing bound UDP port {port} within {timeout} s")
+
+
+def decoded_times(path: Path) -> list[Fraction]:
+    with av.open(str(path)) as c:
+        return [Fraction(f.pts) * f.time_base for f in c.decode(video=0)]
+
+
+def assert_accounted(stats: dict, output: Path) -> None:
+    """Every frame that came in went out or was dropped and counted; the latency report is complete."""
+    assert stats["frames_out"] + stats["drops"]["total"] == stats["frames_in"], stats["drops"]
+    assert stats["drops"]["total"] == sum(v for k, v in stats["drops"].items() if k != "total")
+    assert len(decoded_times(output)) == stats["frames_out"] > 0
+    for queue in stats["queues"].values():
+        assert queue["peak"] <= queue["size"]  # bounded: nothing piled up
+    hops = stats["latency_hops_ms"]
+    assert hops["decoded→encoder"]["count"] == hops["end to end"]["count"] == stats["frames_out"]
+    assert all(len(v) == stats["frames_out"] for v in stats["per_frame"].values())
+    assert 0 < hops["decoded→encoder"]["p50"] <= hops["decoded→encoder"]["max"]
+
+
+# -- live sources -------------------------------------------------------------------------------------
+
+
+def test_udp_stream_is_processed_live(tmp_path, clips):
+    port = free_port(socket.SOCK_DGRAM)
+    out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
+    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 5,
+                             "--frames", 30, "--stats-json", stats_path), tmp_path)
+    send = None
+    try:
+        wait_udp_bound(port, run)
+        send = sender(clips["ts"], f"udp://127.0.0.1:{port}", "--loop", 3, cwd=tmp_path)
+        code, err = finish(run)
+    finally:
+        end(*(p for p in (run, send) if p is not None))
+    assert code == 0, err
+    stats = json.loads(stats_path.read_text())
+    assert stats["mode"] == "live" and stats["drop_policy"] == "drop-oldest"
+    assert stats["frames_in"] == 30
+    assert_accounted(stats, out)
+
+
+def test_tcp_stream_to_a_listening_pipeline_ends_with_the_stream(tmp_path, clips):
+    port = free_port(socket.SOCK_STREAM)
+    out, stats_path = tmp_path / "out.mkv", tmp_path / "stats.json"
+    run = start(pipeline_cmd(f"tcp://127.0.0.1:{port}?listen=1", "-o", out, "--config", REALTIME,
+                             "--timeout", 10, "--stats-json", stats_path), tmp_path)
+    send = sender(clips["ts"], f"tcp://127.0.0.1:{port}", "--connect-s", 20, cwd=tmp_path)
+    try:
+        code, err = finish(run)
+        assert finish(send)[0] == 0
+    finally:
+        end(run, send)
+    assert code == 0, err  # the sender closing the connection is the end of the stream, not a stall
+    stats = json.loads(stats_path.read_text())
+    assert stats["frames_in"] == N  # TCP loses nothing, and the pipeline listened from the start
+    assert_accounted(stats, out)
+    assert stats["audio_packets"] > 0
+
+
+def test_stalled_source_exits_3_and_keeps_a_playable_output(tmp_path, clips):
+    port = free_port(socket.SOCK_DGRAM)
+    out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
+    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 1,
+                             "--reconnect", 1, "--stats-json", stats_path), tmp_path)
+    send = None
+    try:
+        wait_udp_bound(port, run)
+        send = sender(clips["ts"], f"udp://127.0.0.1:{port}", "--stall-after", 30, "--stall-s", 30, cwd=tmp_path)
+        t0 = time.monotonic()
+        code, err = finish(run)
+        took = time.monotonic() - t0
+    finally:
+        end(*(p for p in (run, send) if p is not None))
+    assert code == 3, err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err
+    assert any("reconnecting" in line and "attempt 1 of 1" in line for line in lines[:-1]), err
+    last = lines[-1]
+    assert last.startswith("pipeline: error: ") and "stalled" in err and "gave up after 1 reconnect" in last
+    done = int(last.split("holds the ")[1].split()[0])
+    assert 0 < done <= 30
+    assert len(decoded_times(out)) == done  # finalised and playable
+    assert json.loads(stats_path.read_text())["frames_out"] == done
+    assert took < 20  # 1 s of video, a 1 s stall timeout, 0.5 s back-off, a 1 s open timeout
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_ctrl_c_during_a_stall_stops_at_once_and_keeps_the_output(tmp_path, clips):
+    port = free_port(socket.SOCK_DGRAM)
+    out = tmp_path / "out.mp4"
+    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 30),
+                tmp_path)
+    send = None
+    try:
+        wait_udp_bound(port, run)
+        send = sender(clips["ts"], f"udp://127.0.0.1:{port}", "--stall-after", 30, "--stall-s", 30, cwd=tmp_path)
+        time.sleep(2.5)  # 1 s of video, then silence: the read now blocks for up to 30 s
+        assert run.poll() is None
+        run.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        code, err = finish(run)
+        took = time.monotonic() - t0
+    finally:
+        end(*(p for p in (run, send) if p is not None))
+    assert code == 130, err
+    assert took < 5, took
+    line = err.strip().splitlines()[-1]
+    assert "interrupted by SIGINT" in line and "Traceback" not in err
+    done = int(line.split("holds the ")[1].split()[0])
+    assert len(decoded_times(out)) == done > 0
+
+
+def test_a_source_back_after_a_stall_is_reconnected(tmp_path, clips):
+    port = free_port(socket.SOCK_DGRAM)
+    out, stats_path = tmp_path / "out.mkv", tmp_path / "stats.json"
+    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 1,
+                             "--reconnect", 4, "--frames", 45, "--stats-json", stats_path), tmp_path)
+    send = None
+    try:
+        wait_udp_bound(port, run)
+        send = sender(clips["ts"], f"udp://127.0.0.1:{port}", "--loop", 4, "--stall-after", 20, "--stall-s", 2.5,
+                      cwd=tmp_path)
+        code, err = finish(run)
+    finally:
+        end(*(p for p in (run, send) if p is not None))
+    assert code == 0, err
+    assert "reconnected" in err
+    stats = json.loads(stats_path.read_text())
+    assert stats["reconnects"] == 1 and stats["frames_in"] == 45
+    assert_accounted(stats, out)
+    times = decoded_times(out)
+    assert all(a < b for a, b in zip(times, times[1:]))  # one stream across the two connections
+
+
+def test_url_output_streams_to_a_live_receiver(tmp_path, clips):
+    """One pipeline paces a file out to udp://, another receives it: both ends of a live hop."""
+    port = free_port(socket.SOCK_DGRAM)
+    out, stats_path = tmp_path / "received.mkv", tmp_path / "stats.json"
+    receiver = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 5,
+                                  "--frames", 20, "--stats-json", stats_path, "--filters", ""), tmp_path)
+    send_dir = tmp_path / "send"
+    send_dir.mkdir()
+    streamer = None
+    try:
+        wait_udp_bound(port, receiver)
+        streamer = start(pipeline_cmd(clips["mp4"], "-o", f"udp://127.0.0.1:{port}", "--format", "mpegts",
+                                      "--realtime", "--config", REALTIME, "--encoder-opt", "g=10"), send_dir)
+        code, err = finish(receiver)
+        streamed, streamed_err = finish(streamer)
+    finally:
+        end(*(p for p in (receiver, streamer) if p is not None))
+    assert code == 0, err
+    assert streamed == 0, streamed_err
+    assert list(send_dir.iterdir()) == []  # a stream URL: no temporary file, nothing renamed
+    assert_accounted(json.loads(stats_path.read_text()), out)
+
+
+# -- pacing and drops ----------------------------------------------------------------------------------
+
+
+def run_paced(tmp_path: Path, clip: Path, *extra) -> tuple[dict, Path]:
+    out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
+    result = subprocess.run(pipeline_cmd(clip, "-o", out, "--realtime", "--stats-json", stats_path, *extra),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(stats_path.read_text()), out
+
+
+def test_realtime_paces_a_file_at_its_frame_rate(tmp_path, clips):
+    stats, out = run_paced(tmp_path, clips["mp4"], "--config", REALTIME)
+    duration = N / FPS
+    assert 0.8 * duration <= stats["wall_s"] <= 2 * duration, stats["wall_s"]
+    assert stats["mode"] == "paced" and stats["frames_in"] == N
+    assert_accounted(stats, out)
+    # Released on schedule: decoded times follow the timestamps (CI may be late, never early).
+    per_frame = stats["per_frame"]
+    order = np.argsort(per_frame["index"])
+    decoded = np.asarray(per_frame["decoded"])[order] / 1e3
+    pts = np.asarray(per_frame["pts_s"])[order]
+    assert np.all(decoded - decoded[0] >= pts - pts[0] - 0.002)
+
+
+@pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
+def test_a_slow_chain_drops_frames_and_memory_stays_bounded(tmp_path, clips, policy):
+    stats, out = run_paced(tmp_path, clips["mp4"], "--filters", SLOW_CHAIN, "--drop-policy", policy,
+                           "--frames", 30, "--in-flight", 2)
+    assert stats["frames_in"] == 30
+    assert stats["drops"]["total"] > 5  # 30 fps in, about 8 fps out
+    assert_accounted(stats, out)
+    assert stats["memory"]["device_allocs"] == 1 and stats["memory"]["host_allocs"] == 0
+    kept = decoded_times(out)
+    source = decoded_times(clips["mp4"])[:30]
+    assert set(kept) <= set(source) and kept == sorted(kept)
+    # drop-oldest lets the freshest frames through, the last one included; drop-newest the queued
+    # ones, the first included.
+    assert (kept[-1] == source[-1]) if policy == "drop-oldest" else (kept[0] == source[0])
+
+
+def test_block_policy_keeps_every_frame_of_a_paced_file(tmp_path, clips):
+    stats, out = run_paced(tmp_path, clips["mp4"], "--filters", "bilateral=sigma_s=3:sigma_r=0.2",
+                           "--drop-policy", "block", "--frames", 15)
+    assert stats["drop_policy"] == "block" and stats["drops"]["total"] == 0
+    assert stats["frames_in"] == stats["frames_out"] == 15
+    assert_accounted(stats, out)
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_latency_hops_are_in_order(tmp_path, clips, device):
+    """Per frame, every timestamp follows the previous hop's; on CUDA the GPU hops are event times
+    moved onto the host clock, so allow the clock tie's few microseconds."""
+    out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
+    cmd = pipeline_cmd(clips["mp4"], "-o", out, "--realtime", "--config", REALTIME, "--stats-json", stats_path,
+                       "--frames", 20, "--latency-budget", 1000)
+    cmd[cmd.index("cpu")] = device
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(stats_path.read_text())
+    series = stats["per_frame"]
+    names = ["decoded", "slotted", "uploaded", "filtered", "downloaded", "encoder", "packet"]
+    stamps = np.array([series[n] for n in names], dtype=float)
+    assert np.all(np.isfinite(stamps))
+    assert np.all(np.diff(stamps, axis=0) >= -0.1), stamps
+    assert stats["over_budget"] == 0 and stats["latency_budget_ms"] == 1000
+
+
+def test_latency_budget_warns_once_and_counts(tmp_path, clips):
+    out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
+    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--realtime", "--filters", SLOW_CHAIN,
+                                         "--frames", 10, "--latency-budget", 1, "--stats-json", stats_path),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "budget" in line]
+    assert len(warnings) == 1 and "largest hop" in warnings[0]
+    stats = json.loads(stats_path.read_text())
+    assert stats["over_budget"] == stats["frames_out"] > 0
+
+
+# -- options that need what the machine may lack -------------------------------------------------------
+
+
+def test_preview_without_a_display_is_one_line_exit_2(tmp_path, clips):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    out = tmp_path / "out.mp4"
+    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--preview"), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--preview" in lines[0] and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_nvtx_without_cupy_or_nvtx_runs_with_a_notice(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--nvtx", "--frames", 3), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    from pipeline.gpu.nvtx import _cupy_nvtx, _nvtx_package
+
+    has_nvtx = (_cupy_nvtx() or _nvtx_package()) is not None  # as the run decides
+    assert ("no NVTX ranges" in result.stderr) is not has_nvtx
+    assert len(decoded_times(out)) == 3
+
+
+def test_preview_draws_the_latest_frame_and_q_stops():
+    """The window itself needs a display; everything up to cv2.imshow runs here."""
+    import cv2
+
+    from pipeline.preview import Preview, _gui_backend, _x_display_reachable
+
+    shown, stopped = [], []
+
+    class FakeGui:
+        def __getattr__(self, name):
+            return getattr(cv2, name)
+
+        def imshow(self, name, image):
+            shown.append(image)
+
+        def waitKey(self, ms):
+            return ord("q")
+
+        def destroyWindow(self, name):
+            pass
+
+    preview = Preview(on_quit=lambda: stopped.append(True))
+    preview._cv2 = FakeGui()
+    i420 = np.full((180 * 3 // 2, 320), 128, np.uint8)
+    assert preview.wants_frame()
+    preview.offer(i420, "30.0 fps  4.0 ms")
+    assert not preview.wants_frame()
+    preview.pump()
+    assert len(shown) == 1 and shown[0].shape == (180, 320, 3) and stopped == [True]
+    assert preview.wants_frame()
+    assert _gui_backend("  GUI:   NONE\n") == "NONE" and _gui_backend("  GUI:  QT5\n") == "QT5"
+    assert not _x_display_reachable("") and not _x_display_reachable(":nonsense")

@@ -1,0 +1,122 @@
+"""Real time (issue 6), the parts in process: channels and drop policies, pacing, latency matching,
+bounded series, live-input rules, the realtime config. The end-to-end runs are in test_realtime.py."""
+
+from __future__ import annotations
+
+import threading
+from fractions import Fraction
+
+import pytest
+from conftest import ROOT
+
+from pipeline.channels import END, Aborted, Channel
+from pipeline.config import RunConfig, build_config, load_toml
+from pipeline.errors import ConfigError
+from pipeline.latency import LatencyLog, Ring
+from pipeline.live import Pacer
+from pipeline.sink import url_muxer
+from pipeline.source import is_live_input
+
+REALTIME = ROOT / "configs" / "realtime.toml"
+
+
+def test_channel_drop_oldest_keeps_the_freshest_and_never_drops_audio():
+    dropped = []
+    ch = Channel(2, threading.Event(), policy="drop-oldest", droppable=lambda i: isinstance(i, int),
+                 on_drop=dropped.append)
+    for item in (1, "audio", 2, 3, "audio", 4, END):
+        ch.put(item)
+    # Frames count against the size, audio and the end marker do not and are never dropped.
+    assert [ch.get() for _ in range(5)] == ["audio", 3, "audio", 4, END]
+    assert dropped == [1, 2] and ch.dropped == 2 and ch.peak == 2
+
+
+def test_channel_drop_newest_refuses_the_arriving_frame():
+    dropped = []
+    ch = Channel(2, threading.Event(), policy="drop-newest", droppable=lambda i: isinstance(i, int),
+                 on_drop=dropped.append)
+    for item in (1, 2, 3, "audio", 4, END):
+        ch.put(item)
+    assert dropped == [3, 4]
+    assert [ch.get() for _ in range(4)] == [1, 2, "audio", END]
+
+
+def test_channel_block_gives_up_once_aborted():
+    abort = threading.Event()
+    ch = Channel(1, abort)
+    ch.put(1)
+    threading.Timer(0.1, abort.set).start()
+    with pytest.raises(Aborted):
+        ch.put(2)
+    assert ch.poll(0.01) == 1  # what is queued can still be taken
+    with pytest.raises(Aborted):
+        ch.poll(0.01)
+
+
+def test_pacer_releases_on_schedule_and_never_bursts():
+    now = [0.0]
+    waits = []
+
+    def wait(seconds):
+        waits.append(round(seconds, 6))
+        now[0] += seconds
+        return False
+
+    pacer = Pacer(wait, clock=lambda: now[0])
+    tb = Fraction(1, 30)
+    assert pacer.release(0, tb) == 0.0
+    assert pacer.release(1, tb) == pytest.approx(1 / 30)
+    now[0] += 0.5  # the decoder was late by many frames
+    late = pacer.release(2, tb)
+    assert late == now[0] and pacer.release(3, tb) == pytest.approx(late + 1 / 30)  # one step, not a burst
+    assert waits == [round(1 / 30, 6), round(1 / 30, 6)]
+
+
+def test_latency_log_matches_packets_out_of_order_and_counts_the_budget():
+    notices = []
+    log = LatencyLog(0.0, budget_ms=50, notice=notices.append, capacity=4)
+    for i in range(3):
+        log.handed(i, i / 30, {"decoded": i / 30, "encoder": i / 30 + 0.001})
+    log.packets([0.0], 0.010)  # frame 0: 10 ms
+    log.packets([2 / 30, 1 / 30], 0.2)  # B-frame order; frame 1 takes 166 ms, over budget
+    log.finish()
+    assert list(log.column("index")) == [0, 2, 1]
+    assert log.over_budget == 2 and len(notices) == 1 and "frame 2" in notices[0]
+    assert log.hops()["end to end"]["count"] == 3
+    for i in range(10):  # bounded: the last 4 frames are kept
+        log.handed(10 + i, None, {"decoded": 1.0})
+    log.finish()
+    assert list(log.column("index")) == [16, 17, 18, 19] and log.unmatched == 10
+
+
+def test_ring_keeps_the_last_values_in_order():
+    ring = Ring(4)
+    for v in range(6):
+        ring.append(v)
+    assert list(ring) == [2, 3, 4, 5] and ring.count == 6 and len(ring) == 4
+
+
+def test_live_inputs_and_url_muxers():
+    assert is_live_input("udp://0.0.0.0:5000") and is_live_input("rtsp://cam/stream")
+    assert is_live_input("/dev/video0", "v4l2") and not is_live_input("/dev/video0")
+    assert not is_live_input("clip.mp4") and not is_live_input("file:clip.mp4")
+    assert url_muxer("udp://127.0.0.1:5000", None) == "mpegts" and url_muxer("rtmp://h/app", None) == "flv"
+    assert url_muxer("udp://127.0.0.1:5000", "rtp_mpegts") == "rtp_mpegts"
+    with pytest.raises(ConfigError, match="--format"):
+        url_muxer("foo://x", None)
+
+
+def test_realtime_config_fields_and_preset(tmp_path):
+    cfg = build_config(load_toml(REALTIME), {"input": "udp://0.0.0.0:5000", "output": "out.ts"})
+    assert cfg.encoder_opts["tune"] == "zerolatency" and cfg.encoder_opts["bf"] == "0"
+    assert cfg.drop_policy == "drop-oldest"
+    path = tmp_path / "live.toml"
+    path.write_text('timeout = 2\nreconnect = 3\nrealtime = true\n[input_opts]\nfflags = "nobuffer"\n')
+    cfg = build_config(load_toml(path), {"input": "in.mp4", "input_opts": {"probesize": "32"}})
+    assert (cfg.timeout, cfg.reconnect, cfg.realtime) == (2, 3, True)
+    assert cfg.input_opts == {"fflags": "nobuffer", "probesize": "32"}
+    for bad in ({"drop_policy": "drop-all"}, {"timeout": 0}, {"reconnect": -1}, {"latency_budget": -5}):
+        with pytest.raises(ConfigError):
+            RunConfig(**bad)
+    with pytest.raises(ConfigError, match="needs -o"):
+        RunConfig(input="udp://0.0.0.0:5000").output_path()
