@@ -1,14 +1,15 @@
 """Neighbourhood filters: ``boxblur``, ``unsharp`` and ``sobel``; borders reflect-101, as OpenCV's default.
 
-``boxblur`` and ``unsharp`` reuse the separable passes of :mod:`.blur`; ``sobel`` is one 3x3 stencil
-that recomputes luma per tap, so it needs no scratch buffer.
+``boxblur`` and ``unsharp`` reuse the separable filter of :mod:`.blur` (one fused kernel on the GPU, unsharp's
+mix folded into its write); ``sobel`` is one 3x3 stencil that recomputes luma per tap, so it needs no scratch
+buffer.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..gpu.cuda import f32, float_literal, i32, launch_1d, launch_2d, raw_kernel
+from ..gpu.cuda import f32, float_literal, i32, launch_2d, raw_kernel
 from .blur import gaussian_taps, separable_cpu, separable_cuda
 from .registry import Filter, Param, register_filter
 
@@ -31,26 +32,13 @@ class BoxBlur(Filter):
         self.taps = box_taps(self.radius)
 
     def scratch_shapes(self, width, height):
-        return [(3, height, width)]
+        return [(3, height, width)]  # the two-pass fallback's intermediate (radius > MAX_FUSED_RADIUS)
 
     def cpu(self, src, dst, scratch):
         separable_cpu(src, dst, self.taps)
 
     def cuda(self, src, dst, scratch):
         separable_cuda(src, dst, scratch[0], self.taps, f"boxblur_r{self.radius}")
-
-
-_UNSHARP_SRC = r"""
-// In place on dst, which holds the blurred frame: dst = clamp(src + amount * (src - blur), 0, 1).
-extern "C" __global__ void pipeline_unsharp_mix(const float* __restrict__ src, float* dst, int n, float amount)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float s = src[i];
-    float v = __fadd_rn(s, __fmul_rn(amount, __fsub_rn(s, dst[i])));
-    dst[i] = fminf(fmaxf(v, 0.f), 1.f);
-}
-"""
 
 
 @register_filter("unsharp")
@@ -66,16 +54,16 @@ class Unsharp(Filter):
         self.taps = gaussian_taps(self.sigma)
 
     def scratch_shapes(self, width, height):
-        return [(3, height, width)]  # the separable blur's intermediate pass
+        return [(3, height, width)]  # the two-pass fallback's intermediate (the CPU path uses none)
 
     def cpu(self, src, dst, scratch):
         separable_cpu(src, dst, self.taps)
         np.clip(src + _F(self.amount) * (src - dst), 0, 1, out=dst)
 
     def cuda(self, src, dst, scratch):
-        separable_cuda(src, dst, scratch[0], self.taps, f"gblur_s{self.sigma:g}".replace(".", "p"))
-        n = src.size
-        launch_1d(raw_kernel(_UNSHARP_SRC, "pipeline_unsharp_mix"), n, (src, dst, i32(n), f32(self.amount)))
+        # One fused kernel: the blur and the mix in its write (two passes and a mix for large sigmas).
+        tag = f"unsharp_s{self.sigma:g}".replace(".", "p")
+        separable_cuda(src, dst, scratch[0], self.taps, tag, amount=self.amount)
 
 
 _SOBEL_SRC = r"""
