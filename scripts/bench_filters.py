@@ -187,7 +187,8 @@ def _read_bytes(f: Filter, width: int, height: int) -> int:
 
 # Kernel passes beyond "read src, through scratch, write dst": name -> f(src bytes, dst bytes) -> bytes.
 IMPL_EXTRA: dict[str, Callable[[int, int], int]] = {
-    "unsharp": lambda src, dst: src + 2 * dst,  # pipeline_unsharp_mix reads src and the blur in dst, writes dst
+    # above MAX_FUSED_RADIUS only: pipeline_unsharp_mix reads src and the blur in dst, writes dst
+    "unsharp": lambda src, dst: src + 2 * dst,
 }
 
 
@@ -197,11 +198,21 @@ def filter_bytes(f: Filter, width: int, height: int) -> tuple[int, int, tuple[in
     read, write = _read_bytes(f, width, height), rgb_bytes(*out)
     state = 2 * _nbytes(f.state_shapes(width, height))  # read the previous frame's, write this one's
     minimum = read + write + state
+    if _fused_separable(f):
+        return minimum, minimum, out  # one kernel: the halo and unsharp's second read of src hit the caches
     impl = minimum + 2 * _nbytes(f.scratch_shapes(width, height))  # each scratch frame: written, then read
     extra = IMPL_EXTRA.get(f.name)
     if extra is not None:
         impl += extra(rgb_bytes(width, height), write)
     return minimum, impl, out
+
+
+def _fused_separable(f: Filter) -> bool:
+    """Separable filters up to MAX_FUSED_RADIUS run as one tiled kernel that never touches scratch."""
+    from pipeline.filters.blur import MAX_FUSED_RADIUS
+
+    taps = getattr(f, "taps", None)
+    return taps is not None and len(taps) // 2 <= MAX_FUSED_RADIUS
 
 
 def case_bytes(case: Case, width: int, height: int) -> tuple[int, int, tuple[int, int]]:

@@ -156,9 +156,10 @@ __device__ __forceinline__ void cell(float v, float lo, float scale, int n, int*
 }
 __device__ __forceinline__ float lerp(float a, float b, float f) { return __fadd_rn(a, __fmul_rn(f, __fsub_rn(b, a))); }
 
-// table: (n, n, n, 3) floats indexed [b][g][r][channel].
+// table: (n, n, n, 4) floats indexed [b][g][r][channel], the 4th channel padding: one 16-byte load per
+// corner (8 a pixel) instead of 24 scalar gathers.
 extern "C" __global__ void pipeline_lut3d(const float* __restrict__ src, float* __restrict__ dst,
-    const float* __restrict__ table, int w, int h, int n,
+    const float4* __restrict__ table, int w, int h, int n,
     float lo_r, float lo_g, float lo_b, float sc_r, float sc_g, float sc_b)
 {
     int x = blockIdx.x * blockDim.x + threadIdx.x;
@@ -171,21 +172,21 @@ extern "C" __global__ void pipeline_lut3d(const float* __restrict__ src, float* 
     cell(src[i], lo_r, sc_r, n, &ri, &rf);
     cell(src[np_ + i], lo_g, sc_g, n, &gi, &gf);
     cell(src[2 * np_ + i], lo_b, sc_b, n, &bi, &bf);
+    float4 gb[2];
     #pragma unroll
-    for (int c = 0; c < 3; ++c) {
-        float gb[2];
+    for (int db = 0; db < 2; ++db) {
+        float4 rg[2];
         #pragma unroll
-        for (int db = 0; db < 2; ++db) {
-            float rg[2];
-            #pragma unroll
-            for (int dg = 0; dg < 2; ++dg) {
-                size_t base = (((size_t)(bi + db) * n + (gi + dg)) * n + ri) * 3 + c;
-                rg[dg] = lerp(table[base], table[base + 3], rf);
-            }
-            gb[db] = lerp(rg[0], rg[1], gf);
+        for (int dg = 0; dg < 2; ++dg) {
+            size_t base = ((size_t)(bi + db) * n + (gi + dg)) * n + ri;
+            float4 a = __ldg(&table[base]), b = __ldg(&table[base + 1]);
+            rg[dg] = make_float4(lerp(a.x, b.x, rf), lerp(a.y, b.y, rf), lerp(a.z, b.z, rf), 0.f);
         }
-        dst[c * np_ + i] = fminf(fmaxf(lerp(gb[0], gb[1], bf), 0.f), 1.f);
+        gb[db] = make_float4(lerp(rg[0].x, rg[1].x, gf), lerp(rg[0].y, rg[1].y, gf), lerp(rg[0].z, rg[1].z, gf), 0.f);
     }
+    dst[i] = fminf(fmaxf(lerp(gb[0].x, gb[1].x, bf), 0.f), 1.f);
+    dst[np_ + i] = fminf(fmaxf(lerp(gb[0].y, gb[1].y, bf), 0.f), 1.f);
+    dst[2 * np_ + i] = fminf(fmaxf(lerp(gb[0].z, gb[1].z, bf), 0.f), 1.f);
 }
 """
 
@@ -211,7 +212,9 @@ class Lut3d(Filter):
         dev = cp.cuda.runtime.getDevice()
         table = self._device_tables.get(dev)
         if table is None:
-            table = cp.asarray(self.lut.table)
+            padded = np.zeros((*self.lut.table.shape[:3], 4), np.float32)  # RGB + padding: float4 loads
+            padded[..., :3] = self.lut.table
+            table = cp.asarray(padded)
             cp.cuda.get_current_stream().synchronize()
             self._device_tables[dev] = table
         return table
