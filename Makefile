@@ -8,8 +8,8 @@ OUT    ?= out
 # Add the CuPy matching the driver when nvidia-smi shows a GPU (CUDA 13 drivers take cupy-cuda13x).
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -n1)
 CUDA_EXTRA := $(if $(CUDA_MAJOR),$(if $(filter 12,$(CUDA_MAJOR)),cuda12,cuda13),)
-EXTRAS     := test,bench$(if $(CUDA_EXTRA),$(comma)$(CUDA_EXTRA),)
 comma      := ,
+EXTRAS     := test,bench$(if $(CUDA_EXTRA),$(comma)$(CUDA_EXTRA),)
 
 .PHONY: demo test test-gpu bench-clips clean
 

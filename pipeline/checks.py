@@ -37,3 +37,17 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
         raise OutputError(f"{target}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: directory {parent} is not writable")
+
+
+def check_stats_path(path: str | None) -> None:
+    """The --stats-json file is written after the run: refuse a path that cannot be, before the run."""
+    if not path:
+        return
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise OutputError(f"{target}: --stats-json is a directory")
+    if not parent.is_dir():
+        raise OutputError(f"{target}: --stats-json directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{target}: --stats-json directory {parent} is not writable")

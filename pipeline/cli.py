@@ -13,7 +13,7 @@ from rich.console import Console
 
 from . import __version__
 from .config import ALLOC_STRATEGIES, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
-from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, PipelineError
+from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 
 EXIT_CODES = """exit codes:
   0    success
@@ -228,7 +228,7 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         # Also when the run ends early with its output kept (a stalled live source, a signal): the
         # statistics of the frames done are what one looks at next.
         if cfg.stats_json and pipeline.stats.frames_out:
-            pipeline.stats.write_json(cfg.stats_json)
+            _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None)
     if not cfg.quiet:
         out = Console(highlight=False)
         out.print(stats.table())
@@ -237,6 +237,17 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         out.print(stats.memory_table())
         out.print(f"wrote {stats.output}")
     return 0
+
+
+def _write_stats(stats, path: str, err: Console, failing: bool) -> None:
+    """Write --stats-json; on a run already failing, a write error is a notice, never a new exit code."""
+    try:
+        stats.write_json(path)
+    except OSError as e:
+        if failing:
+            err.print(f"pipeline: warning: cannot write {path}: {e.strerror or e}", markup=False, soft_wrap=True)
+            return
+        raise OutputError(f"{path}: cannot write statistics: {e.strerror or e}") from e
 
 
 def _install_signal_handlers(pipeline: Any) -> None:

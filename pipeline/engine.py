@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Callable
 
 from .channels import END as _END, Aborted, Channel, wait_for
-from .checks import as_pipeline_error, check_output
+from .checks import as_pipeline_error, check_output, check_stats_path
 from .config import RunConfig
 from .errors import ConfigError, GPUError, InputError, Interrupted, SourceStalled
 from .filters import fuse_pointwise, load_plugin, parse_chain
@@ -102,17 +102,21 @@ class Pipeline:
         ops, memory_for = self._backend()
         target = cfg.output_target()
         check_output(cfg.input, target, cfg.overwrite)
+        check_stats_path(cfg.stats_json)
         self.nvtx = nvtx_ranges(cfg.nvtx, self.notice)
         source = self._open_source()
         try:
             plan = FramePlan.build(source.format, chain)
             if self.stats.device == "cpu":
                 check_host_memory(cfg, plan)
+            memory = None
             try:
                 memory = memory_for(cfg.alloc, source.format.nbytes, plan.out_format.nbytes, plan.frame_bytes,
                                     cfg, plan.state_bytes)
                 self.processor = Processor(ops, memory, plan, chain, cfg.in_flight, self.abort)
             except Exception as e:  # CuPy's own errors (pinned or device memory) become GPUError
+                if memory is not None:
+                    memory.close()  # the arena is given back even when the run never starts
                 error = as_pipeline_error(e)
                 if error is e:
                     raise
@@ -178,6 +182,10 @@ class Pipeline:
         s.output, s.width, s.height = str(target), plan.out_format.width, plan.out_format.height
         s.mode = "live" if source.live else "paced" if self.cfg.realtime else "file"
         policy = self.cfg.drop_policy
+        if s.mode == "file" and policy not in ("auto", "block"):
+            # Nothing upstream of a plain file can overflow: dropping would only lose frames.
+            self.notice(f"--drop-policy {policy} applies to live or --realtime sources; this file is read with block")
+            policy = "block"
         s.drop_policy = policy if policy != "auto" else ("block" if s.mode == "file" else "drop-oldest")
         limit = self.cfg.frames
         expected = None if source.live else source.expected_frames

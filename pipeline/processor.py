@@ -118,6 +118,9 @@ class Processor:
             self._previous = ctx
             ops.download(ctx, item.out_slot.array, a[-1])
             ops.mark(ctx, "done")
+        # The events belong to the context, which a later frame re-records once this one is complete; a
+        # waiter holding them then waits for that later frame instead, later but never too early, since
+        # contexts come back in frame order.
         mem.in_host.release(item.in_slot, after=ctx.uploaded)
         item.in_slot = None
         mem.device.free_frame(bufs, after=ctx.done)

@@ -79,7 +79,7 @@ def test_acquire_blocks_when_all_slots_are_out():
     a, b = ring.acquire(), ring.acquire()
     with pytest.raises(queue.Empty):
         ring.acquire(timeout=0.05)
-    assert ring.waits == 1
+    assert ring.waits == 0  # a wait is counted once it is served, so retries count once
     ring.release(b)
     assert ring.acquire(timeout=0.05) is b
     assert a is not b

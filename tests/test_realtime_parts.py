@@ -109,7 +109,7 @@ def test_live_inputs_and_url_muxers():
 def test_realtime_config_fields_and_preset(tmp_path):
     cfg = build_config(load_toml(REALTIME), {"input": "udp://0.0.0.0:5000", "output": "out.ts"})
     assert cfg.encoder_opts["tune"] == "zerolatency" and cfg.encoder_opts["bf"] == "0"
-    assert cfg.drop_policy == "drop-oldest"
+    assert cfg.drop_policy == "auto"  # drop-oldest for live and paced sources, block for a plain file
     path = tmp_path / "live.toml"
     path.write_text('timeout = 2\nreconnect = 3\nrealtime = true\n[input_opts]\nfflags = "nobuffer"\n')
     cfg = build_config(load_toml(path), {"input": "in.mp4", "input_opts": {"probesize": "32"}})
@@ -120,3 +120,20 @@ def test_realtime_config_fields_and_preset(tmp_path):
             RunConfig(**bad)
     with pytest.raises(ConfigError, match="needs -o"):
         RunConfig(input="udp://0.0.0.0:5000").output_path()
+
+
+def test_a_plain_file_is_never_dropped_from(tmp_path):
+    """An explicit drop policy applies to live and paced sources; a file run keeps every frame."""
+    from helpers import run_cli
+    from make_sample import make_clip
+
+    clip = make_clip(tmp_path / "in.mp4", width=160, height=96, frames=24, audio=False)
+    out, stats = tmp_path / "out.mp4", tmp_path / "s.json"
+    proc = run_cli("run", str(clip), "-o", str(out), "--device", "cpu", "-q", "--drop-policy", "drop-newest",
+                   "--filters", "bilateral=sigma_s=3", "--stats-json", str(stats))
+    assert proc.returncode == 0, proc.stderr
+    assert "applies to live or --realtime sources" in proc.stderr
+    import json
+
+    d = json.loads(stats.read_text())
+    assert d["frames_in"] == d["frames_out"] == 24

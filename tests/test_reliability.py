@@ -666,3 +666,16 @@ def test_short_soak_grows_nothing(tmp_path):
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "nothing grew" in result.stdout
+
+
+def test_unwritable_stats_json_is_refused_before_the_run(tmp_path):
+    """--stats-json is written after the run: a path that cannot be written is exit 4 before any output."""
+    from conftest import ROOT
+    from helpers import run_cli as run_pipeline
+
+    out = tmp_path / "out.mp4"
+    proc = run_pipeline("run", str(ROOT / "samples" / "sample.mp4"), "-o", str(out), "--device", "cpu", "-q",
+                   "--stats-json", str(tmp_path / "missing" / "s.json"))
+    assert proc.returncode == 4
+    assert "--stats-json" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()

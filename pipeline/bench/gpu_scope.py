@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..channels import END, Aborted, Channel
+from ..channels import END, Aborted, Channel, wait_for
 from ..config import RunConfig
 from ..frames import FrameMeta, VideoFormat, WorkItem
 from ..processor import FramePlan, Processor
@@ -88,7 +88,7 @@ class GpuScope:
             for i in range(count):
                 # Slots are taken here, in frame order: the submit thread consumes frames in order,
                 # so letting copy threads race for slots could leave it waiting on a frame with none.
-                slot = self.memory.in_host.acquire()
+                slot = wait_for(lambda: self.memory.in_host.acquire(timeout=0.05), self.abort)
                 pending.put(self.copiers.submit(self._fill, slot, frames[i % len(frames)], i))
             pending.put(END)
         except Aborted:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..errors import GPUError
@@ -29,15 +31,17 @@ class CudaBacking:
             raise GPUError(f"out of device memory: cannot reserve a {nbytes / 2**20:.0f} MiB arena ({e})") from e
         self.nbytes = nbytes
         self._mem = cp.cuda.UnownedMemory(self.ptr, nbytes, self)
+        # Freed by close(), or when the backing is collected if a failed set-up never reached close().
+        self._release = weakref.finalize(self, cp.cuda.runtime.free, self.ptr)
+        self._release.atexit = False  # at interpreter exit the driver frees everything anyway
 
     def view(self, offset: int, spec: BufferSpec):
         cp = cupy()
         return cp.ndarray(spec.shape, spec.dtype, memptr=cp.cuda.MemoryPointer(self._mem, offset))
 
     def close(self) -> None:
-        if self.ptr:
-            cupy().cuda.runtime.free(self.ptr)
-            self.ptr = 0
+        self._release()  # runs cudaFree once; later calls do nothing
+        self.ptr = 0
 
 
 def cuda_malloc(spec: BufferSpec):
@@ -91,6 +95,10 @@ class StreamOrderedDevice:
 
     def drain(self) -> None:
         pass
+
+    def close(self) -> None:
+        """Hand the pool's cached blocks back, so the next run (a bench's next strategy) starts clean."""
+        self.pool.free_all_blocks()
 
     def counters(self) -> dict[str, int]:
         reserved = self.pool.total_bytes()

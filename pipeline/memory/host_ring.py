@@ -75,8 +75,8 @@ class HostRing:
         try:
             slot = self._free.get_nowait()
         except queue.Empty:
-            self.waits += 1
-            slot = self._free.get(timeout=timeout)
+            slot = self._free.get(timeout=timeout)  # raises Empty on timeout; callers may retry
+            self.waits += 1  # counted once it is served, so a caller's retries count as one wait
         slot.wait()
         self.acquires += 1
         return slot
