@@ -32,7 +32,7 @@ from .frames import FrameMeta, WorkItem
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import HostClock, LatencyLog
 from .live import Feed, open_in_background
-from .memory.arena import align_up
+from .memory.device_pool import arena_capacity
 from .processor import FramePlan, Processor
 from .sink import Sink
 from .source import AudioPacket, DecodedFrame, Source, is_live_input
@@ -403,7 +403,7 @@ def check_host_memory(cfg: RunConfig, plan: FramePlan) -> None:
 
 def memory_needed(cfg: RunConfig, plan: FramePlan) -> int:
     """The arena and host rings the run reserves: the same sums the memory strategies make."""
-    arena = align_up(int(plan.frame_bytes * cfg.in_flight * cfg.arena_headroom)) + align_up(plan.state_bytes)
+    arena = arena_capacity(plan.frame_bytes, cfg.in_flight, cfg.arena_headroom, plan.state_bytes)
     rings = cfg.ring_size * (plan.in_format.nbytes + plan.out_format.nbytes)
     return arena + rings
 

@@ -10,7 +10,6 @@ from typing import Any
 # AVColorSpace values (FFmpeg's pixfmt.h) that mean BT.709; everything else is decoded as BT.601,
 # which is also what swscale assumes for "unspecified".
 AVCOL_SPC_BT709 = 1
-AVCOL_SPC_BT470BG = 5
 AVCOL_RANGE_MPEG = 1
 AVCOL_RANGE_JPEG = 2
 

@@ -61,10 +61,6 @@ def _num(value) -> str:
     return f"({text})" if v < 0 else text
 
 
-def _int(value) -> str:
-    return str(int(round(float(value))))
-
-
 def _gblur(f) -> list[str]:
     return [f"gblur=sigma={_num(_attr(f, 'sigma'))}"]
 

@@ -64,8 +64,7 @@ class DevicePool:
 
     @classmethod
     def sized_for(cls, frame_bytes: int, in_flight: int, headroom: float, make_backing, extra: int = 0) -> DevicePool:
-        """Room for ``in_flight`` frames times ``headroom``, plus ``extra`` bytes kept for the whole run."""
-        capacity = align_up(int(frame_bytes * in_flight * headroom)) + align_up(extra)
+        capacity = arena_capacity(frame_bytes, in_flight, headroom, extra)
         return cls(capacity, make_backing(capacity))
 
     def alloc_frame(self, specs: list[BufferSpec]) -> FrameBuffers:
@@ -108,6 +107,11 @@ class DevicePool:
             "bytes_in_use": a.in_use,
             "bytes_peak": a.peak,
         }
+
+
+def arena_capacity(frame_bytes: int, in_flight: int, headroom: float, extra: int = 0) -> int:
+    """Room for ``in_flight`` frames times ``headroom``, plus ``extra`` bytes kept for the whole run."""
+    return align_up(int(frame_bytes * in_flight * headroom)) + align_up(extra)
 
 
 def frame_bytes(specs: list[BufferSpec]) -> int:
