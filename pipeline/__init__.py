@@ -2,11 +2,58 @@
 
 PyAV decodes into a ring of pinned host buffers, frames are uploaded on CUDA streams into a
 preallocated device arena, filtered with CuPy kernels, downloaded into pinned buffers and encoded with PyAV.
+
+The Python API::
+
+    import pipeline
+
+    with pipeline.frames("input.mp4", filters="gblur=sigma=2") as frames:
+        for frame in frames:              # frame.array: H x W x 3 uint8 RGB (CuPy on CUDA, NumPy on the CPU)
+            ...
+
+    stats = pipeline.run("input.mp4", "output.mp4", filters="eq=contrast=1.2", stage=my_stage)
+
+Importing the package loads neither PyAV, CuPy nor OpenCV: the names below are imported on first use.
 """
 
-from .config import RunConfig
-from .engine import Pipeline
-from .errors import ConfigError, GPUError, InputError, OutputError, PipelineError
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+from .errors import ConfigError, GPUError, InputError, OutputError, PipelineError, StageError
 
 __version__ = "0.1.0"
-__all__ = ["RunConfig", "Pipeline", "PipelineError", "ConfigError", "InputError", "OutputError", "GPUError"]
+
+_LAZY = {
+    "frames": "api",
+    "run": "api",
+    "Frame": "api",
+    "FrameIterator": "api",
+    "StageFrame": "processor",
+    "ArraySource": "adapters",
+    "NullSink": "adapters",
+    "Pipeline": "engine",
+    "RunConfig": "config",
+}
+
+__all__ = ["ConfigError", "GPUError", "InputError", "OutputError", "PipelineError", "StageError", "__version__",
+           *_LAZY]
+
+# A library prints nothing on its own: notices go to the "pipeline" logger, shown only where the
+# application configures logging (the command line does).
+logging.getLogger("pipeline").addHandler(logging.NullHandler())
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

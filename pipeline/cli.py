@@ -12,8 +12,11 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import ALLOC_STRATEGIES, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
+from .config import DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
+from .log import LEVELS
+from .memory.registry import STRATEGIES
+from .log import install as install_log
 
 EXIT_CODES = """exit codes:
   0    success
@@ -100,7 +103,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", help="TOML config file; flags given here override it")
     p.add_argument("--device", choices=DEVICES, help=f"where the kernels run (default: {d.device})")
-    p.add_argument("--alloc", choices=ALLOC_STRATEGIES, help=f"memory allocation strategy (default: {d.alloc})")
+    p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
     p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
@@ -118,6 +121,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                    help="Python file registering extra filters, repeatable")
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
+    p.add_argument("--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
+                   help="notices shown on stderr: quiet, error, warning, info (default), debug")
     p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
     _add_realtime_arguments(p.add_argument_group("real time"), d)
 
@@ -164,7 +169,7 @@ def _add_other_commands(sub) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     file_values = load_toml(args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
         if flags.get(table):
             flags[table] = dict(flags[table])
@@ -178,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
     debug = "--debug" in argv
     args = None
+    install_log(lambda line: err.print(line, markup=False, soft_wrap=True), LEVELS["info"])
     try:
         args = build_parser().parse_args(argv)
+        install_log(lambda line: err.print(line, markup=False, soft_wrap=True),
+                    LEVELS[getattr(args, "loglevel", None) or "info"])
         return _dispatch(args, err)
     except PipelineError as e:
         if debug:
@@ -216,11 +224,12 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_run(cfg: RunConfig, err: Console) -> int:
-    from .engine import Pipeline
+    from .engine import Pipeline, RunControl
     from .progress import progress_for
 
-    pipeline = Pipeline(cfg, notice=lambda m: err.print(f"pipeline: {m}", markup=False, soft_wrap=True))
-    _install_signal_handlers(pipeline)
+    control = RunControl()
+    _install_signal_handlers(control)
+    pipeline = Pipeline.from_config(cfg, control=control)
     try:
         with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
             stats = pipeline.run()
@@ -250,7 +259,7 @@ def _write_stats(stats, path: str, err: Console, failing: bool) -> None:
         raise OutputError(f"{path}: cannot write statistics: {e.strerror or e}") from e
 
 
-def _install_signal_handlers(pipeline: Any) -> None:
+def _install_signal_handlers(control: Any) -> None:
     """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once.
 
     The first only sets an event (the engine raises Interrupted once the output is final). The second
@@ -260,11 +269,11 @@ def _install_signal_handlers(pipeline: Any) -> None:
     """
 
     def handler(signum, frame):
-        if pipeline.stop_event.is_set():
-            pipeline.discard_output()
+        if control.stop_event.is_set():
+            control.discard_output()
             os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n".encode())
             os._exit(128 + signum)
-        pipeline.stop(signum)
+        control.stop(signum)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

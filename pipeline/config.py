@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .memory.registry import STRATEGIES
 
 DEVICES = ("auto", "cuda", "cpu")
-ALLOC_STRATEGIES = ("pool", "naive", "cupy", "async", "pinned-per-frame")
 DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 # "auto": block for a file read as fast as possible (every frame comes out), drop-oldest for a live or
 # paced source (it cannot wait, so the freshest frames go through and latency stays bounded).
@@ -35,6 +35,7 @@ class RunConfig:
     ring_size: int = 8
     streams: int = 2
     in_flight: int = 4
+    copy_threads: int = 1  # threads copying decoded frames into host slots (1: the decode thread itself)
     arena_headroom: float = 1.2
     plugins: tuple[str, ...] = ()
     strict: bool = False
@@ -54,10 +55,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device, DEVICES)
-        _check_choice("alloc", self.alloc, ALLOC_STRATEGIES)
+        _check_choice("alloc", self.alloc, tuple(STRATEGIES))
         _check_min("ring_size", self.ring_size, 2)
         _check_min("streams", self.streams, 1)
         _check_min("in_flight", self.in_flight, 1)
+        _check_min("copy_threads", self.copy_threads, 1)
         if self.frames is not None:
             _check_min("frames", self.frames, 1)
         if self.arena_headroom < 1.0:
@@ -137,6 +139,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "codec": (str,), "stats_json": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
+    "copy_threads": (int,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),

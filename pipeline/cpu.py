@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .filters.color import rgb_to_yuv_cpu, yuv_to_rgb_cpu
+from .latency import HostClock
 from .memory.device_pool import DevicePool, NumpyBacking
 from .memory.host_ring import HostRing
-from .memory.strategies import Memory, PerFrameDevice, PerFrameHost
+from .memory.registry import MemoryRequest, Strategy
+from .memory.strategies import Memory, PerFrameDevice, per_frame_host
 
 
 class HostEvent:
@@ -46,6 +47,7 @@ class CpuContext:
 
 class CpuOps:
     name = "cpu"
+    folds_pointwise = False  # the references run every filter on its own
 
     def context(self, index: int) -> CpuContext:
         return CpuContext(index)
@@ -65,27 +67,52 @@ class CpuOps:
     def download(self, ctx: CpuContext, host: np.ndarray, src: np.ndarray) -> None:
         np.copyto(host, src)
 
-    yuv_to_rgb = staticmethod(yuv_to_rgb_cpu)
-    rgb_to_yuv = staticmethod(rgb_to_yuv_cpu)
-
     @staticmethod
     def run_filter(f, src, dst, scratch) -> None:
         f.cpu(src, dst, scratch)
 
+    def record_current(self) -> None:
+        return None  # work ran already
+
     def synchronize_all(self) -> None:
         pass
+
+
+class CpuBackend:
+    """NumPy arrays for device memory, the host clock for GPU events."""
+
+    name = "cpu"
+
+    def __init__(self, strategy: Strategy):
+        self.strategy = strategy
+        self.ops = CpuOps()
+        self.clock = HostClock()
+
+    def memory(self, request: MemoryRequest) -> Memory:
+        return self.strategy.build("cpu", request)
+
+    def array_module(self):
+        return np
 
 
 def _fresh(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
-def cpu_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg, extra: int = 0) -> Memory:
-    """Pool: a host ring and one NumPy arena; naive: fresh arrays per frame (same bookkeeping as CUDA)."""
-    if strategy == "naive":
-        device = PerFrameDevice(lambda spec: np.empty(spec.shape, spec.dtype), lambda array: None)
-        return Memory(strategy, PerFrameHost(in_bytes, _fresh), PerFrameHost(out_bytes, _fresh), device, False)
-    device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, NumpyBacking, extra)
-    in_host = HostRing(cfg.ring_size, in_bytes, _fresh)
-    out_host = HostRing(cfg.ring_size, out_bytes, _fresh)
-    return Memory(strategy, in_host, out_host, device, pinned=False)
+def _ring(size: int, nbytes: int) -> HostRing | None:
+    return HostRing(size, nbytes, _fresh) if nbytes else None
+
+
+def pooled_memory(req: MemoryRequest) -> Memory:
+    """A host ring each way and one NumPy arena: the CUDA pool's bookkeeping, on the CPU."""
+    device = DevicePool.sized_for(req.frame_bytes, req.in_flight + req.held, req.headroom, NumpyBacking,
+                                  req.state_bytes)
+    return Memory("pool", _ring(req.ring_size, req.in_bytes), _ring(req.ring_size, req.out_bytes), device,
+                  pinned=False)
+
+
+def naive_memory(req: MemoryRequest) -> Memory:
+    """Fresh arrays per frame, with the same bookkeeping as CUDA's naive strategy."""
+    device = PerFrameDevice(lambda spec: np.empty(spec.shape, spec.dtype), lambda array: None)
+    return Memory("naive", per_frame_host(req.in_bytes, _fresh), per_frame_host(req.out_bytes, _fresh), device,
+                  pinned=False)

@@ -7,6 +7,11 @@ download on the frame's stream without waiting; the encode thread waits on that 
 event only, then encodes. Audio packets ride along the same channels so order is kept. Bounded
 channels, the host ring and the pool of in-flight contexts give back-pressure end to end.
 
+:class:`Pipeline` takes built parts: a source, a sink, a filter chain, a backend and the settings
+(:mod:`pipeline.interfaces` has their protocols); :meth:`Pipeline.from_config` builds them for the
+command line. :meth:`Pipeline.frames` runs the same stages but hands each frame to the caller instead
+of an encode thread (``pipeline.frames``).
+
 A file is read as fast as the pipeline takes it and every frame comes out (drop policy ``block``).
 A live source, or a file paced with ``--realtime``, is read by its own thread (:mod:`pipeline.live`)
 and cannot wait: with ``drop-oldest`` (their default) or ``drop-newest``, a frame that finds the
@@ -16,201 +21,200 @@ always blocks: frames there hold GPU work, and the wait reaches ``q_decoded`` wi
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import deque
-from fractions import Fraction
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from .channels import END as _END, Aborted, Channel, wait_for
-from .checks import as_pipeline_error, check_output, check_stats_path
+from .checks import as_pipeline_error
 from .config import RunConfig
-from .errors import ConfigError, GPUError, InputError, Interrupted, SourceStalled
-from .filters import fuse_pointwise, load_plugin, parse_chain
-from .frames import FrameMeta, WorkItem
+from .errors import GPUError, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
-from .latency import HostClock, LatencyLog
-from .live import Feed, open_in_background
-from .memory.device_pool import arena_capacity
+from .latency import LatencyLog
+from .log import log
 from .processor import FramePlan, Processor
-from .sink import Sink
-from .source import AudioPacket, DecodedFrame, Source, is_live_input
 from .stats import RunStats
+from .video import FrameMeta, WorkItem
 
 WARMUP_FRAMES = 2
 
 
-def stderr_notice(message: str) -> None:
-    print(f"pipeline: {message}", file=sys.stderr)
+class RunControl:
+    """Stop requests for one run, which may come before its parts exist (a signal while a live source
+    is being opened): the command line installs its signal handlers on this, then builds the run."""
+
+    def __init__(self):
+        self.stop_event = threading.Event()  # graceful: drain and finalise
+        self.signum: int | None = None
+        self.pipeline: Pipeline | None = None
+
+    def stop(self, signum: int | None = None) -> None:
+        """Safe from a signal handler: it only sets an event the stages poll."""
+        if signum is not None and self.signum is None:
+            self.signum = signum
+        self.stop_event.set()
+
+    def discard_output(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.discard_output()
 
 
 class Pipeline:
-    def __init__(self, cfg: RunConfig, *, notice: Callable[[str], None] = stderr_notice):
-        self.cfg = cfg
-        self.notice = notice
-        self.stop_event = threading.Event()  # graceful: drain and finalise
+    """One run: ``source`` -> ``chain`` on ``backend`` -> ``stage`` -> ``sink``, with ``settings``.
+
+    ``memory``: the run's memory, built by the caller (to share it across runs); by default the run
+    builds it from the backend's strategy and gives it back at the end. The pipeline owns the source
+    and the sink from here on: it closes the one and finishes or aborts the other.
+    """
+
+    def __init__(self, source, sink, chain, backend, settings: RunConfig | None = None, *,
+                 stage: Callable[[Any], None] | None = None, memory=None, control: RunControl | None = None):
+        self.source, self.sink, self.backend = source, sink, backend
+        self.chain = list(chain)
+        self.cfg = settings or RunConfig()
+        self.stage = stage
+        self._memory = memory
+        self._owns_memory = memory is None
+        self.control = control or RunControl()
+        self.control.pipeline = self
+        self.stop_event = self.control.stop_event
         self.abort = threading.Event()  # a stage failed: everyone stops
-        self.stats = RunStats(strategy=cfg.alloc, input=cfg.input, filters=cfg.filters)
-        self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=cfg.latency_budget,
-                                                       notice=notice)
+        self.stats = RunStats(strategy=self.cfg.alloc, input=source.info.name, filters=self.cfg.filters)
+        self.stats.device = backend.name
+        self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=self.cfg.latency_budget)
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._input_error: SourceStalled | None = None  # a live source lost: the frames done are kept
         self.on_frame: Callable[[RunStats], None] | None = None
-        self.total_frames: int | None = None
-        self.signum: int | None = None
-        self._sink: Sink | None = None
-        self._feed: Feed | None = None
+        self._feed = None
+        self._copiers = None
         self.preview = None
-        self.nvtx = nvtx_ranges(False, notice)
+        self.processor: Processor | None = None
+        self.nvtx = nvtx_ranges(self.cfg.nvtx)
+        self.plan = plan_for(source, self.chain, backend, sink.layout if sink is not None else "rgb24", stage)
+        self._describe()
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, *, stage: Callable[[Any], None] | None = None,
+                    control: RunControl | None = None) -> Pipeline:
+        """Build every part from a config, as ``pipeline run`` does. Everything that can be refused
+        (options, GPU, output path, input) is checked before any output file exists."""
+        from .build import build_parts
+
+        control = control or RunControl()
+        return cls(*build_parts(cfg, stage, control), cfg, stage=stage, control=control)
+
+    # -- control ----------------------------------------------------------------------------------
 
     def stop(self, signum: int | None = None) -> None:
         """Ask for a graceful stop: in-flight frames are drained and the output finalised.
 
         Safe from a signal handler: it only sets an event the decode stage polls.
         """
-        if signum is not None and self.signum is None:
-            self.signum = signum
-        self.stop_event.set()
+        self.control.stop(signum)
+
+    @property
+    def signum(self) -> int | None:
+        return self.control.signum
 
     def discard_output(self) -> None:
         """Before an immediate exit (a second signal): drop the partial file; the target is untouched.
 
         Only unlinks a path, so it is safe while the encode thread is still writing.
         """
-        sink = self._sink
-        if sink is not None and sink.tmp is not None:
+        tmp = getattr(self.sink, "tmp", None)
+        if tmp is not None:
             try:
-                sink.tmp.unlink(missing_ok=True)
+                tmp.unlink(missing_ok=True)
             except OSError:
                 pass
 
-    # -- set-up ---------------------------------------------------------------------------------
+    @property
+    def total_frames(self) -> int | None:
+        limit, expected = self.cfg.frames, self.source.info.expected_frames
+        return min(limit, expected) if limit and expected else (limit or expected)
+
+    # -- running ----------------------------------------------------------------------------------
 
     def run(self) -> RunStats:
-        """Everything that can be refused (options, GPU, output path, input) is checked before any
-        output file exists; after that, a failure removes the partial file."""
-        cfg = self.cfg
-        for plugin in cfg.plugins:
-            load_plugin(plugin)
-        chain = fuse_pointwise(parse_chain(cfg.filters))
-        if cfg.preview:
-            from .preview import check_display
-
-            check_display()
-        ops, memory_for = self._backend()
-        target = cfg.output_target()
-        check_output(cfg.input, target, cfg.overwrite)
-        check_stats_path(cfg.stats_json)
-        self.nvtx = nvtx_ranges(cfg.nvtx, self.notice)
-        source = self._open_source()
+        """Process every frame into the sink; the statistics of the run. On failure the sink is aborted
+        (nothing is left behind) and the error raised, except where the frames done are kept (a stop on
+        request, a GPU failure mid-run, a live source lost): then the output is finalised first."""
         try:
-            plan = FramePlan.build(source.format, chain)
-            if self.stats.device == "cpu":
-                check_host_memory(cfg, plan)
-            memory = None
-            try:
-                memory = memory_for(cfg.alloc, source.format.nbytes, plan.out_format.nbytes, plan.frame_bytes,
-                                    cfg, plan.state_bytes)
-                self.processor = Processor(ops, memory, plan, chain, cfg.in_flight, self.abort)
-            except Exception as e:  # CuPy's own errors (pinned or device memory) become GPUError
-                if memory is not None:
-                    memory.close()  # the arena is given back even when the run never starts
-                error = as_pipeline_error(e)
-                if error is e:
-                    raise
-                raise error from e
-            self._describe(source, plan, target)
-            try:
-                self._sink = self._open_sink(source, plan, target)
-            except BaseException:
-                self.processor.close()  # give the device arena back: the caller may run again in-process
-                raise
-            self._run_threads(source, self._sink)
+            self._prepare()
+            self._run_threads(self._encode_stage)
         finally:
-            if self._feed is None or self._feed.close():
-                source.close()  # else the reader, still in a read, closes it when that returns
+            self._close_source()
         return self.stats
 
-    def _open_source(self) -> Source:
-        cfg = self.cfg
-        live = is_live_input(cfg.input, cfg.input_format)
+    def frames(self) -> Iterator[WorkItem]:
+        """Frames as they complete, each finished on the device (its ``done`` event), in the caller's
+        thread. The previous frame's buffers go back when the next one is asked for; closing the
+        generator (``break``) stops the run and gives everything back."""
+        try:
+            self._prepare()
+            yield from self._pull()
+        finally:
+            self._close_source()
 
-        def open_source() -> Source:
-            return Source(cfg.input, notice=self.notice, strict=cfg.strict, input_format=cfg.input_format,
-                          options=cfg.input_opts, timeout=cfg.timeout, live=live)
+    def close(self) -> None:
+        """Give the parts back without running (a run closes them itself)."""
+        self._close_source()
+        if self.sink is not None:
+            self.sink.abort()
+        self._give_memory_back()
 
-        if not live:
-            return open_source()
-        return open_in_background(open_source, self.stop_event, lambda: self.signum)
+    def _prepare(self) -> None:
+        try:
+            if self._memory is None:
+                self._memory = self.backend.memory(self.plan.request(
+                    self.cfg, host_in=self.source.layout != "device", host_out=self.sink is not None
+                    and self.sink.residence == "host", held=0 if self.sink is not None else 1))
+            self.processor = Processor(self.backend.ops, self._memory, self.plan, self.cfg.in_flight, self.abort,
+                                       self.stage)
+        except BaseException as e:  # CuPy's own errors (pinned or device memory) become GPUError
+            self._give_memory_back()
+            if self.sink is not None:
+                self.sink.abort()
+            error = as_pipeline_error(e)
+            if error is e:
+                raise
+            raise error from e
 
-    def _open_sink(self, source: Source, plan: FramePlan, target) -> Sink:
-        cfg = self.cfg
-        return Sink(target, plan.out_format, codec=cfg.codec, options=cfg.encoder_opts, rate=source.frame_rate,
-                    time_base=source.video.time_base, audio_streams=source.audio,
-                    display_matrix=source.display_matrix, output_format=cfg.output_format,
-                    output_opts=cfg.output_opts, timeout=cfg.timeout, low_latency=self.stats.mode != "file")
-
-    def _backend(self):
-        from .gpu.cuda import gpu_status
-
-        device = self.cfg.device
-        if device in ("auto", "cuda"):
-            ok, reason = gpu_status()
-            if ok:
-                from .gpu.clock import GpuClock
-                from .gpu.memory import cuda_memory
-                from .gpu.streams import CudaOps
-
-                self.stats.device = "cuda"
-                self.clock = GpuClock()
-                return CudaOps(self.cfg.streams, default_stream=self.cfg.alloc == "naive"), cuda_memory
-            if device == "cuda":
-                raise GPUError(f"--device cuda: {reason}")
-            self.notice(f"no usable CUDA GPU ({reason}); running on the CPU")
-        if self.cfg.alloc not in ("pool", "naive"):
-            raise ConfigError(f"--alloc {self.cfg.alloc} needs a CUDA GPU; the CPU backend has pool and naive")
-        from .cpu import CpuOps, cpu_memory
-
-        self.stats.device = "cpu"
-        self.clock = HostClock()
-        return CpuOps(), cpu_memory
-
-    def _describe(self, source: Source, plan: FramePlan, target) -> None:
-        s = self.stats
-        s.output, s.width, s.height = str(target), plan.out_format.width, plan.out_format.height
-        s.mode = "live" if source.live else "paced" if self.cfg.realtime else "file"
+    def _describe(self) -> None:
+        s, info = self.stats, self.source.info
+        s.output = str(self.sink.target) if self.sink is not None else ""
+        s.width, s.height = self.plan.out_format.width, self.plan.out_format.height
+        s.mode = "live" if info.live else "paced" if self.cfg.realtime else "file"
         policy = self.cfg.drop_policy
         if s.mode == "file" and policy not in ("auto", "block"):
             # Nothing upstream of a plain file can overflow: dropping would only lose frames.
-            self.notice(f"--drop-policy {policy} applies to live or --realtime sources; this file is read with block")
+            log.info(f"--drop-policy {policy} applies to live or --realtime sources; this file is read with block")
             policy = "block"
         s.drop_policy = policy if policy != "auto" else ("block" if s.mode == "file" else "drop-oldest")
-        limit = self.cfg.frames
-        expected = None if source.live else source.expected_frames
-        self.total_frames = min(limit, expected) if limit and expected else (limit or expected)
 
-    # -- the stages -----------------------------------------------------------------------------
-
-    def _run_threads(self, source: Source, sink: Sink) -> None:
+    def _channels(self) -> None:
         # The callbacks handed to channels, feed and sink close over what they need, never over self:
         # a reference cycle back to the pipeline would keep each run's buffers alive until a full GC.
         depth, policy, stats = max(2, self.cfg.in_flight), self.stats.drop_policy, self.stats
+        in_host = self.processor.memory.in_host
         self.q_decoded = Channel(depth, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
-                                 on_drop=_slot_dropper(self.processor.memory.in_host, stats))
+                                 on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(depth, self.abort)
         if stats.mode != "file":
-            self._feed = Feed(source, size=depth, policy=policy, abort=self.abort, paced=stats.mode == "paced",
-                              limit=self.cfg.frames, reconnect=self.cfg.reconnect, timeout=self.cfg.timeout,
-                              notice=self.notice, on_drop=lambda entry: stats.drop("decode", received=True),
+            from .live import Feed
+
+            self._feed = Feed(self.source, size=depth, policy=policy, abort=self.abort,
+                              paced=stats.mode == "paced", limit=self.cfg.frames, reconnect=self.cfg.reconnect,
+                              timeout=self.cfg.timeout, on_drop=lambda entry: stats.drop("decode", received=True),
                               nvtx=self.nvtx)
+
+    def _run_threads(self, consume: Callable[[], None]) -> None:
+        self._channels()
         self._start_preview()
-        stages = [
-            ("decode", lambda: self._decode_stage(source), self.q_decoded),
-            ("submit", self._submit_stage, self.q_submitted),
-            ("encode", lambda: self._encode_stage(sink), None),
-        ]
+        stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted),
+                  ("encode", consume, None)]
         threads = [threading.Thread(target=self._guard, args=s, name=f"pipeline-{s[0]}", daemon=True) for s in stages]
         if self._feed is not None:
             self._feed.start()
@@ -219,9 +223,53 @@ class Pipeline:
         try:
             self._wait_for(threads)
         finally:
-            self.stats.finish()
-            self._count_damage(source, sink)
-            self._close(sink)
+            self._finish()
+
+    def _pull(self) -> Iterator[WorkItem]:
+        """The encode stage's place taken by the caller: decode and submit run in threads."""
+        self._channels()
+        stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted)]
+        threads = [threading.Thread(target=self._guard, args=s, name=f"pipeline-{s[0]}", daemon=True) for s in stages]
+        if self._feed is not None:
+            self._feed.start()
+        for t in threads:
+            t.start()
+        held: WorkItem | None = None
+        finished = False
+        try:
+            while (item := self._next_output()) is not None:
+                if held is not None:
+                    self._release_held(held)
+                held = item
+                yield item
+            finished = True
+        finally:
+            if held is not None:
+                self._release_held(held)
+            if not finished:  # the caller stopped early (break, an exception): stop every stage
+                self.stop_event.set()
+                self.abort.set()
+            for t in threads:
+                t.join()
+            self._finish(consumer_left=not finished)
+
+    def _next_output(self) -> WorkItem | None:
+        """The next finished frame, counted as handed over; None at the end or once the run aborted."""
+        while True:
+            try:
+                item = self.q_submitted.get()
+            except Aborted:
+                return None
+            if item is _END:
+                return None
+            if isinstance(item, WorkItem):
+                timings, t0 = self._complete(item)
+                self._count_out(item.meta, timings, t0)
+                return item
+
+    def _release_held(self, item: WorkItem) -> None:
+        # After the work the caller may have queued on its current stream that reads the frame.
+        self.processor.release(item, after=self.backend.ops.record_current())
 
     def _wait_for(self, threads: list[threading.Thread]) -> None:
         # Short waits: signal handlers run only when the main thread wakes; the preview window
@@ -243,8 +291,8 @@ class Pipeline:
 
             self.preview = Preview(on_quit=self.stop_event.set)  # 'q': a graceful stop, as Ctrl-C
 
-    def _count_damage(self, source: Source, sink: Sink) -> None:
-        s = self.stats
+    def _count_damage(self) -> None:
+        s, source = self.stats, self.source
         s.decode_errors, s.corrupt_frames = source.decode_errors, source.corrupt_frames
         s.retimed_frames = source.retimed_frames
         channels = {"submit": self.q_decoded, "encode": self.q_submitted}
@@ -252,8 +300,9 @@ class Pipeline:
             channels = {"decode": self._feed.channel, **channels}
             s.reconnects = self._feed.reconnects
         s.queues = {name: {"size": c.size, "peak": c.peak, "dropped": c.dropped} for name, c in channels.items()}
-        if sink.audio_dropped:
-            self.notice(f"warning: {source.path}: {sink.audio_dropped} damaged audio packets dropped "
+        dropped = getattr(self.sink, "audio_dropped", 0)
+        if dropped:
+            log.warning(f"{source.path}: {dropped} damaged audio packets dropped "
                         "(timestamps going backwards, or refused by the muxer)")
 
     def _guard(self, name: str, body: Callable[[], None], downstream: Channel | None) -> None:
@@ -276,74 +325,124 @@ class Pipeline:
                 self._error = error
         self.abort.set()
 
-    def _decode_stage(self, source: Source) -> None:
+    # -- the stages -------------------------------------------------------------------------------
+
+    def _decode_stage(self) -> None:
         feed = self._feed
-        entries = feed.entries(self.stop_event) if feed is not None else source.items(self.cfg.frames)
+        entries = feed.entries(self.stop_event) if feed is not None else self.source.items(self.cfg.frames)
+        copiers = None
+        if self.cfg.copy_threads > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            copiers = ThreadPoolExecutor(self.cfg.copy_threads, thread_name_prefix="pipeline-copy")
+        self._copiers = copiers
         try:
             for entry in entries:
                 if self.stop_event.is_set():
                     break
-                if isinstance(entry, AudioPacket):
+                if not hasattr(entry, "meta"):  # an audio packet: passed through in order
                     self.q_decoded.put(entry)
                     continue
-                assert isinstance(entry, DecodedFrame)
                 with self.nvtx(f"decode {entry.meta.index}"):
-                    item = self._into_slot(source, entry)
+                    item = self._into_slot(entry)
                 self.q_decoded.put(item)
         except SourceStalled as e:
             self._input_error = e  # the frames before the stall still go through; reported at the end
         finally:
             if feed is not None:
                 feed.stop()
+            if copiers is not None:
+                copiers.shutdown(wait=True)
 
-    def _into_slot(self, source: Source, entry: DecodedFrame) -> WorkItem:
-        slot = wait_for(lambda: self.processor.memory.in_host.acquire(timeout=0.05), self.abort)
+    def _into_slot(self, entry) -> WorkItem:
+        in_host = self.processor.memory.in_host
+        if in_host is None:  # decoded into device memory: nothing to copy
+            self.stats.count_in()
+            entry.meta.stamps["slotted"] = time.perf_counter()
+            return WorkItem(entry.meta, surface=entry.frame)
+        # Slots are taken here, in frame order: the submit thread consumes frames in order, so copy
+        # threads racing for slots could leave it waiting on a frame that has none.
+        slot = wait_for(lambda: in_host.acquire(timeout=0.05), self.abort)
+        self.stats.count_in()
+        item = WorkItem(entry.meta, in_slot=slot)
+        if self._copiers is not None:
+            item.copying = self._copiers.submit(self._copy, entry, slot)
+        else:
+            self._copy(entry, slot)
+        return item
+
+    def _copy(self, entry, slot) -> None:
         t0 = time.perf_counter()
-        source.copy_into(entry.frame, slot.array)
+        self.source.copy_into(entry.frame, slot.array)
         t1 = time.perf_counter()
         entry.meta.decode_s += t1 - t0
         entry.meta.stamps["slotted"] = t1
-        self.stats.count_in()
-        return WorkItem(entry.meta, in_slot=slot)
 
     def _submit_stage(self) -> None:
+        keep = self.sink is None or self.sink.residence == "device"
         while (item := self.q_decoded.get()) is not _END:
             if isinstance(item, WorkItem):
+                if item.copying is not None:
+                    item.copying.result()  # the copy into its slot (raises what the copy raised)
+                    item.copying = None
                 with self.nvtx(f"submit {item.meta.index}"):
-                    self.processor.submit(item)
+                    self.processor.submit(item, keep_device=keep)
             self.q_submitted.put(item)
 
-    def _encode_stage(self, sink: Sink) -> None:
-        lent: deque = deque()
+    def _encode_stage(self) -> None:
+        sink, lent = self.sink, deque()
         latency = self.latency
-        sink.on_packets = lambda times: latency.packets(times, time.perf_counter())
+        if hasattr(sink, "on_packets"):
+            sink.on_packets = lambda times: latency.packets(times, time.perf_counter())
         while (item := self.q_submitted.get()) is not _END:
-            if isinstance(item, AudioPacket):
-                if sink.write_audio(item.packet):
-                    self.stats.audio_packets += 1
-                elif self.cfg.strict and sink.audio_dropped:
-                    raise InputError(f"{self.cfg.input}: damaged audio packet at dts {item.packet.dts} (--strict)")
+            if not isinstance(item, WorkItem):
+                self._write_audio(item)
                 continue
             with self.nvtx(f"encode {item.meta.index}"):
-                self._encode_frame(item, sink, lent)
+                self._encode_frame(item, lent)
 
-    def _encode_frame(self, item: WorkItem, sink: Sink, lent: deque) -> None:
+    def _write_audio(self, entry) -> None:
+        if self.sink.write_audio(entry.packet):
+            self.stats.audio_packets += 1
+        elif self.cfg.strict and getattr(self.sink, "audio_dropped", 0):
+            raise InputError(f"{self.cfg.input}: damaged audio packet at dts {entry.packet.dts} (--strict)")
+
+    def _complete(self, item: WorkItem) -> tuple[dict[str, float], float]:
+        """Wait for the frame (its ``done`` event only); record its GPU hop times. Returns its stage
+        times and the host time it was handed on."""
         meta = item.meta
-        gpu_stamps = self.clock.stamps(item.ctx)  # waits for this frame's done event only
+        gpu_stamps = self.backend.clock.stamps(item.ctx)
         timings = self.processor.complete(item)
         t0 = time.perf_counter()
-        self.latency.handed(meta.index, _seconds(meta),
-                            {"decoded": meta.decoded_at, **meta.stamps, **gpu_stamps, "encoder": t0})
-        slot = item.out_slot
-        sink.write_video(slot.lend(item.out_format.shape), meta)
-        if self.preview is not None and self.preview.wants_frame():
-            fmt = item.out_format
-            self.preview.offer(slot.array[:fmt.nbytes].reshape(fmt.shape), self._caption(meta, t0))
-        lent.append(slot)
-        if slot.in_use_elsewhere:
-            sink.zero_copy = False  # this encoder keeps frames: copy from now on, never wait on it
-        while lent and not lent[0].in_use_elsewhere:
-            self.processor.memory.out_host.release(lent.popleft())
+        self.latency.handed(meta.index, meta.seconds, {"decoded": meta.decoded_at, **meta.stamps, **gpu_stamps,
+                                                        "encoder": t0})
+        return timings, t0
+
+    def _encode_frame(self, item: WorkItem, lent: deque) -> None:
+        meta, sink = item.meta, self.sink
+        timings, t0 = self._complete(item)
+        if sink.residence == "device":
+            sink.write_video(self.processor.output_array(item), meta)
+            self.processor.release(item)
+        else:
+            slot = item.out_slot
+            sink.write_video(slot.lend(self._out_shape()), meta)
+            if self.preview is not None and self.preview.wants_frame():
+                fmt = item.out_format
+                self.preview.offer(slot.array[:fmt.nbytes].reshape(fmt.shape), self._caption(meta, t0))
+            lent.append(slot)
+            if slot.in_use_elsewhere:
+                sink.zero_copy = False  # this encoder keeps frames: copy from now on, never wait on it
+            while lent and not lent[0].in_use_elsewhere:
+                self.processor.memory.out_host.release(lent.popleft())
+        self._count_out(meta, timings, t0)
+
+    def _out_shape(self) -> tuple[int, ...]:
+        from .convert import layout_shape
+
+        return layout_shape(self.plan.out_layout, self.plan.out_format)
+
+    def _count_out(self, meta: FrameMeta, timings: dict[str, float], t0: float) -> None:
         now = time.perf_counter()
         timings.update(decode=meta.decode_s * 1e3, encode=(now - t0) * 1e3)
         self.stats.add_frame(timings, (now - meta.decoded_at) * 1e3)
@@ -359,82 +458,66 @@ class Pipeline:
 
     # -- tear-down --------------------------------------------------------------------------------
 
-    def _close(self, sink: Sink) -> None:
+    def _finish(self, consumer_left: bool = False) -> None:
+        self.stats.finish()
+        self._count_damage()
         error = self._error
         try:
             self.processor.close()
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
-        self.stats.memory = self.processor.memory.counters()
+        self.stats.memory = self._memory.counters()
+        self._give_memory_back()
         error = as_pipeline_error(error) if error is not None else self._input_error
-        done = self.stats.frames_out
+        if consumer_left and error is None:
+            return  # frames(): the caller stopped iterating; nothing to finalise
+        self._end_sink(error)
+
+    def _end_sink(self, error: BaseException | None) -> None:
+        done, sink = self.stats.frames_out, self.sink
         # Keep a playable file of the frames done when stopped on purpose, by the GPU mid-run or by a
         # live source that stalled; any other failure (bad input, write error, a bug) leaves no output.
         keep = done > 0 and (error is None or isinstance(error, (GPUError, SourceStalled)))
-        if not keep:
-            sink.abort()
-        else:
-            sink.finish()
+        if sink is not None:
+            if not keep:
+                sink.abort()
+            else:
+                sink.finish()
         self.latency.finish()
+        target = sink.target if sink is not None else "the output"
         if error is not None:
             if keep:
-                error.args = (f"{error}; {sink.target} holds the {done} frames done",)
+                error.args = (f"{error}; {target} holds the {done} frames done",)
             raise error
         if self.stop_event.is_set():
-            kept = f"{sink.target} holds the {done} frames done" if keep else "no output written"
+            kept = f"{target} holds the {done} frames done" if keep else "no output written"
             raise Interrupted(self.signum or 2, kept)
         if not keep:
-            raise InputError(f"{self.cfg.input}: no frames decoded; no output written")
+            raise InputError(f"{self.source.info.name}: no frames decoded; no output written")
+
+    def _give_memory_back(self) -> None:
+        if self._owns_memory and self._memory is not None:
+            self._memory.close()
+
+    def _close_source(self) -> None:
+        if self._feed is None or self._feed.close():
+            self.source.close()  # else the reader, still in a read, closes it when that returns
 
 
-def check_host_memory(cfg: RunConfig, plan: FramePlan) -> None:
-    """Refuse, before allocating, a run whose frames cannot fit in this machine's memory (CPU backend:
-    the "device" arena is host memory too). CUDA reports its own shortfall, with sizes, at reservation."""
-    needed = memory_needed(cfg, plan)
-    available = _available_memory()
-    if available is not None and needed > available:
-        f = plan.in_format
-        raise GPUError(
-            f"{cfg.input}: out of memory: {f.width}x{f.height} frames need {_gib(needed)} "
-            f"({needed} bytes: {cfg.in_flight} in flight, {cfg.ring_size} ring slots each way), "
-            f"{_gib(available)} is available; lower --in-flight/--ring-size or the resolution"
-        )
-
-
-def memory_needed(cfg: RunConfig, plan: FramePlan) -> int:
-    """The arena and host rings the run reserves: the same sums the memory strategies make."""
-    arena = arena_capacity(plan.frame_bytes, cfg.in_flight, cfg.arena_headroom, plan.state_bytes)
-    rings = cfg.ring_size * (plan.in_format.nbytes + plan.out_format.nbytes)
-    return arena + rings
-
-
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None  # not Linux: no check, the allocation itself reports
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
+def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
+    """The frame plan of a run: the source's layout in, the sink's out, ends folded where the backend can."""
+    return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
+                           fold=backend.ops.folds_pointwise, stage=stage is not None)
 
 
 def _slot_dropper(ring, stats: RunStats) -> Callable[[WorkItem], None]:
     def drop(item: WorkItem) -> None:
         """A frame dropped from q_decoded: its host slot goes back unused (it was never uploaded)."""
-        ring.release(item.in_slot)
-        item.in_slot = None
+        if item.copying is not None:
+            item.copying.exception()  # a copy thread may still be writing the slot
+        if item.in_slot is not None:
+            ring.release(item.in_slot)
+            item.in_slot = None
         stats.drop("submit")
 
     return drop
-
-
-def _seconds(meta: FrameMeta) -> float | None:
-    """The frame's timestamp in seconds: how its packet is recognised when the encoder returns it."""
-    if meta.pts is None or not meta.time_base:
-        return None
-    return float(meta.pts * Fraction(meta.time_base))

@@ -48,6 +48,15 @@ class GPUError(PipelineError):
     exit_code = EXIT_GPU
 
 
+class StageError(PipelineError):
+    """A user's own stage (``pipeline.run(..., stage=...)``) raised: the run ends as for a failing filter,
+    its output discarded. The original exception is the ``__cause__``; ``stage`` names the stage."""
+
+    def __init__(self, message: str, stage: str = ""):
+        super().__init__(message)
+        self.stage = stage
+
+
 class Interrupted(PipelineError):
     """SIGINT or SIGTERM: in-flight frames were drained and the output finalised."""
 

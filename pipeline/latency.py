@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Callable
-
 import numpy as np
+
+from .log import log
 
 STAMPS = ("decoded", "slotted", "uploaded", "filtered", "downloaded", "encoder", "packet")
 COLUMNS = ("index", "pts_s", *STAMPS)
@@ -88,11 +88,11 @@ class LatencyLog:
     """Frames handed to the encoder wait here for their packet; then their row is stored."""
 
     def __init__(self, t0: float, *, budget_ms: float | None = None,
-                 notice: Callable[[str], None] = lambda m: None, capacity: int = CAPACITY):
+                 capacity: int = CAPACITY):
         self.t0 = t0
         self.columns = {name: Ring(capacity) for name in COLUMNS}
         self._pending: deque[tuple[float | None, int, dict[str, float]]] = deque()
-        self.budget_ms, self._notice = budget_ms, notice
+        self.budget_ms = budget_ms
         self.over_budget = 0
         self.unmatched = 0  # frames whose packet never came (an encoder that drops frames)
 
@@ -151,7 +151,7 @@ class LatencyLog:
         self.over_budget += 1
         if self.over_budget == 1:
             hop, ms = worst_hop(stamps)
-            self._notice(f"warning: frame {index} took {total:.1f} ms from decode to packet, over the "
+            log.warning(f"frame {index} took {total:.1f} ms from decode to packet, over the "
                          f"{self.budget_ms:g} ms budget (largest hop: {hop} {ms:.1f} ms); "
                          "further frames over budget are counted in the summary")
 

@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 
 from .channels import END, Aborted, AnyOf, Channel, Flag
 from .errors import InputError, Interrupted, SourceStalled
+from .log import log
 from .source import AudioPacket, DecodedFrame, Source
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # wait before reconnect attempt 1, 2, ...; the last one repeats
@@ -81,7 +82,7 @@ class Feed:
     """The reader thread and the channel it fills; the decode stage iterates :meth:`entries`."""
 
     def __init__(self, source: Source, *, size: int, policy: str, abort: Flag, paced: bool,
-                 limit: int | None, reconnect: int, timeout: float, notice: Callable[[str], None],
+                 limit: int | None, reconnect: int, timeout: float,
                  on_drop: Callable[[DecodedFrame], None], nvtx=None):
         self.source = source
         self._stop = threading.Event()
@@ -91,7 +92,6 @@ class Feed:
         self._wait = functools.partial(_wait, self._cancel, self._stop)  # not a bound method: no cycle
         self._pacer = Pacer(self._wait) if paced else None
         self._limit, self._reconnect, self._timeout = limit, reconnect, timeout
-        self._notice = notice
         self._nvtx = nvtx or (lambda name: contextlib.nullcontext())
         self.heartbeat = time.monotonic()  # the reader's last sign of life: a packet, a reconnect step
         self.reconnects = 0
@@ -207,7 +207,7 @@ class Feed:
         """Reopen with back-off, up to --reconnect times; each outage gets the full count."""
         for attempt in range(1, self._reconnect + 1):
             delay = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
-            self._notice(f"warning: {error}; reconnecting in {delay:g} s (attempt {attempt} of {self._reconnect})")
+            log.warning(f"{error}; reconnecting in {delay:g} s (attempt {attempt} of {self._reconnect})")
             if self._wait(delay):
                 raise _Stopped
             self.heartbeat = time.monotonic()
@@ -217,7 +217,7 @@ class Feed:
                 error = SourceStalled(str(e))
                 continue
             self.reconnects += 1
-            self._notice(f"{self.source.path}: reconnected")
+            log.info(f"{self.source.path}: reconnected")
             return
         tried = (f"gave up after {self._reconnect} reconnect attempt{'s' * (self._reconnect > 1)}" if self._reconnect
                  else "not reconnecting (--reconnect N retries)")

@@ -1,4 +1,5 @@
-"""The GPU stage: per frame, upload, colour conversion, the filter chain, conversion back, download.
+"""The GPU stage: per frame, upload, conversion to RGB, the filter chain, a user's stage, conversion back,
+download.
 
 Backend-neutral: ``ops`` is :class:`~pipeline.gpu.streams.CudaOps` or :class:`~pipeline.cpu.CpuOps`,
 ``memory`` one of the allocation strategies. Everything for a frame is issued on its own stream, and
@@ -9,48 +10,77 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
 from .channels import wait_for
-from .frames import VideoFormat, WorkItem
+from .convert import converter, layout_nbytes, layout_shape
+from .errors import StageError
 from .memory.device_pool import BufferSpec, frame_bytes
+from .memory.registry import MemoryRequest
+from .video import VideoFormat, WorkItem
+
+DEVICE_INPUT = "device"  # frames decoded straight into device memory (NVDEC): nothing to upload
 
 
 @dataclass(frozen=True)
 class FramePlan:
-    """The device buffers one frame needs, computed once from the input format and the chain.
+    """The device buffers one frame needs, computed once from the input format, the chain and where the
+    frame starts and ends (layouts), after pointwise filters at the chain's ends are folded into the
+    conversions (they need no buffer of their own).
 
-    specs[0] is the I420 input, specs[1] the first RGB image, then for each filter its output and
-    scratch buffers, and last the I420 output.
+    ``specs[input]`` holds the uploaded frame (None for device input), ``specs[rgb]`` the converted
+    frame, then each remaining filter's scratch and output, and ``specs[output]`` the converted result.
     """
 
     in_format: VideoFormat
     out_format: VideoFormat
     specs: tuple[BufferSpec, ...]
-    steps: tuple[tuple[int, int, tuple[int, ...]], ...]  # per filter: (src index, dst index, scratch indices)
-    state: tuple[tuple[BufferSpec, ...], ...] = ()  # per filter: buffers kept across frames
+    steps: tuple[tuple[Any, int, int, tuple[int, ...]], ...]  # (filter, src index, dst index, scratch indices)
+    state: tuple[tuple[BufferSpec, ...], ...]  # per filter of the chain: buffers kept across frames
+    input: int | None
+    rgb: int
+    last_rgb: int
+    output: int
+    in_layout: str = "i420"
+    out_layout: str = "i420"
+    head: tuple = ()  # pointwise filters run inside the conversion to RGB
+    tail: tuple = ()  # ... inside the conversion back
+    chain: tuple = field(default=(), repr=False)
 
     @classmethod
-    def build(cls, fmt: VideoFormat, chain) -> FramePlan:
-        specs = [BufferSpec((fmt.nbytes,), np.uint8), BufferSpec((3, fmt.height, fmt.width), np.float32)]
+    def build(cls, fmt: VideoFormat, chain, *, in_layout: str = "i420", out_layout: str = "i420",
+              fold: bool = False, stage: bool = False) -> FramePlan:
+        chain = tuple(chain)
+        head, tail = _foldable_ends(chain, stage) if fold else ((), ())
+        specs: list[BufferSpec] = []
+
+        def add(shape, dtype=np.float32) -> int:
+            specs.append(BufferSpec(tuple(shape), dtype))
+            return len(specs) - 1
+
+        input_ = None if in_layout == DEVICE_INPUT else add((layout_nbytes(in_layout, fmt),), np.uint8)
+        w, h = fmt.width, fmt.height
+        rgb = src = add((3, h, w))
         steps = []
-        w, h, src = fmt.width, fmt.height, 1
+        for f in chain[1 if head else 0:len(chain) - (1 if tail else 0)]:
+            scratch = tuple(add(shape) for shape in f.scratch_shapes(w, h))
+            w, h = f.output_size(w, h)
+            dst = add((3, h, w))
+            steps.append((f, src, dst, scratch))
+            src = dst
+        out = fmt.resized(w, h)
+        output = add(layout_shape(out_layout, out) if out_layout == "rgb24" else (layout_nbytes(out_layout, out),),
+                     np.uint8)
         state = []
+        w, h = fmt.width, fmt.height
         for f in chain:
             state.append(tuple(BufferSpec(tuple(s), np.float32) for s in f.state_shapes(w, h)))
-            scratch = []
-            for shape in f.scratch_shapes(w, h):
-                scratch.append(len(specs))
-                specs.append(BufferSpec(tuple(shape), np.float32))
             w, h = f.output_size(w, h)
-            specs.append(BufferSpec((3, h, w), np.float32))
-            steps.append((src, len(specs) - 1, tuple(scratch)))
-            src = len(specs) - 1
-        out = fmt.resized(w, h)
-        specs.append(BufferSpec((out.nbytes,), np.uint8))
-        return cls(fmt, out, tuple(specs), tuple(steps), tuple(state))
+        return cls(fmt, out, tuple(specs), tuple(steps), tuple(state), input_, rgb, src, output, in_layout,
+                   out_layout, head, tail, chain)
 
     @property
     def frame_bytes(self) -> int:
@@ -60,34 +90,61 @@ class FramePlan:
     def state_bytes(self) -> int:
         return frame_bytes([s for specs in self.state for s in specs])
 
-    @property
-    def last_rgb(self) -> int:
-        return self.steps[-1][1] if self.steps else 1
+    def request(self, settings, *, host_in: bool = True, host_out: bool = True, held: int = 0) -> MemoryRequest:
+        """What the memory strategy must provide for this plan and the run's settings."""
+        in_bytes = self.specs[self.input].nbytes if host_in and self.input is not None else 0
+        out_bytes = self.specs[self.output].nbytes if host_out else 0
+        return MemoryRequest(in_bytes, out_bytes, self.frame_bytes, self.state_bytes, settings.ring_size,
+                             settings.in_flight, settings.arena_headroom, held)
+
+
+def _foldable_ends(chain: tuple, stage: bool) -> tuple[tuple, tuple]:
+    """Pointwise filters at the ends of the chain, to run inside the conversion kernels. With a user's
+    stage the last filter must run before the stage, so nothing is folded into the conversion back."""
+    from .filters.fuse import FusedPointwise, is_pointwise, members_of
+
+    def foldable(f) -> bool:
+        return isinstance(f, FusedPointwise) or is_pointwise(f)
+
+    head = tuple(members_of(chain[0])) if chain and foldable(chain[0]) else ()
+    tail = ()
+    if len(chain) > 1 and not stage and foldable(chain[-1]):
+        tail = tuple(members_of(chain[-1]))
+    return head, tail
+
+
+@dataclass
+class StageFrame:
+    """What a user's stage sees: the working frame, writable in place, on the frame's own stream.
+
+    ``planes`` is (3, H, W) float32 RGB in [0, 1] (CuPy on CUDA, NumPy on the CPU); ``stream`` the CUDA
+    stream the frame's work is queued on (None on the CPU): queue work on it, or synchronise with it,
+    before returning. ``index``, ``pts`` and ``time`` (seconds) identify the frame.
+    """
+
+    planes: Any
+    stream: Any
+    index: int
+    pts: int | None
+    time: float | None
 
 
 class Processor:
-    def __init__(self, ops, memory, plan: FramePlan, chain, in_flight: int, abort: threading.Event | None = None):
-        self.ops, self.memory, self.plan, self.chain = ops, memory, plan, list(chain)
+    def __init__(self, ops, memory, plan: FramePlan, in_flight: int, abort: threading.Event | None = None,
+                 stage: Callable[[StageFrame], None] | None = None):
+        self.ops, self.memory, self.plan, self.chain = ops, memory, plan, list(plan.chain)
         self.abort = abort or threading.Event()
+        self.stage = stage
         self._contexts: queue.Queue = queue.Queue()
         for i in range(in_flight):
             self._contexts.put(ops.context(i))
         self._bind_state()
-        self._head, self._tail = self._folded() if getattr(ops, "folds_pointwise", False) else ((), ())
+        # Bound once: kernels compiled and launch geometry computed before the first frame.
+        self._to_rgb = converter("to_rgb", plan.in_layout, plan.in_format, ops.name, plan.head)
+        self._from_rgb = converter("from_rgb", plan.out_layout, plan.out_format, ops.name, plan.tail)
         # Temporal filters read what the previous frame wrote, possibly on another stream: order them.
         self._stateful = any(plan.state)
         self._previous = None
-
-    def _folded(self) -> tuple[tuple, tuple]:
-        """Pointwise filters at the ends of the chain, to run inside the colour conversion kernels."""
-        from .filters.fuse import is_pointwise, members_of
-
-        chain = self.chain
-        head = tuple(members_of(chain[0])) if chain and _foldable(chain[0], is_pointwise) else ()
-        tail = ()
-        if len(chain) > 1 and _foldable(chain[-1], is_pointwise):
-            tail = tuple(members_of(chain[-1]))
-        return head, tail
 
     def _bind_state(self) -> None:
         """Reserve every filter's cross-frame state once, from the same device memory as the frames."""
@@ -98,55 +155,82 @@ class Processor:
                 self._state_buffers.append(buffers)
                 f.bind_state(buffers.arrays)
 
-    def submit(self, item: WorkItem) -> None:
-        """Issue the frame's work asynchronously; the host slot goes back once the upload has completed."""
+    def submit(self, item: WorkItem, *, keep_device: bool = False) -> None:
+        """Issue the frame's work asynchronously; the host slot goes back once the upload has completed.
+
+        ``keep_device``: the output stays in its device buffer for the consumer, which gives the frame's
+        buffers back with :meth:`release`; otherwise it is downloaded into a host slot.
+        """
         ops, mem, plan = self.ops, self.memory, self.plan
         ctx = item.ctx = wait_for(lambda: self._contexts.get(timeout=0.05), self.abort)  # bounds frames in flight
-        item.out_slot = wait_for(lambda: mem.out_host.acquire(timeout=0.05), self.abort)
+        if not keep_device:
+            item.out_slot = wait_for(lambda: mem.out_host.acquire(timeout=0.05), self.abort)
         item.out_format = plan.out_format
         with ops.scope(ctx):
             # Allocated under the frame's stream: stream-ordered allocators (CuPy's pools) key reuse on it.
             bufs = item.device = mem.device.alloc_frame(plan.specs)
             a = bufs.arrays
             ops.mark(ctx, "start")
-            ops.upload(ctx, a[0], item.in_slot.array)
+            source = item.surface
+            if plan.input is not None:
+                ops.upload(ctx, a[plan.input], item.in_slot.array)
+                source = a[plan.input]
             ops.mark(ctx, "uploaded")
             if self._stateful and self._previous is not None:
                 ops.after(ctx, self._previous)
-            self._kernels(a)
+            self._kernels(source, a, item, ctx)
             ops.mark(ctx, "filtered")
             self._previous = ctx
-            ops.download(ctx, item.out_slot.array, a[-1])
+            if not keep_device:
+                ops.download(ctx, item.out_slot.array, a[plan.output])
             ops.mark(ctx, "done")
         # The events belong to the context, which a later frame re-records once this one is complete; a
         # waiter holding them then waits for that later frame instead, later but never too early, since
         # contexts come back in frame order.
-        mem.in_host.release(item.in_slot, after=ctx.uploaded)
-        item.in_slot = None
-        mem.device.free_frame(bufs, after=ctx.done)
+        if item.in_slot is not None:
+            mem.in_host.release(item.in_slot, after=ctx.uploaded)
+            item.in_slot = None
+        if not keep_device:
+            mem.device.free_frame(bufs, after=ctx.done)
+            item.device = None
 
-    def _kernels(self, a: list) -> None:
-        """Colour conversion, the chain, conversion back; end filters folded into the conversions when possible."""
-        ops, plan, steps = self.ops, self.plan, self.plan.steps
-        first, last = (1 if self._head else 0), len(steps) - (1 if self._tail else 0)
-        if self._head:
-            ops.yuv_to_rgb(a[0], plan.in_format, a[steps[0][1]], self._head)
-        else:
-            ops.yuv_to_rgb(a[0], plan.in_format, a[1])
-        for f, (src, dst, scratch) in zip(self.chain[first:last], steps[first:last]):
-            ops.run_filter(f, a[src], a[dst], [a[i] for i in scratch])
-        if self._tail:
-            ops.rgb_to_yuv(a[steps[-1][0]], plan.out_format, a[-1], self._tail)
-        else:
-            ops.rgb_to_yuv(a[plan.last_rgb], plan.out_format, a[-1])
+    def _kernels(self, source, a: list, item: WorkItem, ctx) -> None:
+        """Conversion (with the head filters folded in), the chain, the user's stage, conversion back."""
+        plan, run_filter = self.plan, self.ops.run_filter
+        self._to_rgb(source, a[plan.rgb])
+        for f, src, dst, scratch in plan.steps:
+            run_filter(f, a[src], a[dst], [a[i] for i in scratch])
+        if self.stage is not None:
+            self._run_stage(a[plan.last_rgb], item, ctx)
+        self._from_rgb(a[plan.last_rgb], a[plan.output])
+
+    def _run_stage(self, planes, item: WorkItem, ctx) -> None:
+        meta = item.meta
+        frame = StageFrame(planes, getattr(ctx, "stream", None), meta.index, meta.pts, meta.seconds)
+        try:
+            self.stage(frame)
+        except Exception as e:
+            name = getattr(self.stage, "__qualname__", None) or type(self.stage).__name__
+            raise StageError(f"stage {name!r} failed at frame {meta.index}: {type(e).__name__}: {e}",
+                             stage=name) from e
+
+    def output_array(self, item: WorkItem):
+        """The frame's converted output in device memory (``keep_device`` items)."""
+        return item.device.arrays[self.plan.output]
 
     def complete(self, item: WorkItem) -> dict[str, float]:
         """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
         item.ctx.done.synchronize()
         timings = item.ctx.timings_ms()
         self._contexts.put(item.ctx)
-        item.ctx = item.device = None
+        item.ctx = None
         return timings
+
+    def release(self, item: WorkItem, after=None) -> None:
+        """Give back the device buffers a ``keep_device`` frame was holding (once ``after`` completes)."""
+        if item.device is not None:
+            self.memory.device.free_frame(item.device, after=after)
+            item.device = None
 
     def close(self) -> None:
         """Wait for the frames still in flight, then give every buffer back."""
@@ -154,10 +238,3 @@ class Processor:
         for buffers in self._state_buffers:
             self.memory.device.free_frame(buffers, after=None)
         self._state_buffers.clear()
-        self.memory.close()
-
-
-def _foldable(f, is_pointwise) -> bool:
-    from .filters.fuse import FusedPointwise
-
-    return isinstance(f, FusedPointwise) or is_pointwise(f)

@@ -27,7 +27,7 @@ import numpy as np
 
 from .config import is_url
 from .errors import ConfigError, OutputError
-from .frames import FrameMeta, VideoFormat
+from .video import FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
 URL_MUXERS = {"udp": "mpegts", "tcp": "mpegts", "srt": "mpegts", "rtp": "rtp_mpegts", "rtmp": "flv",
@@ -86,11 +86,19 @@ def _alive(pid: int) -> bool:
 
 
 class Sink:
-    def __init__(self, target: Path | str, fmt: VideoFormat, *, codec: str, options: dict[str, str],
-                 rate: Fraction | None, time_base: Fraction | None, audio_streams=(),
-                 display_matrix: tuple[int, ...] | None = None, output_format: str | None = None,
-                 output_opts: dict[str, str] | None = None, timeout: float | None = None,
-                 low_latency: bool = False):
+    """A PyAV encoder and muxer: I420 host frames in (wrapped, not copied), packets out.
+
+    ``info`` describes the video written (size after the filter chain, the input's clock, rotation);
+    ``audio`` is the source's passthrough object (:class:`pipeline.source.AudioTracks`) or None.
+    """
+
+    residence = "host"
+    layout = "i420"
+
+    def __init__(self, target: Path | str, info: StreamInfo, *, codec: str, options: dict[str, str],
+                 audio=None, output_format: str | None = None, output_opts: dict[str, str] | None = None,
+                 timeout: float | None = None, low_latency: bool = False):
+        fmt, rate, time_base = info.format, info.frame_rate, info.time_base
         self.target = target
         self.low_latency = low_latency
         self.url = is_url(str(target))
@@ -105,9 +113,10 @@ class Sink:
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         try:
             self.video = self._add_video(codec, options, rate, time_base)
-            if display_matrix is not None:
-                self.video.set_display_matrix(display_matrix)
-            self.audio = {s.index: self.container.add_stream_from_template(s) for s in audio_streams}
+            if info.display_matrix is not None:
+                self.video.set_display_matrix(info.display_matrix)
+            templates = audio.templates if audio else ()
+            self.audio = {s.index: self.container.add_stream_from_template(s) for s in templates}
             self._start()
         except BaseException:
             self.abort()

@@ -18,6 +18,7 @@ only: frame threads would hold back one frame per thread, latency a camera feed 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -30,7 +31,8 @@ from av.video.reformatter import VideoReformatter
 
 from .config import is_url
 from .errors import ConfigError, InputError, SourceStalled
-from .frames import AVCOL_RANGE_JPEG, Colour, FrameMeta, VideoFormat
+from .log import log
+from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
 
 NATIVE_FORMATS = ("yuv420p", "yuvj420p")  # what the kernels take without a conversion
 
@@ -60,6 +62,17 @@ class AudioPacket:
     packet: av.Packet
 
 
+class AudioTracks:
+    """The input's audio streams, passed through unchanged: what a sink needs to copy them (their
+    parameters as templates for its own streams), so that no PyAV stream crosses the engine."""
+
+    def __init__(self, streams: list):
+        self.templates = list(streams)
+
+    def __bool__(self) -> bool:
+        return bool(self.templates)
+
+
 @dataclass
 class DecodedFrame:
     frame: av.VideoFrame
@@ -69,12 +82,13 @@ class DecodedFrame:
 class Source:
     """An opened input: its video stream (decoded), its audio streams (passed through as packets)."""
 
-    def __init__(self, path: str, *, notice: Callable[[str], None] = lambda msg: None, strict: bool = False,
+    layout = "i420"  # frames are copied into I420 host slots (copy_into)
+
+    def __init__(self, path: str, *, strict: bool = False,
                  input_format: str | None = None, options: dict[str, str] | None = None,
                  timeout: float | None = None, live: bool | None = None):
         self.path = path
-        self._notice = notice
-        self._held: list[str] | None = []  # notices while opening: shown only if the input is usable
+        self._held: list[tuple[int, str]] | None = []  # notices while opening: shown only if the input is usable
         self.strict = strict
         self.live = is_live_input(path, input_format) if live is None else live
         self.input_format, self.options = input_format, dict(options or {})
@@ -86,7 +100,7 @@ class Source:
         self.container = self._open()
         try:
             self.video = self._video_stream()
-            self.audio = self._audio_streams()
+            self.audio_streams = self._audio_streams()
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
             self._clock = _Clock(_frame_step(self.video), _ticks(self.video, MAX_GAP_S))
             self._frames = self._decode()
@@ -95,8 +109,8 @@ class Source:
             self.container.close()
             raise  # its one line says it all; the warnings held back would only repeat it
         held, self._held = self._held, None
-        for message in held:
-            notice(message)
+        for level, message in held:
+            log.log(level, message)
         self._reformatter = VideoReformatter()  # keeps its swscale context across frames
         self._warned_convert = False
 
@@ -127,7 +141,7 @@ class Source:
         self.container = self._open()
         try:
             self.video = self._video_stream()
-            self.audio = self._audio_streams()
+            self.audio_streams = self._audio_streams()
         except BaseException:
             self.container.close()
             raise
@@ -142,19 +156,31 @@ class Source:
             if cc is not None and cc.sample_rate > 0 and cc.channels > 0:
                 usable.append(s)
             else:
-                self.notice(f"warning: {self.path}: audio stream #{s.index} has no decoder, sample rate or "
+                self.warn(f"{self.path}: audio stream #{s.index} has no decoder, sample rate or "
                             "channels (damaged?); not copied")
         return usable
 
-    def notice(self, message: str) -> None:
+    def notice(self, message: str, level: int = logging.INFO) -> None:
         if self._held is not None:
-            self._held.append(message)
+            self._held.append((level, message))
         else:
-            self._notice(message)
+            log.log(level, message)
+
+    def warn(self, message: str) -> None:
+        self.notice(message, logging.WARNING)
 
     @property
     def frame_rate(self):
         return self.video.average_rate or self.video.guessed_rate
+
+    @property
+    def info(self) -> StreamInfo:
+        return StreamInfo(self.format, self.frame_rate, self.video.time_base, None if self.live else self.expected_frames,
+                          self.display_matrix, self.live, self.path)
+
+    @property
+    def audio(self) -> AudioTracks:
+        return AudioTracks(self.audio_streams)
 
     @property
     def expected_frames(self) -> int | None:
@@ -212,7 +238,7 @@ class Source:
 
     def _packets(self) -> Iterator[av.Packet]:
         """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
-        demux = self.container.demux(self.video, *self.audio)
+        demux = self.container.demux(self.video, *self.audio_streams)
         while True:
             try:
                 packet = next(demux)
@@ -224,7 +250,7 @@ class Source:
                     raise SourceStalled(self._loss(e)) from e
                 if self.strict:
                     raise InputError(f"{self.path}: read error: {e}") from e
-                self.notice(f"warning: {self.path}: read error, the rest of the input is skipped: {e}")
+                self.warn(f"{self.path}: read error, the rest of the input is skipped: {e}")
                 yield from self._drain_packet()
                 return
             yield packet
@@ -261,13 +287,13 @@ class Source:
             cause = f": {error}" if error else ""
             raise InputError(f"{self.path}: {what}{cause} (--strict)") from error
         if self.decode_errors + self.corrupt_frames == 0:
-            self.notice(f"warning: {self.path}: {what}; damaged data is skipped or concealed and counted")
+            self.warn(f"{self.path}: {what}; damaged data is skipped or concealed and counted")
 
     def _meta(self, index: int, frame: av.VideoFrame, decode_s: float) -> FrameMeta:
         pts = self._clock(frame.pts)
         if pts != frame.pts:
             if self.retimed_frames == 0:
-                self.notice(f"warning: {self.path}: frame {index} has timestamp {frame.pts}; "
+                self.warn(f"{self.path}: frame {index} has timestamp {frame.pts}; "
                             f"moved to {pts} to keep timestamps increasing")
             self.retimed_frames += 1
         return FrameMeta(index, pts, frame.time_base or self.video.time_base, decode_s=decode_s)
@@ -275,7 +301,7 @@ class Source:
     def _check_complete(self, decoded: int) -> None:
         expected = self.expected_frames
         if decoded and expected and decoded + self.decode_errors < expected:
-            self.notice(f"warning: {self.path}: input ends early: {decoded} of {expected} frames decoded "
+            self.warn(f"{self.path}: input ends early: {decoded} of {expected} frames decoded "
                         "(truncated file?)")
 
     # -- into the host ring -----------------------------------------------------------------------

@@ -51,10 +51,11 @@ import numpy as np  # noqa: E402
 
 from pipeline.errors import ConfigError  # noqa: E402
 from pipeline.filters import FILTERS, parse_chain  # noqa: E402
+from pipeline.filters.blur import SeparableFilter  # noqa: E402
 from pipeline.filters.fuse import FusedPointwise, fuse_pointwise  # noqa: E402
 from pipeline.filters.geometry import even_round  # noqa: E402
 from pipeline.filters.registry import Filter  # noqa: E402
-from pipeline.frames import Colour, VideoFormat  # noqa: E402
+from pipeline.video import Colour, VideoFormat  # noqa: E402
 
 EXIT_FAILED_ROWS = 1
 EXIT_USAGE = 2
@@ -145,7 +146,7 @@ def classify(f: Filter, width: int = 64, height: int = 48) -> str:
         return "geometry"
     if hasattr(f, "pointwise_expr"):
         return "pointwise"
-    if f.scratch_shapes(width, height):
+    if isinstance(f, SeparableFilter):
         return "separable"
     return "neighbourhood"
 
@@ -540,16 +541,18 @@ def measure_copy_bandwidth(cp, stream, mib: int, iters: int = 20) -> dict[str, A
 
 def prepare(cp, case: Case, width: int, height: int, src_rgb, src_yuv) -> Callable[[], None]:
     """Allocate the row's buffers (under the current stream) and return the function issuing one frame."""
-    from pipeline.filters.color import rgb_to_yuv_cuda, yuv_to_rgb_cuda
+    from pipeline.convert import converter
 
     if case.conversion == "yuv_to_rgb":
         fmt = VideoFormat(width, height, COLOUR)
         rgb = cp.empty((3, height, width), dtype=cp.float32)
-        return lambda: yuv_to_rgb_cuda(src_yuv, fmt, rgb)
+        to_rgb = converter("to_rgb", "i420", fmt, "cuda")
+        return lambda: to_rgb(src_yuv, rgb)
     if case.conversion == "rgb_to_yuv":
         fmt = VideoFormat(width, height, COLOUR)
         yuv = cp.empty(fmt.nbytes, dtype=cp.uint8)
-        return lambda: rgb_to_yuv_cuda(src_rgb, fmt, yuv)
+        from_rgb = converter("from_rgb", "i420", fmt, "cuda")
+        return lambda: from_rgb(src_rgb, yuv)
     steps = []
     cur, w, h = src_rgb, width, height
     stateful = False

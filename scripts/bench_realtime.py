@@ -82,7 +82,7 @@ def run_once(path: Path, strategy: str, out: Path, *, paced: bool, frames: int |
     preset = load_toml(ROOT / "configs" / "realtime.toml")
     cfg = build_config(preset, {"input": str(path), "output": str(out), "device": "cuda", "alloc": strategy,
                                 "realtime": paced, "frames": frames, "quiet": True, "overwrite": True})
-    return Pipeline(cfg, notice=lambda m: None).run()
+    return Pipeline.from_config(cfg).run()
 
 
 def measure(clip: Clip, path: Path, tmp: Path, say) -> dict:

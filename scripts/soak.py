@@ -78,7 +78,7 @@ def config(src: Path, out: Path, device: str, frames: int | None = None) -> RunC
 def long_run(src: Path, out: Path, device: str, frames: int, every: int) -> list[Sample]:
     """One run of ``frames`` frames, sampled every ``every`` frames from the encode thread."""
     samples: list[Sample] = []
-    pipeline = Pipeline(config(src, out, device, frames), notice=lambda m: None)
+    pipeline = Pipeline.from_config(config(src, out, device, frames))
 
     def on_frame(stats) -> None:
         if stats.frames_out % every == 0:
@@ -95,7 +95,7 @@ def long_run(src: Path, out: Path, device: str, frames: int, every: int) -> list
 def cycles(src: Path, out: Path, device: str, count: int, every: int) -> list[Sample]:
     samples = []
     for i in range(1, count + 1):
-        stats = Pipeline(config(src, out, device), notice=lambda m: None).run()
+        stats = Pipeline.from_config(config(src, out, device)).run()
         if i % every == 0 or i == count:
             samples.append(sample(f"cycle {i}", stats.memory))
             show(samples[-1])

@@ -16,8 +16,9 @@ import av
 import numpy as np
 
 from pipeline.filters import parse_chain
-from pipeline.filters.color import rgb_to_yuv_cpu, yuv_to_rgb_cpu
-from pipeline.frames import VideoFormat
+from pipeline.convert import i420_to_rgb_cpu as yuv_to_rgb_cpu
+from pipeline.convert import rgb_to_i420_cpu as rgb_to_yuv_cpu
+from pipeline.video import VideoFormat
 
 ROOT = Path(__file__).resolve().parents[1]
 

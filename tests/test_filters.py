@@ -26,7 +26,7 @@ from pipeline.filters.bilateral import window_radius
 from pipeline.filters.fuse import FusedPointwise, is_pointwise, pointwise_source
 from pipeline.filters.geometry import resample_taps
 from pipeline.filters.lut import identity_table, parse_cube, write_cube
-from pipeline.frames import VideoFormat
+from pipeline.video import VideoFormat
 from pipeline.processor import FramePlan
 
 WARM_LUT = ROOT / "configs" / "luts" / "warm.cube"
@@ -445,10 +445,21 @@ def test_size_changing_chain_through_the_frame_plan():
     plan = FramePlan.build(fmt, parse_chain("scale=w=320:h=-1,crop=w=200:h=100,transpose,hflip"))
     assert (plan.out_format.width, plan.out_format.height) == (100, 200)
     assert plan.out_format.nbytes == 100 * 200 * 3 // 2
-    shapes = [plan.specs[dst].shape for _, dst, _ in plan.steps]
+    shapes = [plan.specs[dst].shape for _, _, dst, _ in plan.steps]
     assert shapes == [(3, 180, 320), (3, 100, 200), (3, 200, 100), (3, 200, 100)]
-    scale_scratch = [plan.specs[i].shape for i in plan.steps[0][2]]
+    scale_scratch = [plan.specs[i].shape for i in plan.steps[0][3]]
     assert scale_scratch == [(3, 360, 320)]
+
+
+@pytest.mark.parametrize("fold, buffers", [(True, 4), (False, 5)])
+def test_the_frame_plan_holds_only_the_buffers_the_kernels_use(fold, buffers):
+    """The default chain where the backend folds pointwise ends (CUDA): input, RGB, blurred, output; the
+    eq runs inside the conversion back, and the blur (radius 5) is one kernel that needs no scratch."""
+    chain = fuse_pointwise(parse_chain("gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"))
+    plan = FramePlan.build(VideoFormat(64, 32), chain, fold=fold)
+    assert len(plan.specs) == buffers
+    assert [f.name for f in plan.tail] == (["eq"] if fold else [])
+    assert plan.steps[0][0].name == "gblur" and plan.steps[0][3] == ()
 
 
 @pytest.mark.parametrize(

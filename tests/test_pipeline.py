@@ -17,7 +17,7 @@ from conftest import all_devices
 from helpers import Decoded, apply_chain_cpu, decode, max_abs_diff, run_cli
 from pipeline import OutputError, Pipeline, RunConfig
 from pipeline.config import DEFAULT_FILTERS
-from pipeline.frames import Colour, VideoFormat
+from pipeline.video import Colour, VideoFormat
 from pipeline.sink import Sink
 from pipeline.stats import RunStats
 
@@ -53,7 +53,7 @@ def inputs(clips):
 
 def run_api(device: str, src: Path, out: Path, **changes) -> RunStats:
     cfg = RunConfig(input=str(src), output=str(out), device=device, quiet=True, **changes)
-    return Pipeline(cfg, notice=quiet).run()
+    return Pipeline.from_config(cfg).run()
 
 
 def assert_matches_reference(out: Decoded, src: Decoded, filters: str, tolerance: int) -> None:

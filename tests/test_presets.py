@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from pipeline.config import DEFAULT_FILTERS, build_config, load_toml
 from pipeline.filters import fuse_pointwise, parse_chain
-from pipeline.frames import VideoFormat
+from pipeline.video import VideoFormat
 from pipeline.processor import FramePlan
 
 PRESETS = sorted((ROOT / "configs").glob("*.toml"))

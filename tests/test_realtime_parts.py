@@ -72,15 +72,15 @@ def test_pacer_releases_on_schedule_and_never_bursts():
     assert waits == [round(1 / 30, 6), round(1 / 30, 6)]
 
 
-def test_latency_log_matches_packets_out_of_order_and_counts_the_budget():
-    notices = []
-    log = LatencyLog(0.0, budget_ms=50, notice=notices.append, capacity=4)
+def test_latency_log_matches_packets_out_of_order_and_counts_the_budget(caplog):
+    log = LatencyLog(0.0, budget_ms=50, capacity=4)
     for i in range(3):
         log.handed(i, i / 30, {"decoded": i / 30, "encoder": i / 30 + 0.001})
     log.packets([0.0], 0.010)  # frame 0: 10 ms
     log.packets([2 / 30, 1 / 30], 0.2)  # B-frame order; frame 1 takes 166 ms, over budget
     log.finish()
     assert list(log.column("index")) == [0, 2, 1]
+    notices = [r.getMessage() for r in caplog.records if r.name == "pipeline"]
     assert log.over_budget == 2 and len(notices) == 1 and "frame 2" in notices[0]
     assert log.hops()["end to end"]["count"] == 3
     for i in range(10):  # bounded: the last 4 frames are kept

@@ -26,7 +26,7 @@ import pytest
 from helpers import remux
 from make_sample import make_clip
 
-from pipeline import cli, engine
+from pipeline import build, cli, engine
 from pipeline.errors import GPUError, InputError
 from pipeline.source import MAX_SIDE, check_frame_size
 
@@ -395,7 +395,7 @@ def test_frame_size_limit():
 
 def test_frames_too_big_for_memory_are_refused_with_the_bytes_needed(tmp_path, clips, monkeypatch, capsys,
                                                                       restore_signals):
-    monkeypatch.setattr(engine, "_available_memory", lambda: 2**20)
+    monkeypatch.setattr(build, "available_memory", lambda: 2**20)
     out = tmp_path / "out.mp4"
     code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q"])
     err = capsys.readouterr().err
@@ -404,7 +404,7 @@ def test_frames_too_big_for_memory_are_refused_with_the_bytes_needed(tmp_path, c
     assert not out.exists() and partials(tmp_path) == []
 
 
-@pytest.mark.skipif((engine._available_memory() or 0) < 4 * 2**30, reason="needs 4 GiB of free memory")
+@pytest.mark.skipif((build.available_memory() or 0) < 4 * 2**30, reason="needs 4 GiB of free memory")
 def test_8k_frames_are_processed(tmp_path):
     """Two 8K frames through the CPU backend (about 6 s on 2 cores: no filters, one frame in flight)."""
     w, h = 7680, 4320

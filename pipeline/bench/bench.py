@@ -16,7 +16,8 @@ from typing import Any
 
 from rich.console import Console
 
-from ..config import ALLOC_STRATEGIES, DEFAULT_FILTERS, RunConfig
+from ..config import DEFAULT_FILTERS, RunConfig
+from ..memory.registry import STRATEGIES
 from ..errors import ConfigError, GPUError
 from ..filters import fuse_pointwise, parse_chain
 
@@ -38,8 +39,8 @@ def _csv(allowed: tuple[str, ...]):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", help="input video file")
-    p.add_argument("--strategies", type=_csv(ALLOC_STRATEGIES), default=list(ALLOC_STRATEGIES),
-                   help=f"comma-separated strategies (default: {','.join(ALLOC_STRATEGIES)})")
+    p.add_argument("--strategies", type=_csv(tuple(STRATEGIES)), default=list(STRATEGIES),
+                   help=f"comma-separated strategies (default: {','.join(STRATEGIES)})")
     p.add_argument("--scope", type=_csv(SCOPES), default=list(SCOPES),
                    help="gpu (memory path only), e2e (decode to encode), or both (default: gpu,e2e)")
     p.add_argument("--repeats", type=int, default=3, help="measured repeats per strategy; the median is reported (default: 3)")
@@ -141,10 +142,10 @@ def _gpu_scope(args, cfg: RunConfig, chain, result: dict, say) -> list[dict]:
     rows = []
     for strategy in args.strategies:
         say(f"gpu scope: {strategy}")
-        scope = GpuScope(fmt, chain, strategy, cfg.replace(alloc=strategy), args.copy_threads)
+        scope = GpuScope(fmt, frames, chain, strategy, cfg, args.copy_threads)
         try:
-            scope.run(frames, args.warmup)
-            runs = [scope.run(frames, args.frames) for _ in range(args.repeats)]
+            scope.run(args.warmup)
+            runs = [scope.run(args.frames) for _ in range(args.repeats)]
         finally:
             scope.close()
         latency = [ms for r in runs for ms in r.latency_ms]
@@ -163,8 +164,8 @@ def _e2e_scope(args, cfg: RunConfig, say) -> list[dict]:
         for strategy in args.strategies:
             say(f"e2e scope: {strategy}")
             run_cfg = cfg.replace(alloc=strategy, output=out, frames=args.frames)
-            Pipeline(run_cfg.replace(frames=args.warmup), notice=say).run()
-            runs = [Pipeline(run_cfg, notice=say).run() for _ in range(args.repeats)]
+            Pipeline.from_config(run_cfg.replace(frames=args.warmup)).run()
+            runs = [Pipeline.from_config(run_cfg).run() for _ in range(args.repeats)]
             fps = [r.steady_fps() for r in runs]
             latency = [ms for r in runs for ms in r.latency_ms[8:]]
             allocs = statistics.median(r.steady_allocs_per_frame() or 0.0 for r in runs)

@@ -1,25 +1,20 @@
 """The ``gpu`` benchmark scope: upload, kernels, download and memory management alone.
 
-Frames are decoded once into ordinary host memory, as a decoder leaves them. Each strategy then
-moves them its own way, exactly as in ``pipeline run``: copy into a host slot (the pinned ring, or a
-fresh buffer), upload, kernels, download into a host slot, and a sink that discards the result.
-The copies into host slots run on several threads (NumPy releases the GIL), because one thread's
-memcpy, not the GPU, would otherwise bound the pooled path.
+Frames are decoded once into ordinary host memory, as a decoder leaves them. Each strategy then runs
+the engine of ``pipeline run`` on them: copy into a host slot (the pinned ring, or a fresh buffer),
+upload, kernels, download into a host slot, and a null sink. The copies into host slots run on several
+threads (``copy_threads``; NumPy releases the GIL), because one thread's memcpy, not the GPU, would
+otherwise bound the pooled path.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..channels import END, Aborted, Channel, wait_for
 from ..config import RunConfig
-from ..frames import FrameMeta, VideoFormat, WorkItem
-from ..processor import FramePlan, Processor
+from ..video import VideoFormat
 
 
 @dataclass
@@ -57,78 +52,35 @@ def decode_to_host(path: str, limit: int | None) -> tuple[VideoFormat, list[np.n
 
 
 class GpuScope:
-    """One strategy, set up once, then timed over any number of frames."""
+    """One strategy, its memory set up once, then timed over any number of frames: each run is the
+    engine itself, fed by an in-memory source and drained by a null sink."""
 
-    def __init__(self, fmt: VideoFormat, chain, strategy: str, cfg: RunConfig, copy_threads: int = 4):
-        from ..gpu.memory import cuda_memory
-        from ..gpu.streams import CudaOps
+    def __init__(self, fmt: VideoFormat, frames: list[np.ndarray], chain, strategy: str, cfg: RunConfig,
+                 copy_threads: int = 4):
+        from ..build import make_backend
+        from ..engine import plan_for
 
-        plan = FramePlan.build(fmt, chain)
-        self.memory = cuda_memory(strategy, fmt.nbytes, plan.out_format.nbytes, plan.frame_bytes, cfg, plan.state_bytes)
-        ops = CudaOps(cfg.streams, default_stream=strategy == "naive")
-        self.abort = threading.Event()
-        self.processor = Processor(ops, self.memory, plan, chain, cfg.in_flight, self.abort)
-        self.copiers = ThreadPoolExecutor(copy_threads, thread_name_prefix="pipeline-copy")
-        self.depth = max(cfg.ring_size, cfg.in_flight)
-        self.error: BaseException | None = None
+        self.fmt, self.frames, self.chain = fmt, frames, chain
+        self.cfg = cfg.replace(alloc=strategy, copy_threads=copy_threads, frames=None)
+        self.backend = make_backend("cuda", strategy, cfg.streams)
+        plan = plan_for(self._source(1), chain, self.backend, "i420", None)
+        self.memory = self.backend.memory(plan.request(self.cfg))
 
-    def run(self, frames: list[np.ndarray], count: int) -> ScopeRun:
+    def _source(self, count: int):
+        from ..adapters import ArraySource
+
+        return ArraySource(self.frames, layout="i420", size=(self.fmt.width, self.fmt.height),
+                           colour=self.fmt.colour, repeat=count, name="frames in memory")
+
+    def run(self, count: int) -> ScopeRun:
+        from ..adapters import NullSink
+        from ..engine import Pipeline
+
         before = self.memory.counters()
-        latencies: list[float] = []
-        pending: Channel = Channel(self.depth, self.abort)
-        submitted: Channel = Channel(self.depth, self.abort)
-        t0 = time.perf_counter()
-        threads = [
-            threading.Thread(target=self._guard, args=(self._submit_loop, pending, submitted), name="pipeline-submit"),
-            threading.Thread(target=self._guard, args=(self._sink_loop, submitted, latencies), name="pipeline-sink"),
-        ]
-        for t in threads:
-            t.start()
-        try:
-            for i in range(count):
-                # Slots are taken here, in frame order: the submit thread consumes frames in order,
-                # so letting copy threads race for slots could leave it waiting on a frame with none.
-                slot = wait_for(lambda: self.memory.in_host.acquire(timeout=0.05), self.abort)
-                pending.put(self.copiers.submit(self._fill, slot, frames[i % len(frames)], i))
-            pending.put(END)
-        except Aborted:
-            pass
-        for t in threads:
-            t.join()
-        if self.error is not None:
-            raise self.error
-        seconds = time.perf_counter() - t0
-        return ScopeRun(count, seconds, latencies, before, self.memory.counters())
-
-    def _guard(self, loop, *args) -> None:
-        try:
-            loop(*args)
-        except Aborted:
-            pass
-        except BaseException as e:  # reported by run(); the other loops stop through the abort flag
-            self.error = self.error or e
-            self.abort.set()
-
-    @staticmethod
-    def _fill(slot, frame: np.ndarray, index: int) -> WorkItem:
-        meta = FrameMeta(index, index, None)
-        np.copyto(slot.array, frame)
-        return WorkItem(meta, in_slot=slot)
-
-    def _submit_loop(self, pending: Channel, submitted: Channel) -> None:
-        while (future := pending.get()) is not END:
-            item = future.result() if isinstance(future, Future) else future
-            self.processor.submit(item)
-            submitted.put(item)
-        submitted.put(END)
-
-    def _sink_loop(self, submitted: Channel, latencies: list[float]) -> None:
-        out = self.memory.out_host
-        while (item := submitted.get()) is not END:
-            self.processor.complete(item)
-            out.release(item.out_slot)
-            latencies.append((time.perf_counter() - item.meta.decoded_at) * 1e3)
+        pipeline = Pipeline(self._source(count), NullSink(), self.chain, self.backend, self.cfg, memory=self.memory)
+        stats = pipeline.run()
+        return ScopeRun(stats.frames_out, stats.wall_s, list(stats.latency_ms.values()), before,
+                        self.memory.counters())
 
     def close(self) -> None:
-        self.copiers.shutdown()
-        self.processor.close()
+        self.memory.close()

@@ -11,11 +11,13 @@ distance and a quantised exp table, so it is a look-alike, not a reference.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from ..gpu.cuda import f32, i32, launch_2d, raw_kernel
+from ..gpu.cuda import f32, i32, launch_2d
+from ..gpu.kernels import kernel
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
@@ -45,18 +47,10 @@ def window_radius(sigma_s: float) -> int:
 
 
 _BILATERAL_SRC = r"""
-__device__ __forceinline__ int reflect101(int i, int n) {
-    if (n == 1) return 0;
-    while (i < 0 || i >= n) i = i < 0 ? -i : 2 * n - 2 - i;
-    return i;
-}
-
-extern "C" __global__ void pipeline_bilateral(const float* __restrict__ src, float* __restrict__ dst,
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst,
     int w, int h, int radius, float inv_s, float inv_r)
 {
-    int x = blockIdx.x * blockDim.x + threadIdx.x;
-    int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) return;
+    PIPELINE_XY(w, h)
     size_t n = (size_t)w * h;
     size_t i = (size_t)y * w + x;
     float p0 = src[i], p1 = src[n + i], p2 = src[2 * n + i];
@@ -97,8 +91,12 @@ class Bilateral(Filter):
     def cpu(self, src, dst, scratch):
         bilateral_cpu(src, dst, self.sigma_s, self.sigma_r)
 
+    @functools.cached_property
+    def _kernel(self):
+        return kernel(_BILATERAL_SRC, "pipeline_bilateral")
+
     def cuda(self, src, dst, scratch):
         _, h, w = src.shape
         inv_s, inv_r = f32(1 / (2 * self.sigma_s**2)), f32(1 / (2 * self.sigma_r**2))
         args = (src, dst, i32(w), i32(h), i32(window_radius(self.sigma_s)), inv_s, inv_r)
-        launch_2d(raw_kernel(_BILATERAL_SRC, "pipeline_bilateral"), w, h, args)
+        launch_2d(self._kernel, w, h, args)

@@ -22,31 +22,22 @@ import cv2
 import numpy as np
 
 from ..gpu.cuda import f32, float_literal, i32, launch_1d, launch_2d, raw_kernel
+from ..gpu.kernels import source
 from .registry import Filter, Param, register_filter
 
-_REFLECT101 = r"""
-__device__ __forceinline__ int reflect101(int i, int n) {
-    if (n == 1) return 0;
-    while (i < 0 || i >= n) i = i < 0 ? -i : 2 * n - 2 - i;
-    return i;
-}
-"""
-
-_SEP_SRC = _REFLECT101 + r"""
+_SEP_SRC = r"""
 // One pass of a separable filter over every plane (blockIdx.z); DX, DY select the direction.
-extern "C" __global__ void NAME(const float* __restrict__ src, float* __restrict__ dst, int w, int h)
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst, int w, int h)
 {
-    const float taps[2 * RADIUS + 1] = { TAPS };
-    int x = blockIdx.x * blockDim.x + threadIdx.x;
-    int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) return;
+    const float taps[2 * @RADIUS@ + 1] = { @TAPS@ };
+    PIPELINE_XY(w, h)
     const float* plane = src + (size_t)blockIdx.z * w * h;
     float acc = 0.f;
     #pragma unroll
-    for (int k = -RADIUS; k <= RADIUS; ++k) {
-        int xx = DX ? reflect101(x + k, w) : x;
-        int yy = DY ? reflect101(y + k, h) : y;
-        acc += taps[k + RADIUS] * plane[(size_t)yy * w + xx];
+    for (int k = -@RADIUS@; k <= @RADIUS@; ++k) {
+        int xx = @DX@ ? reflect101(x + k, w) : x;
+        int yy = @DY@ ? reflect101(y + k, h) : y;
+        acc += taps[k + @RADIUS@] * plane[(size_t)yy * w + xx];
     }
     dst[(size_t)blockIdx.z * w * h + (size_t)y * w + x] = acc;
 }
@@ -66,7 +57,7 @@ extern "C" __global__ void NAME(const float* __restrict__ src, float* __restrict
 # issuing them together, one memory latency each): blocks whose rows need no reflection take them as they
 # are (ROWS_DIRECT), the rest reflect once without branches (ROWS_ONCE, any image taller than R); only
 # images of at most R rows take the general loop. The column is reflected once per unit, before its loads.
-_FUSED_SRC = _REFLECT101 + r"""
+_FUSED_SRC = r"""
 #define R @RADIUS@
 #define TW @TILE_W@
 #define TH @TILE_H@
@@ -183,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(NT, @MIN_BLOCKS@)
 
 _MIX_SRC = r"""
 // In place on dst, which holds the blurred frame: dst = clamp(src + amount * (src - blur), 0, 1).
-extern "C" __global__ void pipeline_unsharp_mix(const float* __restrict__ src, float* dst, int n, float amount)
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* dst, int n, float amount)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -263,13 +254,8 @@ def _sep_source(taps_bytes: bytes, horizontal: bool, tag: str) -> tuple[str, str
     taps = np.frombuffer(taps_bytes, np.float32)
     radius = len(taps) // 2
     name = f"pipeline_{_identifier(tag)}_{'h' if horizontal else 'v'}_r{radius}_{_digest(taps_bytes)}"
-    src = (
-        _SEP_SRC.replace("NAME", name)
-        .replace("RADIUS", str(radius))
-        .replace("TAPS", ", ".join(float_literal(t) for t in taps))
-        .replace("DX", "1" if horizontal else "0")
-        .replace("DY", "0" if horizontal else "1")
-    )
+    src = source(_SEP_SRC, name, RADIUS=radius, TAPS=", ".join(float_literal(t) for t in taps),
+                 DX=int(horizontal), DY=int(not horizontal))
     return src, name
 
 
@@ -286,7 +272,6 @@ def _fused_source(taps_bytes: bytes, tag: str, mix: bool) -> tuple[str, str, Fus
         f"{'_mix' if mix else ''}"
     )
     values = {
-        "NAME": name,
         "RADIUS": radius,
         "TILE_W": tile.width,
         "TILE_H": tile.height,
@@ -296,14 +281,7 @@ def _fused_source(taps_bytes: bytes, tag: str, mix: bool) -> tuple[str, str, Fus
         "MIN_BLOCKS": tile.min_blocks,
         "TAPS": ", ".join(float_literal(t) for t in taps),
     }
-    src = _FUSED_SRC
-    for key, value in values.items():
-        src = src.replace(f"@{key}@", str(value))
-    return src, name, tile
-
-
-def _sep_kernel(taps: np.ndarray, horizontal: bool, tag: str):
-    return raw_kernel(*_sep_source(np.asarray(taps, np.float32).tobytes(), horizontal, tag))
+    return source(_FUSED_SRC, name, **values), name, tile
 
 
 def gaussian_taps(sigma: float) -> np.ndarray:
@@ -316,27 +294,74 @@ def separable_cpu(src: np.ndarray, dst: np.ndarray, taps: np.ndarray) -> None:
         cv2.sepFilter2D(src[c], cv2.CV_32F, taps, taps, dst=dst[c], borderType=cv2.BORDER_REFLECT_101)
 
 
+class Separable:
+    """A separable filter bound to its taps once, so a frame costs one launch (two passes and, for unsharp,
+    a mix above :data:`MAX_FUSED_RADIUS`) and no string building.
+
+    ``amount``: unsharp's clamp(src + amount * (src - filtered), 0, 1) instead of the filtered frame.
+    ``tmp`` (a frame like src) is used only by the two-pass fallback. dst must not overlap src (blocks read
+    src's halo around tiles that others write)."""
+
+    def __init__(self, taps: np.ndarray, tag: str, amount: float | None = None):
+        taps_bytes = np.asarray(taps, np.float32).tobytes()
+        self.amount = f32(amount or 0.0)
+        self.mix = amount is not None
+        self.tile = fused_tile(len(taps) // 2)
+        if self.tile is not None:
+            self._fused = raw_kernel(*_fused_source(taps_bytes, tag, self.mix)[:2])
+        else:
+            self._passes = [raw_kernel(*_sep_source(taps_bytes, horizontal, tag)) for horizontal in (True, False)]
+            self._mix = raw_kernel(source(_MIX_SRC, "pipeline_unsharp_mix"), "pipeline_unsharp_mix") if self.mix else None
+
+    @property
+    def needs_scratch(self) -> bool:
+        return self.tile is None
+
+    def __call__(self, src, dst, tmp=None) -> None:
+        planes, h, w = src.shape
+        if self.tile is not None:
+            args = (src, dst, i32(w), i32(h), self.amount)
+            self._fused(self.tile.grid(w, h, planes), (32, self.tile.block_y, 1), args)
+            return
+        horizontal, vertical = self._passes
+        launch_2d(horizontal, w, h, (src, tmp, i32(w), i32(h)), planes=planes)
+        launch_2d(vertical, w, h, (tmp, dst, i32(w), i32(h)), planes=planes)
+        if self._mix is not None:
+            launch_1d(self._mix, src.size, (src, dst, i32(src.size), self.amount))
+
+
 def separable_cuda(src, dst, tmp, taps: np.ndarray, tag: str, amount: float | None = None) -> None:
-    """dst = the separable filter of src (same taps both ways); with ``amount``, unsharp's
-    clamp(src + amount * (src - filtered), 0, 1). ``tmp`` (a frame like src) is used only by the two-pass
-    fallback for radii above :data:`MAX_FUSED_RADIUS`. dst must not overlap src (blocks read src's halo
-    around tiles that others write)."""
-    planes, h, w = src.shape
-    taps_bytes = np.asarray(taps, np.float32).tobytes()
-    if fused_tile(len(taps) // 2) is not None:
-        source, name, tile = _fused_source(taps_bytes, tag, amount is not None)
-        kernel = raw_kernel(source, name)
-        kernel(tile.grid(w, h, planes), (32, tile.block_y, 1), (src, dst, i32(w), i32(h), f32(amount or 0.0)))
-        return
-    launch_2d(_sep_kernel(taps, True, tag), w, h, (src, tmp, i32(w), i32(h)), planes=planes)
-    launch_2d(_sep_kernel(taps, False, tag), w, h, (tmp, dst, i32(w), i32(h)), planes=planes)
-    if amount is not None:
-        n = src.size
-        launch_1d(raw_kernel(_MIX_SRC, "pipeline_unsharp_mix"), n, (src, dst, i32(n), f32(amount)))
+    """One separable filtering of ``src`` into ``dst`` (binds the kernels each call: for tests and tools)."""
+    Separable(taps, tag, amount)(src, dst, tmp)
+
+
+def separable_scratch(taps: np.ndarray, width: int, height: int) -> list[tuple[int, ...]]:
+    """The intermediate frame the two-pass fallback needs, above :data:`MAX_FUSED_RADIUS` only."""
+    return [] if fused_tile(len(taps) // 2) is not None else [(3, height, width)]
+
+
+class SeparableFilter(Filter):
+    """Base of gblur, boxblur and unsharp: ``taps`` set in ``__init__``, kernels bound on first use."""
+
+    taps: np.ndarray
+    amount: float | None = None
+
+    def kernel_tag(self) -> str:
+        raise NotImplementedError
+
+    def scratch_shapes(self, width, height):
+        return separable_scratch(self.taps, width, height)
+
+    @functools.cached_property
+    def _separable(self) -> Separable:
+        return Separable(self.taps, self.kernel_tag(), self.amount)
+
+    def cuda(self, src, dst, scratch):
+        self._separable(src, dst, scratch[0] if scratch else None)
 
 
 @register_filter("gblur")
-class GBlur(Filter):
+class GBlur(SeparableFilter):
     help = "Gaussian blur (separable, radius ceil(3 sigma), borders reflected)."
     params = (Param("sigma", float, 1.0, low=0.0, high=64.0, low_exclusive=True, help="standard deviation in pixels"),)
 
@@ -344,11 +369,8 @@ class GBlur(Filter):
         super().__init__(**values)
         self.taps = gaussian_taps(self.sigma)
 
-    def scratch_shapes(self, width, height):
-        return [(3, height, width)]  # the two-pass fallback's intermediate (radius > MAX_FUSED_RADIUS)
+    def kernel_tag(self) -> str:
+        return f"gblur_s{self.sigma:g}".replace(".", "p")
 
     def cpu(self, src, dst, scratch):
         separable_cpu(src, dst, self.taps)
-
-    def cuda(self, src, dst, scratch):
-        separable_cuda(src, dst, scratch[0], self.taps, f"gblur_s{self.sigma:g}".replace(".", "p"))

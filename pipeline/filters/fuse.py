@@ -3,7 +3,8 @@
 A pointwise filter declares ``pointwise_expr()``: a block of CUDA C that updates the floats ``r``, ``g``,
 ``b`` of one pixel in place, and may read the ints ``x``, ``y`` (the pixel) and ``w``, ``h`` (the frame
 size). Parameters are baked into the text as exact literals (:func:`~pipeline.gpu.cuda.float_literal`).
-Helpers ``pw_clamp01(v)`` and ``pw_luma709(r, g, b)`` are in scope; local names should start with ``pw_``
+The prelude's helpers are in scope (``clamp01``, ``luma709``..., also under the names ``pw_clamp01(v)`` and
+``pw_luma709(r, g, b)``: see :mod:`pipeline.gpu.kernels`); local names should start with ``pw_``
 (each block gets its own braces, so two filters' locals never clash).
 
 :func:`fuse_pointwise` turns ``[gblur, eq, hue, vignette, sobel]`` into ``[gblur, fused(eq+hue+vignette), sobel]``:
@@ -19,22 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ..gpu.cuda import float_literal, i32, launch_2d, raw_kernel
+from ..gpu.cuda import i32, launch_2d, raw_kernel
+from ..gpu.kernels import source
 from .registry import Filter
-
-_KR, _KG, _KB = (float_literal(k) for k in (0.2126, 0.7152, 0.0722))
-_PRELUDE = f"""
-__device__ __forceinline__ float pw_clamp01(float v) {{ return fminf(fmaxf(v, 0.f), 1.f); }}
-__device__ __forceinline__ float pw_luma709(float r, float g, float b) {{
-    return __fadd_rn(__fadd_rn(__fmul_rn({_KR}, r), __fmul_rn({_KG}, g)), __fmul_rn({_KB}, b));
-}}
-"""
 
 _HEAD = r"""(const float* __restrict__ src, float* __restrict__ dst, int w, int h)
 {
-    int x = blockIdx.x * blockDim.x + threadIdx.x;
-    int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) return;
+    PIPELINE_XY(w, h)
     size_t n = (size_t)w * h;
     size_t i = (size_t)y * w + x;
     float r = src[i], g = src[n + i], b = src[2 * n + i];
@@ -75,23 +67,20 @@ def pointwise_body(members: list[Filter]) -> tuple[str, str]:
     return body, f"{names}_{digest}"
 
 
-POINTWISE_PRELUDE = _PRELUDE
-
-
 def pointwise_source(members: list[Filter]) -> tuple[str, str]:
     """(CUDA source, kernel name) of one kernel applying ``members`` in order."""
     body, tag = pointwise_body(members)
     name = f"pipeline_pw_{tag}"
-    return f'{_PRELUDE}extern "C" __global__ void {name}{_HEAD}{body}{_TAIL}', name
+    return source('extern "C" __global__ void @NAME@' + _HEAD + "@BODY@" + _TAIL, name, BODY=body), name
 
 
 def launch_pointwise(owner: Any, members: list[Filter], src, dst) -> None:
-    """Run ``members`` as one kernel; the source is built once and kept on ``owner``."""
-    cached = owner.__dict__.get("_pw_kernel_source")
-    if cached is None:
-        cached = owner.__dict__["_pw_kernel_source"] = pointwise_source(members)
+    """Run ``members`` as one kernel, compiled on the first frame and kept on ``owner``."""
+    kernel = owner.__dict__.get("_pw_kernel")
+    if kernel is None:
+        kernel = owner.__dict__["_pw_kernel"] = raw_kernel(*pointwise_source(members))
     _, h, w = src.shape
-    launch_2d(raw_kernel(*cached), w, h, (src, dst, i32(w), i32(h)))
+    launch_2d(kernel, w, h, (src, dst, i32(w), i32(h)))
 
 
 class PointwiseFilter(Filter):

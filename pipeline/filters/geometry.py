@@ -18,13 +18,14 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..gpu.cuda import cupy, i32, launch_2d, raw_kernel
+from ..gpu.kernels import kernel, source
 from .registry import Filter, Param, register_filter
 
 MAX_SIDE = 16384
 
 _AFFINE_SRC = r"""
 // dst(x, y) = src(ax * x + bx * y + cx, ay * x + by * y + cy), every plane (blockIdx.z).
-extern "C" __global__ void NAME(const float* __restrict__ src, float* __restrict__ dst,
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst,
     int sw, int sh, int dw, int dh, int ax, int bx, int cx, int ay, int by, int cy)
 {
     int x = blockIdx.x * blockDim.x + threadIdx.x;
@@ -37,11 +38,17 @@ extern "C" __global__ void NAME(const float* __restrict__ src, float* __restrict
 """
 
 
+@functools.lru_cache(maxsize=16)
+def _affine_kernel(name: str):
+    return kernel(_AFFINE_SRC, name)
+
+
 def affine_copy_cuda(name: str, src, dst, m: tuple[int, int, int, int, int, int]) -> None:
-    kernel = raw_kernel(_AFFINE_SRC.replace("NAME", name), name)
+    """Bound by name on first use (the source is the same for every name): no string built per frame."""
     planes, sh, sw = src.shape
     _, dh, dw = dst.shape
-    launch_2d(kernel, dw, dh, (src, dst, i32(sw), i32(sh), i32(dw), i32(dh), *(i32(v) for v in m)), planes=planes)
+    args = (src, dst, i32(sw), i32(sh), i32(dw), i32(dh), *(i32(v) for v in m))
+    launch_2d(_affine_kernel(name), dw, dh, args, planes=planes)
 
 
 def _even_size(name: str, value: int) -> None:
@@ -143,6 +150,13 @@ extern "C" __global__ void pipeline_scale_v(const float* __restrict__ src, float
 """
 
 
+@functools.cache
+def _resample_kernels():
+    """Both passes from one source, compiled once per process."""
+    text = source(_RESAMPLE_SRC, "")
+    return raw_kernel(text, "pipeline_scale_h"), raw_kernel(text, "pipeline_scale_v")
+
+
 @register_filter("scale")
 class Scale(Filter):
     help = (
@@ -191,8 +205,7 @@ class Scale(Filter):
         tmp = scratch[0]
         xi, xw, xk = self._tables(w_in, w_out)
         yi, yw, yk = self._tables(h_in, h_out)
-        kh = raw_kernel(_RESAMPLE_SRC, "pipeline_scale_h")
-        kv = raw_kernel(_RESAMPLE_SRC, "pipeline_scale_v")
+        kh, kv = _resample_kernels()
         launch_2d(kh, w_out, h_in, (src, tmp, xi, xw, i32(w_in), i32(w_out), i32(h_in), i32(xk)), planes=planes)
         launch_2d(kv, w_out, h_out, (tmp, dst, yi, yw, i32(w_out), i32(h_in), i32(h_out), i32(yk)), planes=planes)
 

@@ -12,11 +12,12 @@ import math
 import numpy as np
 
 from ..gpu.cuda import float_literal as lit
+from ..video import LUMA
 from .fuse import PointwiseFilter
 from .registry import Param, register_filter
 
 _F = np.float32
-KR, KG, KB = _F(0.2126), _F(0.7152), _F(0.0722)
+KR, KG, KB = (_F(k) for k in LUMA["bt709"])
 
 
 @register_filter("grayscale")

@@ -6,13 +6,15 @@ and uploaded to the device once, on the first frame; each frame is then one kern
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..gpu.cuda import cupy, f32, i32, launch_2d, raw_kernel
+from ..gpu.cuda import cupy, f32, i32, launch_2d
+from ..gpu.kernels import kernel
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
@@ -158,13 +160,11 @@ __device__ __forceinline__ float lerp(float a, float b, float f) { return __fadd
 
 // table: (n, n, n, 4) floats indexed [b][g][r][channel], the 4th channel padding: one 16-byte load per
 // corner (8 a pixel) instead of 24 scalar gathers.
-extern "C" __global__ void pipeline_lut3d(const float* __restrict__ src, float* __restrict__ dst,
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst,
     const float4* __restrict__ table, int w, int h, int n,
     float lo_r, float lo_g, float lo_b, float sc_r, float sc_g, float sc_b)
 {
-    int x = blockIdx.x * blockDim.x + threadIdx.x;
-    int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) return;
+    PIPELINE_XY(w, h)
     size_t np_ = (size_t)w * h;
     size_t i = (size_t)y * w + x;
     int ri, gi, bi;
@@ -184,9 +184,9 @@ extern "C" __global__ void pipeline_lut3d(const float* __restrict__ src, float* 
         }
         gb[db] = make_float4(lerp(rg[0].x, rg[1].x, gf), lerp(rg[0].y, rg[1].y, gf), lerp(rg[0].z, rg[1].z, gf), 0.f);
     }
-    dst[i] = fminf(fmaxf(lerp(gb[0].x, gb[1].x, bf), 0.f), 1.f);
-    dst[np_ + i] = fminf(fmaxf(lerp(gb[0].y, gb[1].y, bf), 0.f), 1.f);
-    dst[2 * np_ + i] = fminf(fmaxf(lerp(gb[0].z, gb[1].z, bf), 0.f), 1.f);
+    dst[i] = clamp01(lerp(gb[0].x, gb[1].x, bf));
+    dst[np_ + i] = clamp01(lerp(gb[0].y, gb[1].y, bf));
+    dst[2 * np_ + i] = clamp01(lerp(gb[0].z, gb[1].z, bf));
 }
 """
 
@@ -225,4 +225,8 @@ class Lut3d(Filter):
         scale = _F(lut.size - 1) / (lut.domain_max - lut.domain_min)
         args = (src, dst, self._table(), i32(w), i32(h), i32(lut.size))
         args += tuple(f32(v) for v in lut.domain_min) + tuple(f32(v) for v in scale)
-        launch_2d(raw_kernel(_LUT_SRC, "pipeline_lut3d"), w, h, args)
+        launch_2d(self._kernel, w, h, args)
+
+    @functools.cached_property
+    def _kernel(self):
+        return kernel(_LUT_SRC, "pipeline_lut3d")

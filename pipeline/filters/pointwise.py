@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..gpu.cuda import f32, float_literal, i32, launch_1d, raw_kernel
+from ..gpu.cuda import f32, float_literal, i32, launch_1d
+from ..gpu.kernels import kernel
+from ..video import LUMA
 from .registry import Filter, Param, register_filter
 
 # Saturation mixes each channel with BT.709 luma, whatever the stream's matrix: it is a look, not a conversion.
-_KR, _KG, _KB = np.float32(0.2126), np.float32(0.7152), np.float32(0.0722)
+_KR, _KG, _KB = (np.float32(k) for k in LUMA["bt709"])
 _F = np.float32
 
 _EQ_SRC = r"""
-extern "C" __global__ void pipeline_eq(const float* __restrict__ src, float* __restrict__ dst, int n,
-                                       float contrast, float brightness, float saturation, float inv_gamma)
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst, int n,
+                                  float contrast, float brightness, float saturation, float inv_gamma)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -21,7 +25,7 @@ extern "C" __global__ void pipeline_eq(const float* __restrict__ src, float* __r
     #pragma unroll
     for (int p = 0; p < 3; ++p)
         c[p] = __fadd_rn(__fadd_rn(__fmul_rn(__fsub_rn(src[p * n + i], 0.5f), contrast), 0.5f), brightness);
-    float l = __fadd_rn(__fadd_rn(__fmul_rn(KR, c[0]), __fmul_rn(KG, c[1])), __fmul_rn(KB, c[2]));
+    float l = luma709(c[0], c[1], c[2]);
     #pragma unroll
     for (int p = 0; p < 3; ++p) {
         float v = fminf(fmaxf(__fadd_rn(l, __fmul_rn(__fsub_rn(c[p], l), saturation)), 0.f), 1.f);
@@ -56,7 +60,7 @@ class Eq(Filter):
 #pragma unroll
 for (int p = 0; p < 3; ++p)
     pw_c[p] = __fadd_rn(__fadd_rn(__fmul_rn(__fsub_rn(pw_c[p], 0.5f), {con}), 0.5f), {bri});
-float pw_l = pw_luma709(pw_c[0], pw_c[1], pw_c[2]);
+float pw_l = luma709(pw_c[0], pw_c[1], pw_c[2]);
 #pragma unroll
 for (int p = 0; p < 3; ++p) {{
     float pw_v = fminf(fmaxf(__fadd_rn(pw_l, __fmul_rn(__fsub_rn(pw_c[p], pw_l), {sat})), 0.f), 1.f);
@@ -65,9 +69,11 @@ for (int p = 0; p < 3; ++p) {{
 }}
 r = pw_c[0]; g = pw_c[1]; b = pw_c[2];"""
 
+    @functools.cached_property
+    def _kernel(self):
+        return kernel(_EQ_SRC, "pipeline_eq")
+
     def cuda(self, src, dst, scratch):
-        source = _EQ_SRC.replace("KR", float_literal(_KR)).replace("KG", float_literal(_KG))
-        kernel = raw_kernel(source.replace("KB", float_literal(_KB)), "pipeline_eq")
         n = src.shape[1] * src.shape[2]
         args = (src, dst, i32(n), f32(self.contrast), f32(self.brightness), f32(self.saturation))
-        launch_1d(kernel, n, args + (f32(1.0 / self.gamma),))
+        launch_1d(self._kernel, n, args + (f32(1.0 / self.gamma),))

@@ -7,15 +7,19 @@ buffer.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..gpu.cuda import f32, float_literal, i32, launch_2d, raw_kernel
-from .blur import gaussian_taps, separable_cpu, separable_cuda
+from ..gpu.cuda import f32, i32, launch_2d
+from ..gpu.kernels import kernel
+from ..video import LUMA
+from .blur import SeparableFilter, gaussian_taps, separable_cpu
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
 # Edges are taken on BT.709 luma whatever the stream's matrix, as eq's saturation: a look, not a conversion.
-KR, KG, KB = _F(0.2126), _F(0.7152), _F(0.0722)
+KR, KG, KB = (_F(k) for k in LUMA["bt709"])
 
 
 def box_taps(radius: int) -> np.ndarray:
@@ -23,7 +27,7 @@ def box_taps(radius: int) -> np.ndarray:
 
 
 @register_filter("boxblur")
-class BoxBlur(Filter):
+class BoxBlur(SeparableFilter):
     help = "Box blur: the mean over a (2 radius + 1) square, separable, borders reflected (reflect-101)."
     params = (Param("radius", int, 2, low=1, high=64, help="half the box side, in pixels"),)
 
@@ -31,18 +35,15 @@ class BoxBlur(Filter):
         super().__init__(**values)
         self.taps = box_taps(self.radius)
 
-    def scratch_shapes(self, width, height):
-        return [(3, height, width)]  # the two-pass fallback's intermediate (radius > MAX_FUSED_RADIUS)
+    def kernel_tag(self) -> str:
+        return f"boxblur_r{self.radius}"
 
     def cpu(self, src, dst, scratch):
         separable_cpu(src, dst, self.taps)
 
-    def cuda(self, src, dst, scratch):
-        separable_cuda(src, dst, scratch[0], self.taps, f"boxblur_r{self.radius}")
-
 
 @register_filter("unsharp")
-class Unsharp(Filter):
+class Unsharp(SeparableFilter):
     help = "Unsharp mask: src + amount * (src - gaussian blur of src), clamped to [0, 1]; amount < 0 softens."
     params = (
         Param("sigma", float, 1.5, low=0.0, high=32.0, low_exclusive=True, help="blur standard deviation in pixels"),
@@ -53,32 +54,19 @@ class Unsharp(Filter):
         super().__init__(**values)
         self.taps = gaussian_taps(self.sigma)
 
-    def scratch_shapes(self, width, height):
-        return [(3, height, width)]  # the two-pass fallback's intermediate (the CPU path uses none)
+    def kernel_tag(self) -> str:
+        # One fused kernel: the blur and the mix in its write (two passes and a mix for large sigmas).
+        return f"unsharp_s{self.sigma:g}".replace(".", "p")
 
     def cpu(self, src, dst, scratch):
         separable_cpu(src, dst, self.taps)
         np.clip(src + _F(self.amount) * (src - dst), 0, 1, out=dst)
 
-    def cuda(self, src, dst, scratch):
-        # One fused kernel: the blur and the mix in its write (two passes and a mix for large sigmas).
-        tag = f"unsharp_s{self.sigma:g}".replace(".", "p")
-        separable_cuda(src, dst, scratch[0], self.taps, tag, amount=self.amount)
-
 
 _SOBEL_SRC = r"""
-__device__ __forceinline__ int reflect101(int i, int n) {
-    if (n == 1) return 0;
-    while (i < 0 || i >= n) i = i < 0 ? -i : 2 * n - 2 - i;
-    return i;
-}
-
-extern "C" __global__ void pipeline_sobel(const float* __restrict__ src, float* __restrict__ dst,
-                                          int w, int h, float scale)
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst, int w, int h, float scale)
 {
-    int x = blockIdx.x * blockDim.x + threadIdx.x;
-    int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= w || y >= h) return;
+    PIPELINE_XY(w, h)
     size_t n = (size_t)w * h;
     float l[3][3];
     #pragma unroll
@@ -87,7 +75,7 @@ extern "C" __global__ void pipeline_sobel(const float* __restrict__ src, float* 
         #pragma unroll
         for (int k = 0; k < 3; ++k) {
             size_t i = (size_t)yy * w + reflect101(x + k - 1, w);
-            l[j][k] = __fadd_rn(__fadd_rn(__fmul_rn(KR, src[i]), __fmul_rn(KG, src[n + i])), __fmul_rn(KB, src[2 * n + i]));
+            l[j][k] = luma709(src[i], src[n + i], src[2 * n + i]);
         }
     }
     float gx = __fadd_rn(__fadd_rn(__fsub_rn(l[0][2], l[0][0]), __fmul_rn(2.f, __fsub_rn(l[1][2], l[1][0]))),
@@ -101,11 +89,6 @@ extern "C" __global__ void pipeline_sobel(const float* __restrict__ src, float* 
     dst[2 * n + i] = m;
 }
 """
-
-
-_SOBEL_SOURCE = _SOBEL_SRC.replace("KR", float_literal(KR)).replace("KG", float_literal(KG)).replace(
-    "KB", float_literal(KB)
-)
 
 
 def luma709(rgb: np.ndarray) -> np.ndarray:
@@ -133,6 +116,10 @@ class Sobel(Filter):
     def cpu(self, src, dst, scratch):
         dst[:] = sobel_cpu(src, self.scale)[None]
 
+    @functools.cached_property
+    def _kernel(self):
+        return kernel(_SOBEL_SRC, "pipeline_sobel")
+
     def cuda(self, src, dst, scratch):
         _, h, w = src.shape
-        launch_2d(raw_kernel(_SOBEL_SOURCE, "pipeline_sobel"), w, h, (src, dst, i32(w), i32(h), f32(self.scale)))
+        launch_2d(self._kernel, w, h, (src, dst, i32(w), i32(h), f32(self.scale)))

@@ -8,9 +8,12 @@ The processor orders frames that share state, even across streams, so each frame
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..gpu.cuda import f32, i32, launch_1d, raw_kernel
+from ..gpu.cuda import f32, i32, launch_1d
+from ..gpu.kernels import kernel
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
@@ -48,7 +51,7 @@ def change(src: np.ndarray, previous: np.ndarray) -> np.ndarray:
 
 _TDENOISE_SRC = r"""
 // state: the previous output. One thread per pixel, all three channels.
-extern "C" __global__ void pipeline_tdenoise(const float* __restrict__ src, float* __restrict__ dst,
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst,
     float* __restrict__ state, int n, float alpha, float threshold, int primed)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -98,12 +101,16 @@ class TDenoise(TemporalFilter):
         state = self._state(src)
         n = src.shape[1] * src.shape[2]
         args = (src, dst, state, i32(n), f32(self.alpha), f32(self.threshold), i32(self._advance()))
-        launch_1d(raw_kernel(_TDENOISE_SRC, "pipeline_tdenoise"), n, args)
+        launch_1d(self._kernel, n, args)
+
+    @functools.cached_property
+    def _kernel(self):
+        return kernel(_TDENOISE_SRC, "pipeline_tdenoise")
 
 
 _MOTION_SRC = r"""
 // state: the previous input. mode 0: white where moving, else black; mode 1: moving pixels tinted red.
-extern "C" __global__ void pipeline_motion(const float* __restrict__ src, float* __restrict__ dst,
+extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restrict__ dst,
     float* __restrict__ state, int n, float threshold, int mode, int primed)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -159,4 +166,8 @@ class Motion(TemporalFilter):
         n = src.shape[1] * src.shape[2]
         mode = _MODES.index(self.mode)
         args = (src, dst, state, i32(n), f32(self.threshold), i32(mode), i32(self._advance()))
-        launch_1d(raw_kernel(_MOTION_SRC, "pipeline_motion"), n, args)
+        launch_1d(self._kernel, n, args)
+
+    @functools.cached_property
+    def _kernel(self):
+        return kernel(_MOTION_SRC, "pipeline_motion")

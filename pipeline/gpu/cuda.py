@@ -34,16 +34,21 @@ def gpu_status() -> tuple[bool, str]:
     return True, ""
 
 
-_KERNELS: dict[tuple[int, str], Any] = {}
+_KERNELS: dict[tuple[int, str, str, tuple[str, ...]], Any] = {}
 
 
 def raw_kernel(source: str, name: str, options: tuple[str, ...] = ("-std=c++17",)) -> Any:
-    """A compiled RawKernel, cached per device and name (names record parameters, for readable traces)."""
+    """A compiled RawKernel, cached per device, source, name and options.
+
+    Keyed on the source too, so two kernels that share a name (a plugin's and a built-in one, or one
+    template with other constants baked in) never get each other's code. Names record parameters, for
+    readable traces. CuPy compiles on first launch and keeps the binary in its on-disk cache.
+    """
     cp = cupy()
-    key = (cp.cuda.runtime.getDevice(), name)
+    key = (cp.cuda.runtime.getDevice(), source, name, tuple(options))
     kernel = _KERNELS.get(key)
     if kernel is None:
-        kernel = _KERNELS[key] = cp.RawKernel(source, name, options=options)
+        kernel = _KERNELS[key] = cp.RawKernel(source, name, options=tuple(options))
     return kernel
 
 

@@ -9,7 +9,8 @@ import numpy as np
 from ..errors import GPUError
 from ..memory.device_pool import BufferSpec, DevicePool, FrameBuffers
 from ..memory.host_ring import HostRing
-from ..memory.strategies import Memory, PerFrameDevice, PerFrameHost
+from ..memory.registry import MemoryRequest
+from ..memory.strategies import Memory, PerFrameDevice, PerFrameHost, per_frame_host
 from .cuda import cupy
 
 
@@ -130,22 +131,41 @@ def cupy_pinned_allocator():
     return allocate, misses
 
 
-def cuda_memory(strategy: str, in_bytes: int, out_bytes: int, frame_bytes: int, cfg, extra: int = 0) -> Memory:
-    """The memory of one run for an allocation strategy (see :mod:`pipeline.memory.strategies`)."""
-    if strategy in ("pool", "pinned-per-frame"):
-        device = DevicePool.sized_for(frame_bytes, cfg.in_flight, cfg.arena_headroom, CudaBacking, extra)
-        if strategy == "pool":
-            in_host = HostRing(cfg.ring_size, in_bytes, pinned_array)
-            out_host = HostRing(cfg.ring_size, out_bytes, pinned_array)
-            return Memory(strategy, in_host, out_host, device, pinned=True)
-        # cudaHostAlloc/cudaFreeHost per frame: the pinned memory is right, its lifetime is not.
-        return Memory(strategy, PerFrameHost(in_bytes, pinned_array), PerFrameHost(out_bytes, pinned_array),
-                      device, pinned=True)
-    if strategy == "naive":
-        device = PerFrameDevice(cuda_malloc, cuda_free)
-        return Memory(strategy, PerFrameHost(in_bytes, pageable), PerFrameHost(out_bytes, pageable), device, False)
-    if strategy in ("cupy", "async"):
-        allocate, misses = cupy_pinned_allocator()
-        return Memory(strategy, PerFrameHost(in_bytes, allocate), PerFrameHost(out_bytes, allocate),
-                      StreamOrderedDevice(strategy), pinned=True, extra={"host_allocs": lambda: misses[0]})
-    raise GPUError(f"unknown allocation strategy {strategy!r}")
+def _pooled_device(req: MemoryRequest) -> DevicePool:
+    return DevicePool.sized_for(req.frame_bytes, req.in_flight + req.held, req.headroom, CudaBacking, req.state_bytes)
+
+
+def _ring(size: int, nbytes: int, allocate) -> HostRing | None:
+    return HostRing(size, nbytes, allocate) if nbytes else None
+
+
+def pooled(req: MemoryRequest) -> Memory:
+    """The default: a pinned ring each way and one cudaMalloc'd arena; nothing allocated per frame."""
+    device = _pooled_device(req)
+    return Memory("pool", _ring(req.ring_size, req.in_bytes, pinned_array),
+                  _ring(req.ring_size, req.out_bytes, pinned_array), device, pinned=True)
+
+
+def pinned_per_frame(req: MemoryRequest) -> Memory:
+    """cudaHostAlloc/cudaFreeHost per frame: the pinned memory is right, its lifetime is not."""
+    return Memory("pinned-per-frame", per_frame_host(req.in_bytes, pinned_array),
+                  per_frame_host(req.out_bytes, pinned_array), _pooled_device(req), pinned=True)
+
+
+def naive(req: MemoryRequest) -> Memory:
+    return Memory("naive", per_frame_host(req.in_bytes, pageable), per_frame_host(req.out_bytes, pageable),
+                  PerFrameDevice(cuda_malloc, cuda_free), pinned=False)
+
+
+def _stream_ordered(kind: str, req: MemoryRequest) -> Memory:
+    allocate, misses = cupy_pinned_allocator()
+    return Memory(kind, per_frame_host(req.in_bytes, allocate), per_frame_host(req.out_bytes, allocate),
+                  StreamOrderedDevice(kind), pinned=True, extra={"host_allocs": lambda: misses[0]})
+
+
+def cupy_pool(req: MemoryRequest) -> Memory:
+    return _stream_ordered("cupy", req)
+
+
+def async_pool(req: MemoryRequest) -> Memory:
+    return _stream_ordered("async", req)

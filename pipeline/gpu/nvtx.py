@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, ContextManager
 
+from ..log import log
+
 _NULL = contextlib.nullcontext()
 
 
@@ -20,13 +22,13 @@ def _null(name: str) -> ContextManager:
     return _NULL
 
 
-def ranges(enabled: bool, notice: Callable[[str], None]) -> Callable[[str], ContextManager]:
+def ranges(enabled: bool) -> Callable[[str], ContextManager]:
     """A function ``range(name)`` returning a context manager that pushes/pops an NVTX range."""
     if not enabled:
         return _null
     push_pop = _cupy_nvtx() or _nvtx_package()
     if push_pop is None:
-        notice("--nvtx: neither CuPy nor the nvtx package is installed; no NVTX ranges are emitted")
+        log.warning("--nvtx: neither CuPy nor the nvtx package is installed; no NVTX ranges are emitted")
         return _null
     push, pop = push_pop
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..filters.color import rgb_to_yuv_cuda, yuv_to_rgb_cuda
 from .cuda import cupy
 
 _MARKS = ("start", "uploaded", "filtered", "done")
@@ -52,6 +51,7 @@ class CudaOps:
         self.streams = [cp.cuda.Stream.null] if default_stream else [
             cp.cuda.Stream(non_blocking=True) for _ in range(streams)
         ]
+        self._current_event = cp.cuda.Event()
         self._memcpy = cp.cuda.runtime.memcpyAsync
         self._h2d, self._d2h = cp.cuda.runtime.memcpyHostToDevice, cp.cuda.runtime.memcpyDeviceToHost
 
@@ -77,12 +77,15 @@ class CudaOps:
     def download(self, ctx: CudaContext, host, src) -> None:
         self._memcpy(host.ctypes.data, src.data.ptr, host.nbytes, self._d2h, ctx.stream.ptr)
 
-    yuv_to_rgb = staticmethod(yuv_to_rgb_cuda)
-    rgb_to_yuv = staticmethod(rgb_to_yuv_cuda)
-
     @staticmethod
     def run_filter(f, src, dst, scratch) -> None:
         f.cuda(src, dst, scratch)
+
+    def record_current(self):
+        """An event at the end of the work queued so far on the caller's current stream (reused: buffers
+        given back with it are released in order, so a later re-record only delays them, never early)."""
+        self._current_event.record(cupy().cuda.get_current_stream())
+        return self._current_event
 
     def synchronize_all(self) -> None:
         for s in self.streams:

@@ -1,10 +1,7 @@
-"""Allocation strategies: where each frame's host and device buffers come from.
+"""The memory of one run (:class:`Memory`) and the per-frame allocators the naive strategies use.
 
-``pool`` (default): a fixed host ring and one preallocated device arena, nothing allocated per frame.
-``naive``: fresh pageable host arrays and a real device allocation per buffer, per frame, freed when the
-frame is done. The kernels, copies and encoder are the same; only memory management differs.
-The allocation functions are injected (CUDA ones from :mod:`pipeline.gpu.memory`, NumPy on the CPU),
-so this module stays plain Python.
+Which strategies exist, and how each is built, is :mod:`pipeline.memory.registry`. Plain Python and
+NumPy: the CUDA allocation functions are injected by :mod:`pipeline.gpu.memory`.
 """
 
 from __future__ import annotations
@@ -65,6 +62,10 @@ class PerFrameHost:
             self._free(array)
 
 
+def per_frame_host(nbytes: int, allocate: Callable[[int], np.ndarray]) -> PerFrameHost | None:
+    return PerFrameHost(nbytes, allocate) if nbytes else None
+
+
 @dataclass
 class PerFrameDevice:
     """Every buffer of every frame is a real allocation, released when the frame is done."""
@@ -108,19 +109,24 @@ class PerFrameDevice:
 
 @dataclass
 class Memory:
-    """Everything one run allocates frames from."""
+    """Everything one run allocates frames from. A host side is None when frames never cross it (decoded
+    straight into device memory, or handed over on the device)."""
 
     strategy: str
-    in_host: HostRing | PerFrameHost
-    out_host: HostRing | PerFrameHost
+    in_host: HostRing | PerFrameHost | None
+    out_host: HostRing | PerFrameHost | None
     device: DevicePool | PerFrameDevice
     pinned: bool
     extra: dict[str, Any] = field(default_factory=dict)  # more counters; callables are read at report time
 
+    @property
+    def hosts(self) -> list[HostRing | PerFrameHost]:
+        return [h for h in (self.in_host, self.out_host) if h is not None]
+
     def drain(self) -> None:
         """Wait for and release everything still pending (end of run)."""
         self.device.drain()
-        for host in (self.in_host, self.out_host):
+        for host in self.hosts:
             if isinstance(host, PerFrameHost):
                 host.drain()
 
@@ -131,14 +137,14 @@ class Memory:
             close()
 
     def counters(self) -> dict[str, Any]:
-        host_bytes = self.in_host.bytes_reserved + self.out_host.bytes_reserved
-        host_allocs = sum(getattr(h, "allocs", 0) for h in (self.in_host, self.out_host))
+        hosts = self.hosts
+        host_bytes = sum(h.bytes_reserved for h in hosts)
         return {
-            "host_allocs": host_allocs,
+            "host_allocs": sum(getattr(h, "allocs", 0) for h in hosts),
             "strategy": self.strategy,
             **self.device.counters(),
             "host_bytes": host_bytes,
             "pinned_bytes": host_bytes if self.pinned else 0,
-            "host_ring_waits": self.in_host.waits + self.out_host.waits,
+            "host_ring_waits": sum(h.waits for h in hosts),
             **{k: v() if callable(v) else v for k, v in self.extra.items()},
         }

@@ -1,7 +1,8 @@
-"""What flows between the stages: the video format, and one in-flight frame with its buffers and events."""
+"""What flows between the stages: the video format, the stream's facts, and one in-flight frame."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -13,8 +14,13 @@ AVCOL_SPC_BT709 = 1
 AVCOL_RANGE_MPEG = 1
 AVCOL_RANGE_JPEG = 2
 
-# (Kr, Kb) luma coefficients per matrix.
-MATRICES = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
+# Luma weights (Kr, Kg, Kb) of each colour matrix: the one table the conversions, the filters that use
+# luma and the CUDA prelude (pipeline/gpu/kernels.py) all read. Kg = 1 - Kr - Kb.
+LUMA = {
+    "bt601": (0.299, 0.587, 0.114),
+    "bt709": (0.2126, 0.7152, 0.0722),
+    "bt2020": (0.2627, 0.6780, 0.0593),
+}
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,9 @@ class Colour:
 
     @property
     def coefficients(self) -> tuple[float, float]:
-        return MATRICES[self.matrix]
+        """(Kr, Kb) of this stream's matrix."""
+        kr, _, kb = LUMA[self.matrix]
+        return kr, kb
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,25 @@ class VideoFormat:
         return VideoFormat(width, height, self.colour)
 
 
+@dataclass(frozen=True)
+class StreamInfo:
+    """What a sink needs to know of the video it writes, without any codec object.
+
+    ``format`` is the frame layout the sink receives (after the filter chain); the rest describes the
+    stream's clock and presentation, copied from the input."""
+
+    format: VideoFormat
+    frame_rate: Fraction | None = None
+    time_base: Fraction | None = None
+    expected_frames: int | None = None
+    display_matrix: tuple[int, ...] | None = None
+    live: bool = False
+    name: str = ""
+
+    def with_format(self, fmt: VideoFormat) -> StreamInfo:
+        return dataclasses.replace(self, format=fmt)
+
+
 @dataclass
 class FrameMeta:
     """Per-frame facts carried from decoder to encoder."""
@@ -90,6 +117,13 @@ class FrameMeta:
     decode_s: float = 0.0
     # Host times (perf_counter) of the later hops, filled in by the engine for the latency report.
     stamps: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float | None:
+        """The frame's timestamp in seconds (None without a timestamp)."""
+        if self.pts is None or not self.time_base:
+            return None
+        return float(self.pts * Fraction(self.time_base))
 
 
 @dataclass(eq=False)
@@ -106,3 +140,5 @@ class WorkItem:
     ctx: Any = None
     device: Any = None
     out_format: VideoFormat | None = None
+    surface: Any = None  # a frame decoded into device memory (NVDEC): read in place, no upload
+    copying: Any = None  # a Future while another thread copies the frame into in_slot

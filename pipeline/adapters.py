@@ -1,0 +1,125 @@
+"""Sources and sinks that need no codec: frames from your own arrays, and a sink that discards.
+
+:class:`ArraySource` feeds any iterable of frames (a camera SDK's callback queue, a generator, frames
+decoded elsewhere) through the same pipeline as a file: host slots, streams, pooled buffers. Frames are
+packed H x W x 3 uint8 RGB (``layout="rgb24"``) or flat I420 (``layout="i420"``, the size given).
+
+:class:`NullSink` processes and discards, like FFmpeg's ``-f null -``: every frame is still downloaded
+into a host slot, so a run measures the whole memory path without an encoder setting the pace.
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from .errors import ConfigError, InputError
+from .video import Colour, FrameMeta, StreamInfo, VideoFormat
+
+
+class ArrayFrame:
+    """One frame of an :class:`ArraySource` (the engine's decode stage copies it into a host slot)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
+class ArraySource:
+    """Frames from Python: ``frames`` yields NumPy arrays; timestamps count frames at ``fps``.
+
+    The first frame fixes the size; an odd width or height loses its last column or row (4:2:0 output).
+    ``colour`` tags I420 input (and the output); RGB input is encoded with BT.709 limited range.
+    ``repeat``: cycle through ``frames`` (a list) until this many frames were given (benchmarks).
+    """
+
+    audio = None
+    decode_errors = corrupt_frames = retimed_frames = 0
+    live = False
+
+    def __init__(self, frames: Iterable[np.ndarray], *, fps: float = 30.0, layout: str = "rgb24",
+                 size: tuple[int, int] | None = None, colour: Colour | None = None, name: str = "<frames>",
+                 repeat: int | None = None):
+        if layout not in ("rgb24", "i420"):
+            raise ConfigError(f"Invalid layout ({layout!r}). Supported values are rgb24, i420.")
+        if not fps > 0:
+            raise ConfigError(f"Invalid fps ({fps!r}). Supported values are numbers > 0.")
+        self.layout, self.path = layout, name
+        self._time_base = Fraction(1, 1) / Fraction(fps).limit_denominator(1001000)
+        source = itertools.cycle(frames) if repeat is not None else iter(frames)
+        self._frames = itertools.islice(source, repeat) if repeat is not None else source
+        self._first = next(self._frames, None)
+        if self._first is None:
+            raise InputError(f"{name}: no frames")
+        width, height = self._size(self._first, size)
+        fmt = VideoFormat(width - width % 2, height - height % 2, colour or Colour("bt709", False, 1, 1, 1, 1))
+        self.info = StreamInfo(fmt, Fraction(fps).limit_denominator(1001000), self._time_base, repeat, None,
+                               False, name)
+        self._source_size = (width, height)
+
+    def _size(self, first: np.ndarray, size: tuple[int, int] | None) -> tuple[int, int]:
+        if self.layout == "i420":
+            if size is None:
+                raise ConfigError("an I420 array source needs size=(width, height)")
+            return size
+        if first.ndim != 3 or first.shape[2] != 3 or first.dtype != np.uint8:
+            raise InputError(f"{self.path}: frames must be H x W x 3 uint8 RGB arrays, got {first.shape} "
+                             f"{first.dtype}")
+        if first.shape[0] < 2 or first.shape[1] < 2:
+            raise InputError(f"{self.path}: frames of {first.shape[1]}x{first.shape[0]} are too small")
+        return first.shape[1], first.shape[0]
+
+    def items(self, limit: int | None = None) -> Iterator[Any]:
+        from .source import DecodedFrame  # the entry type the engine expects (no codec involved)
+
+        frames = itertools.chain([self._first], self._frames)
+        for index, array in enumerate(itertools.islice(frames, limit)):
+            yield DecodedFrame(ArrayFrame(array), FrameMeta(index, index, self._time_base))
+
+    def copy_into(self, frame: ArrayFrame, dst: np.ndarray) -> None:
+        array, fmt = frame.array, self.info.format
+        if self.layout == "i420":
+            np.copyto(dst, np.asarray(array).reshape(-1)[: dst.size])
+            return
+        if array.shape != (self._source_size[1], self._source_size[0], 3):
+            raise InputError(f"{self.path}: frame of shape {array.shape} after frames of "
+                             f"{(self._source_size[1], self._source_size[0], 3)}")
+        np.copyto(dst.reshape(fmt.height, fmt.width, 3), array[: fmt.height, : fmt.width])
+
+    def close(self) -> None:
+        close = getattr(self._frames, "close", None)
+        if close is not None:
+            close()
+
+
+class NullSink:
+    """Processes and discards (``-o null``): frames are downloaded, then dropped; nothing is written."""
+
+    residence = "host"
+
+    def __init__(self, layout: str = "i420"):
+        self.layout = layout
+        self.target = "null"
+        self.tmp = None
+        self.zero_copy = True
+        self.audio_dropped = 0
+        self.on_packets = None
+        self.frames = 0
+
+    def write_video(self, frame: Any, meta: FrameMeta) -> None:
+        self.frames += 1
+        if self.on_packets is not None:
+            self.on_packets([meta.seconds])  # "packet out" at once: there is no encoder
+
+    def write_audio(self, packet: Any) -> bool:
+        return True
+
+    def finish(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass

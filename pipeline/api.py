@@ -1,0 +1,163 @@
+"""The Python API: ``frames`` to iterate processed frames, ``run`` to process into an output.
+
+Both run the same engine as ``pipeline run`` (host ring, streams, pooled buffers; zero allocations per
+frame on the pooled path) and take the same options. A source is a file or URL, an iterable of
+H x W x 3 uint8 RGB arrays (your own generator, a camera SDK), or a built source
+(:class:`~pipeline.adapters.ArraySource`, or anything following :class:`~pipeline.interfaces.FrameSource`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterable, Iterator
+
+from .config import DEFAULT_FILTERS, RunConfig  # noqa: F401  (DEFAULT_FILTERS: the CLI's chain, for reference)
+from .errors import ConfigError
+from .processor import StageFrame
+
+# Named arguments of frames() and run(); every other RunConfig field is an option.
+_NAMED = {"input", "output", "filters", "device", "alloc"}
+OPTIONS = tuple(f.name for f in fields(RunConfig) if f.name not in _NAMED)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One processed frame, handed over by :func:`frames`.
+
+    ``array`` is H x W x 3 uint8 RGB: a NumPy array on the CPU backend, a CuPy array on CUDA (both
+    DLPack-able, and so is the frame itself: ``torch.from_dlpack(frame)``). It is a view into a pooled
+    buffer, valid until the next frame is requested: keep it with :meth:`copy`. ``index`` counts frames
+    from 0, ``pts`` is the timestamp in the stream's time base, ``time`` the same in seconds.
+    """
+
+    array: Any
+    index: int
+    pts: int | None
+    time: float | None
+
+    def copy(self) -> Frame:
+        """The frame with an array of its own, valid after the iteration moves on."""
+        return Frame(self.array.copy(), self.index, self.pts, self.time)
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+class FrameIterator:
+    """What :func:`frames` returns: an iterator of :class:`Frame`, and a context manager that stops the
+    decoder and gives every buffer back on exit (also on ``break`` or an exception)."""
+
+    def __init__(self, pipeline):
+        self._pipeline = pipeline
+        self._frames: Iterator | None = None
+        self._closed = False
+
+    def __iter__(self) -> FrameIterator:
+        return self
+
+    def __next__(self) -> Frame:
+        if self._closed:
+            raise StopIteration
+        if self._frames is None:
+            self._frames = self._pipeline.frames()
+        item = next(self._frames)
+        meta = item.meta
+        return Frame(self._pipeline.processor.output_array(item), meta.index, meta.pts, meta.seconds)
+
+    def __enter__(self) -> FrameIterator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the run early; the frames already handed over become invalid."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._frames is not None:
+            self._frames.close()
+        else:
+            self._pipeline.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def stats(self):
+        """The run's statistics so far (:class:`~pipeline.stats.RunStats`)."""
+        return self._pipeline.stats
+
+
+def frames(source, *, filters: str | None = None, device: str = "auto", alloc: str = "pool",
+           **options: Any) -> FrameIterator:
+    """Decode ``source``, run ``filters`` on ``device``, and yield each frame as RGB (:class:`Frame`).
+
+    ``filters`` is a chain in FFmpeg's syntax (``"gblur=sigma=2,eq=contrast=1.2"``; None: no filter).
+    ``options`` are :class:`~pipeline.config.RunConfig` fields (ring_size, streams, in_flight, frames,
+    ...); an unknown one raises :class:`~pipeline.errors.ConfigError`.
+    """
+    from .build import make_backend, make_chain
+    from .engine import Pipeline
+
+    cfg = settings(source, None, filters, device, alloc, options)
+    chain = make_chain(cfg.filters, cfg.plugins)
+    backend = make_backend(cfg.device, cfg.alloc, cfg.streams)
+    return FrameIterator(Pipeline(open_source(source, cfg), None, chain, backend, cfg))
+
+
+def run(source, output, *, filters: str | None = None, stage: Callable[[StageFrame], None] | None = None,
+        device: str = "auto", alloc: str = "pool", **options: Any) -> dict[str, Any]:
+    """Process ``source`` into ``output`` (a file, a stream URL, or ``"null"`` to discard); return the
+    run's statistics (what ``--stats-json`` holds).
+
+    ``stage(frame)`` is your own processing, called once per frame after the filter chain and before the
+    conversion back, on the frame's CUDA stream: ``frame.planes`` is the working (3, H, W) float32 RGB in
+    [0, 1], writable in place (CuPy on CUDA, NumPy on the CPU); queue work on ``frame.stream``. If it
+    raises, the run ends as for a failing filter: :class:`~pipeline.errors.StageError`, no output.
+    """
+    from .build import build_parts
+    from .engine import Pipeline
+
+    cfg = settings(source, output, filters, device, alloc, options)
+    given = None if _is_location(source) else open_source(source, cfg)
+    pipeline = Pipeline(*build_parts(cfg, stage, source=given), cfg, stage=stage)
+    return pipeline.run().to_dict(per_frame=False)
+
+
+def settings(source, output, filters: str | None, device: str, alloc: str, options: dict[str, Any]) -> RunConfig:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                          f"valid options: {', '.join(OPTIONS)}")
+    name = os.fspath(source) if _is_location(source) else getattr(getattr(source, "info", None), "name", "<frames>")
+    out = None if output is None else os.fspath(output)
+    return RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
+
+
+def open_source(source, cfg: RunConfig):
+    """A source object for ``source``: a path or URL is opened with PyAV, arrays are wrapped."""
+    from .adapters import ArraySource
+    from .interfaces import FrameSource
+
+    if _is_location(source):
+        from .build import open_source as open_av
+
+        return open_av(cfg)
+    if isinstance(source, FrameSource):
+        return source
+    if isinstance(source, Iterable):
+        return ArraySource(source)
+    raise ConfigError(f"Invalid source ({type(source).__name__}). Supported values are a path or URL, an "
+                      "iterable of H x W x 3 uint8 arrays, or a FrameSource.")
+
+
+def _is_location(source) -> bool:
+    return isinstance(source, (str, os.PathLike))

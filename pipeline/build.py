@@ -1,0 +1,150 @@
+"""Building a run's parts from a config, as ``pipeline run`` does: chain, backend, source and sink.
+
+Everything that can be refused (options, plugins, the GPU, the output path, the input) is checked before
+any output file exists; a part built before a later one fails is closed again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .checks import check_output, check_stats_path
+from .config import RunConfig
+from .errors import ConfigError, GPUError
+from .filters import fuse_pointwise, load_plugin, parse_chain
+from .log import log
+from .memory.registry import strategy as find_strategy
+
+
+def make_backend(device: str, alloc: str, streams: int):
+    """The backend for ``device`` (auto, cuda or cpu) and allocation strategy ``alloc``."""
+    from .gpu.cuda import gpu_status
+
+    strategy = find_strategy(alloc)
+    if device in ("auto", "cuda"):
+        ok, reason = gpu_status()
+        if ok:
+            from .gpu.backend import CudaBackend
+
+            return CudaBackend(strategy, streams)
+        if device == "cuda":
+            raise GPUError(f"--device cuda: {reason}")
+        log.info(f"no usable CUDA GPU ({reason}); running on the CPU")
+    if strategy.cpu is None:
+        raise ConfigError(f"--alloc {alloc} needs a CUDA GPU; the CPU backend has pool and naive")
+    from .cpu import CpuBackend
+
+    return CpuBackend(strategy)
+
+
+def make_chain(filters: str, plugins: tuple[str, ...] = ()) -> list:
+    for plugin in plugins:
+        load_plugin(plugin)
+    return fuse_pointwise(parse_chain(filters))
+
+
+def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None):
+    """The PyAV source for ``cfg.input``; a live one is opened in the background (Ctrl-C stays live)."""
+    from .source import Source, is_live_input
+
+    live = is_live_input(cfg.input, cfg.input_format)
+
+    def factory() -> Any:
+        return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
+                      timeout=cfg.timeout, live=live)
+
+    if not live:
+        return factory()
+    import threading
+
+    from .live import open_in_background
+
+    return open_in_background(factory, stop or threading.Event(), signum)
+
+
+def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):
+    """The encoder and muxer for ``target`` (a path or a URL)."""
+    from .sink import Sink
+
+    return Sink(target, info, codec=cfg.codec, options=cfg.encoder_opts, audio=audio,
+                output_format=cfg.output_format, output_opts=cfg.output_opts, timeout=cfg.timeout,
+                low_latency=low_latency)
+
+
+def is_null_output(cfg: RunConfig) -> bool:
+    """``-o null`` or ``--format null``: process every frame, write nothing (FFmpeg's ``-f null -``)."""
+    return cfg.output == "null" or cfg.output_format == "null"
+
+
+def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> tuple[Any, Any, list, Any]:
+    """(source, sink, chain, backend) for a run of ``cfg``; ``control`` stops a live source's open.
+    ``source``: one already built (frames from arrays); by default ``cfg.input`` is opened."""
+    from .engine import plan_for
+
+    chain = make_chain(cfg.filters, cfg.plugins)
+    if cfg.preview:
+        from .preview import check_display
+
+        check_display()
+    backend = make_backend(cfg.device, cfg.alloc, cfg.streams)
+    null = is_null_output(cfg)
+    target = None if null else cfg.output_target()
+    if target is not None:
+        check_output(cfg.input, target, cfg.overwrite)
+    check_stats_path(cfg.stats_json)
+    if source is None:
+        stop = control.stop_event if control is not None else None
+        source = open_source(cfg, stop, (lambda: control.signum) if control is not None else (lambda: None))
+    try:
+        plan = plan_for(source, chain, backend, "i420", stage)
+        if backend.name == "cpu":
+            check_host_memory(cfg, plan)
+        if null:
+            from .adapters import NullSink
+
+            sink = NullSink()
+        else:
+            low_latency = source.info.live or cfg.realtime
+            sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency)
+    except BaseException:
+        source.close()
+        raise
+    return source, sink, chain, backend
+
+
+def check_host_memory(cfg: RunConfig, plan) -> None:
+    """Refuse, before allocating, a run whose frames cannot fit in this machine's memory (CPU backend:
+    the "device" arena is host memory too). CUDA reports its own shortfall, with sizes, at reservation."""
+    needed = memory_needed(cfg, plan)
+    available = available_memory()
+    if available is not None and needed > available:
+        f = plan.in_format
+        raise GPUError(
+            f"{cfg.input}: out of memory: {f.width}x{f.height} frames need {_gib(needed)} "
+            f"({needed} bytes: {cfg.in_flight} in flight, {cfg.ring_size} ring slots each way), "
+            f"{_gib(available)} is available; lower --in-flight/--ring-size or the resolution"
+        )
+
+
+def memory_needed(cfg: RunConfig, plan) -> int:
+    """The arena and host rings the run reserves: the same sums the memory strategies make."""
+    from .memory.device_pool import arena_capacity
+
+    request = plan.request(cfg)
+    arena = arena_capacity(request.frame_bytes, request.in_flight, request.headroom, request.state_bytes)
+    return arena + cfg.ring_size * (request.in_bytes + request.out_bytes)
+
+
+def available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None  # not Linux: no check, the allocation itself reports
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"

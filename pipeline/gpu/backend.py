@@ -1,0 +1,27 @@
+"""The CUDA backend: streams and per-frame events, the GPU clock, and memory for each strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..memory.registry import MemoryRequest, Strategy
+from ..memory.strategies import Memory
+from .clock import GpuClock
+from .cuda import cupy
+from .streams import CudaOps
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, strategy: Strategy, streams: int):
+        self.strategy = strategy
+        # A strategy written as stream-unaware code would be (naive) runs on the legacy default stream.
+        self.ops = CudaOps(streams, default_stream=strategy.default_stream)
+        self.clock = GpuClock()
+
+    def memory(self, request: MemoryRequest) -> Memory:
+        return self.strategy.build("cuda", request)
+
+    def array_module(self) -> Any:
+        return cupy()

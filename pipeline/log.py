@@ -1,0 +1,55 @@
+"""Logging: every notice and warning of the library goes to the ``pipeline`` logger.
+
+A library user sees nothing unless they configure logging (the package installs a ``NullHandler``).
+The command line installs :class:`LineHandler`: one line per message on stderr, ``pipeline: ...``
+(``pipeline: warning: ...`` for warnings), its level set by ``--loglevel`` (FFmpeg's names).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+log = logging.getLogger("pipeline")
+
+# FFmpeg's -loglevel names, as users type them.
+LEVELS = {
+    "quiet": logging.CRITICAL + 10,
+    "panic": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "verbose": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": logging.DEBUG,
+}
+
+
+class LineHandler(logging.Handler):
+    """``pipeline: message`` lines through ``write`` (the CLI's console, so a progress bar stays intact)."""
+
+    def __init__(self, write: Callable[[str], None], level: int = logging.INFO):
+        super().__init__(level)
+        self._write = write
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            label = "warning: " if record.levelno == logging.WARNING else ""
+            if record.levelno >= logging.ERROR:
+                label = "error: "
+            self._write(f"pipeline: {label}{record.getMessage()}")
+        except Exception:  # a broken stderr must not end the run
+            self.handleError(record)
+
+
+def install(write: Callable[[str], None], level: int) -> LineHandler:
+    """Route the ``pipeline`` logger to ``write`` at ``level`` (replacing an earlier CLI handler)."""
+    for handler in list(log.handlers):
+        if isinstance(handler, LineHandler):
+            log.removeHandler(handler)
+    handler = LineHandler(write, level)
+    log.addHandler(handler)
+    log.setLevel(min(level, logging.INFO) if level <= logging.CRITICAL else level)
+    log.propagate = False  # the CLI owns stderr: no second copy through the root logger
+    return handler
