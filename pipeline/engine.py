@@ -345,7 +345,11 @@ class Pipeline:
                     continue
                 with self.nvtx(f"decode {entry.meta.index}"):
                     item = self._into_slot(entry)
-                self.q_decoded.put(item)
+                try:
+                    self.q_decoded.put(item)
+                except Aborted:
+                    self._give_back(item)
+                    raise
         except SourceStalled as e:
             self._input_error = e  # the frames before the stall still go through; reported at the end
         finally:
@@ -387,7 +391,11 @@ class Pipeline:
                     item.copying = None
                 with self.nvtx(f"submit {item.meta.index}"):
                     self.processor.submit(item, keep_device=keep)
-            self.q_submitted.put(item)
+            try:
+                self.q_submitted.put(item)
+            except Aborted:
+                self._give_back(item)  # the run stopped while this frame was on its way
+                raise
 
     def _encode_stage(self) -> None:
         sink, lent = self.sink, deque()
@@ -458,11 +466,31 @@ class Pipeline:
 
     # -- tear-down --------------------------------------------------------------------------------
 
+    def _drain_leftovers(self) -> None:
+        """Frames still queued when a run stopped early: their slots and buffers go back, so memory that
+        outlives the run (shared, or counted right after) holds nothing of it."""
+        for channel in (self.q_decoded, self.q_submitted):
+            for item in channel.clear():
+                if isinstance(item, WorkItem):
+                    self._give_back(item)
+
+    def _give_back(self, item: WorkItem) -> None:
+        """Everything a frame holds, returned once its work has completed."""
+        memory = self.processor.memory
+        _slot_dropper(memory.in_host, None)(item)
+        if item.ctx is not None:
+            self.processor.complete(item)
+        self.processor.release(item)
+        if item.out_slot is not None:
+            memory.out_host.release(item.out_slot)
+            item.out_slot = None
+
     def _finish(self, consumer_left: bool = False) -> None:
         self.stats.finish()
         self._count_damage()
         error = self._error
         try:
+            self._drain_leftovers()
             self.processor.close()
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
@@ -510,7 +538,7 @@ def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
                            fold=backend.ops.folds_pointwise, stage=stage is not None)
 
 
-def _slot_dropper(ring, stats: RunStats) -> Callable[[WorkItem], None]:
+def _slot_dropper(ring, stats: RunStats | None) -> Callable[[WorkItem], None]:
     def drop(item: WorkItem) -> None:
         """A frame dropped from q_decoded: its host slot goes back unused (it was never uploaded)."""
         if item.copying is not None:
@@ -518,6 +546,7 @@ def _slot_dropper(ring, stats: RunStats) -> Callable[[WorkItem], None]:
         if item.in_slot is not None:
             ring.release(item.in_slot)
             item.in_slot = None
-        stats.drop("submit")
+        if stats is not None:
+            stats.drop("submit")
 
     return drop

@@ -55,6 +55,7 @@ from pipeline.filters.blur import SeparableFilter  # noqa: E402
 from pipeline.filters.fuse import FusedPointwise, fuse_pointwise  # noqa: E402
 from pipeline.filters.geometry import even_round  # noqa: E402
 from pipeline.filters.registry import Filter  # noqa: E402
+from pipeline.gpu.probe import device_info  # noqa: E402
 from pipeline.video import Colour, VideoFormat  # noqa: E402
 
 EXIT_FAILED_ROWS = 1
@@ -576,16 +577,6 @@ def prepare(cp, case: Case, width: int, height: int, src_rgb, src_yuv) -> Callab
     return run
 
 
-def _device_info(cp) -> dict[str, Any]:
-    rt = cp.cuda.runtime
-    props = rt.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return {"name": name, "compute_capability": f"{props.get('major', '?')}.{props.get('minor', '?')}",
-            "memory_gib": round(int(props.get("totalGlobalMem", 0)) / 2**30, 1),
-            "l2_mib": round(int(props.get("l2CacheSize", 0)) / 2**20, 1), "cupy": cp.__version__,
-            "driver": rt.driverGetVersion(), "runtime": rt.runtimeGetVersion()}
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"
@@ -625,7 +616,7 @@ def run_benchmarks(args, cp, say) -> tuple[dict[str, Any], list[dict[str, Any]]]
         del src_rgb, src_yuv
         cp.get_default_memory_pool().free_all_blocks()
     annotate_fusion(rows)
-    meta = {"device": _device_info(cp), "copy": copy}
+    meta = {"device": device_info(cp), "copy": copy}
     return meta, rows
 
 

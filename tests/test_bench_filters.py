@@ -262,7 +262,7 @@ def fake_cupy():
     runtime = types.SimpleNamespace(
         getDeviceProperties=lambda i: props, getDeviceCount=lambda: 1, getDevice=lambda: 0, memcpyDeviceToDevice=3,
         memcpyAsync=lambda dst, src, n, kind, stream: None, driverGetVersion=lambda: 13000,
-        runtimeGetVersion=lambda: 13000, CUDARuntimeError=RuntimeError)
+        runtimeGetVersion=lambda: 13000, memGetInfo=lambda: (1 << 33, 1 << 34), CUDARuntimeError=RuntimeError)
     cuda = types.SimpleNamespace(
         Stream=Stream, Event=Event, runtime=runtime, get_elapsed_time=lambda s, e: e.t - s.t,
         Device=lambda: types.SimpleNamespace(id=0), memory=types.SimpleNamespace(OutOfMemoryError=MemoryError),

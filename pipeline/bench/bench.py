@@ -77,6 +77,13 @@ def _encoder_opts(args) -> dict[str, str]:
     return opts
 
 
+def _device_info() -> dict[str, Any]:
+    from ..gpu.cuda import cupy
+    from ..gpu.probe import device_info
+
+    return device_info(cupy())
+
+
 def main(args: argparse.Namespace) -> int:
     from ..gpu.cuda import gpu_status
 
@@ -195,15 +202,3 @@ def _relative_to_pooled(result: dict) -> None:
         pooled = next((r["fps"] for r in rows if r["strategy"] == "pool"), None)
         for r in rows:
             r["x_pooled"] = round(r["fps"] / pooled, 3) if pooled else None
-
-
-def _device_info() -> dict[str, Any]:
-    import os
-
-    from ..gpu.cuda import cupy
-
-    cp = cupy()
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return {"name": name, "cpu_cores": os.cpu_count(), "cupy": cp.__version__,
-            "driver": cp.cuda.runtime.driverGetVersion(), "runtime": cp.cuda.runtime.runtimeGetVersion()}

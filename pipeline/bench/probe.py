@@ -9,7 +9,7 @@ against the machine at hand rather than taken on trust:
 - host<->device bandwidth, pageable vs pinned, and both directions at once.
 
 CuPy is imported inside the functions, so this module imports (and its tables render) without it.
-The measurements live in :mod:`.probe_measure`, the tables in :mod:`.probe_report`; this module runs
+The measurements live in :mod:`pipeline.gpu.probe`, the tables in :mod:`.probe_report`; this module runs
 them (:func:`run_probe`) and is the command line.
 """
 
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, GPUError, OutputError
-from .probe_measure import (
+from ..gpu.probe import (
     PoolAlloc,
     _bandwidth_for_size,
-    _device_info,
+    device_info,
     _measure_allocs,
     _measure_bandwidth,
     _measure_free_sync,
@@ -59,7 +59,7 @@ def run_probe(
     cupy = _require_gpu()
     skipped: list[str] = []
     try:
-        result: dict[str, Any] = {"device": _device_info(cupy), "repeats": repeats}
+        result: dict[str, Any] = {"device": device_info(cupy), "repeats": repeats}
         result["pool"] = "cupy.cuda.MemoryPool" if pool_alloc is None else _describe(pool_alloc)
         result["alloc"] = _measure_allocs(cupy, plan, repeats, pool_alloc, skipped)
         result["free_sync"] = _free_sync_or_error(cupy, plan.spin_bytes, spin_ms, repeats)
@@ -143,7 +143,4 @@ def _write_json(path: Path, result: dict) -> None:
 
 def bandwidth_for_size(label: str, nbytes: int, repeats: int = 10) -> list[dict]:
     """Pinned and pageable H2D/D2H (and both at once) for one buffer size; rows as in ``run_probe``."""
-    _require_gpu()
-    import cupy
-
-    return _bandwidth_for_size(cupy, label, nbytes, repeats)
+    return _bandwidth_for_size(_require_gpu(), label, nbytes, repeats)

@@ -1,11 +1,12 @@
 """The measurements behind `pipeline probe`: allocation costs, cudaFree's implicit synchronisation, and
-host<->device bandwidth, each on the current CUDA device (see :mod:`.probe` for what they show).
+host<->device bandwidth, each on the current CUDA device (see :mod:`pipeline.bench.probe` for what they show).
 
 CuPy is passed in (or imported inside the functions), so this module imports without it.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -97,7 +98,8 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
-def _device_info(cupy) -> dict[str, Any]:
+def device_info(cupy) -> dict[str, Any]:
+    """The current CUDA device, as every benchmark records it beside its figures."""
     rt = cupy.cuda.runtime
     index = cupy.cuda.Device().id
     props = rt.getDeviceProperties(index)
@@ -109,9 +111,11 @@ def _device_info(cupy) -> dict[str, Any]:
         "compute_capability": f"{props['major']}.{props['minor']}",
         "total_memory_bytes": int(total),
         "free_memory_bytes": int(free),
+        "l2_mib": round(int(props.get("l2CacheSize", 0)) / 2**20, 1),
         "driver_version": _cuda_version(rt.driverGetVersion()),
         "runtime_version": _cuda_version(rt.runtimeGetVersion()),
         "cupy_version": cupy.__version__,
+        "cpu_cores": os.cpu_count(),
     }
 
 

@@ -1,0 +1,240 @@
+"""The Python API: pipeline.frames, pipeline.run with a stage, frames from your own source.
+
+Each body runs on the CPU backend and on CUDA; outputs are checked against the CPU reference of the
+same chain applied to the decoded input (helpers.apply_chain_cpu), and the pooled path's allocations
+are counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import make_sample
+import pipeline
+from conftest import all_devices
+from helpers import decode, max_abs_diff
+from pipeline.convert import i420_to_rgb_cpu, rgb_to_rgb24_cpu
+from pipeline.filters import parse_chain
+from pipeline.video import Colour, VideoFormat
+
+W, H, FRAMES = 160, 96, 24
+CHAIN = "gblur=sigma=1,eq=contrast=1.2"
+TOLERANCE = {"cpu": 0, "cuda": 2}
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_sample.make_clip(tmp_path_factory.mktemp("api") / "clip.mkv", width=W, height=H, frames=FRAMES,
+                                 fps=30, seed=5, codec="ffv1")
+
+
+@pytest.fixture(scope="module")
+def decoded(clip):
+    return decode(clip)
+
+
+def expected_rgb(i420: np.ndarray, filters: str) -> np.ndarray:
+    """The CPU reference: conversion, the chain's references, conversion to packed RGB."""
+    fmt = VideoFormat(W, H, Colour("bt601", False))
+    rgb = np.empty((3, H, W), np.float32)
+    i420_to_rgb_cpu(i420, fmt, rgb)
+    for f in parse_chain(filters):
+        out = np.empty_like(rgb)
+        f.cpu(rgb, out, [np.empty(s, np.float32) for s in f.scratch_shapes(W, H)])
+        rgb = out
+    packed = np.empty((H, W, 3), np.uint8)
+    rgb_to_rgb24_cpu(rgb, fmt, packed)
+    return packed
+
+
+def as_numpy(array) -> np.ndarray:
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
+def pipeline_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+# --- frames() --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_frames_are_rgb_views_matching_the_reference(device, clip, decoded):
+    seen = []
+    with pipeline.frames(clip, filters=CHAIN, device=device) as frames:
+        for frame in frames:
+            assert frame.array.shape == (H, W, 3) and frame.array.dtype == np.uint8
+            assert frame.index == len(seen) and frame.pts == decoded.pts[frame.index]
+            assert frame.time == pytest.approx(frame.pts * decoded.time_base)
+            got = as_numpy(frame.array)
+            assert max_abs_diff(got, expected_rgb(decoded.frames[frame.index], CHAIN)) <= TOLERANCE[device]
+            seen.append(frame.copy())
+    assert len(seen) == FRAMES
+    assert frames.stats.device == device
+    # copies stay valid after the iteration moved on (the views were reused)
+    assert max_abs_diff(as_numpy(seen[0].array), expected_rgb(decoded.frames[0], CHAIN)) <= TOLERANCE[device]
+    assert pipeline_threads() == []
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_frames_break_stops_the_run_and_gives_memory_back(device, clip):
+    frames = pipeline.frames(clip, device=device)
+    for frame in frames:
+        if frame.index == 3:
+            break
+    frames.close()
+    assert pipeline_threads() == []
+    m = frames.stats.memory
+    assert m["bytes_in_use"] == 0 and frames.stats.frames_out == 4
+
+
+def test_frames_are_dlpack_arrays(clip):
+    with pipeline.frames(clip, device="cpu", frames=2) as frames:
+        frame = next(frames)
+        assert np.array_equal(np.from_dlpack(frame), frame.array)
+
+
+def test_pooled_frames_allocate_nothing_per_frame_cpu(clip):
+    counts = {}
+    for n in (4, FRAMES):
+        frames = pipeline.frames(clip, device="cpu", frames=n)
+        assert sum(1 for _ in frames) == n
+        counts[n] = frames.stats.memory
+    for m in counts.values():
+        assert m["device_allocs"] == 1 and m["host_allocs"] == 0 and m["device_frees"] == 0
+    assert counts[4]["host_bytes"] == counts[FRAMES]["host_bytes"]  # one input ring, no output ring
+
+
+@pytest.mark.gpu
+def test_pooled_frames_allocate_nothing_per_frame_cuda(clip):
+    import cupy
+
+    from test_pipeline import _alloc_counter
+
+    hook = _alloc_counter(cupy)
+    engine = pipeline.Pipeline
+    original_guard = engine._guard
+
+    def counted(n: int) -> tuple[int, dict]:
+        before = hook.count
+        with hook:
+            frames = pipeline.frames(clip, device="cuda", frames=n)
+            for frame in frames:
+                frame.array.sum()  # the consumer's own CuPy work is outside the count below
+        return hook.count - before, frames.stats
+
+    def guard(self, *args, **kwargs):
+        with hook:
+            return original_guard(self, *args, **kwargs)
+
+    engine._guard = guard
+    try:
+        counted(4)  # kernels compiled, one-time set-up done
+        short, short_stats = counted(4)
+        long, long_stats = counted(FRAMES)
+    finally:
+        engine._guard = original_guard
+    # The consumer's sum() allocates its result each frame: subtract one per frame on both sides.
+    assert long - FRAMES == short - 4, "CuPy allocations grow with the number of frames"
+    for stats in (short_stats, long_stats):
+        assert stats.memory["device_allocs"] == 1 and stats.steady_allocs_per_frame() == 0
+
+
+# --- run() with a stage ------------------------------------------------------------------------------------
+
+
+def invert(frame) -> None:
+    frame.planes[...] = 1 - frame.planes
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_run_with_a_stage_equals_the_same_work_as_a_filter(device, clip, tmp_path):
+    staged = pipeline.run(clip, tmp_path / "staged.mkv", filters="gblur=sigma=1", stage=invert, device=device,
+                          codec="ffv1")
+    pipeline.run(clip, tmp_path / "filtered.mkv", filters="gblur=sigma=1,invert", device=device, codec="ffv1")
+    a, b = decode(tmp_path / "staged.mkv"), decode(tmp_path / "filtered.mkv")
+    assert len(a.frames) == FRAMES and a.pts == b.pts
+    assert max(max_abs_diff(x, y) for x, y in zip(a.frames, b.frames)) <= 1
+    assert staged["frames_out"] == FRAMES and staged["device"] == device
+    assert staged["memory"]["device_allocs"] == 1
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_the_stage_sees_each_frame_once_in_order_on_its_stream(device, clip):
+    seen = []
+
+    def stage(frame):
+        seen.append((frame.index, frame.pts, frame.planes.shape, frame.stream is None))
+
+    pipeline.run(clip, "null", stage=stage, device=device)
+    assert [s[0] for s in seen] == list(range(FRAMES))
+    assert all(shape == (3, H, W) for _, _, shape, _ in seen)
+    assert all(no_stream == (device == "cpu") for *_, no_stream in seen)
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_a_failing_stage_raises_stage_error_and_leaves_no_output(device, clip, tmp_path):
+    def broken(frame):
+        if frame.index == 5:
+            raise ValueError("model exploded")
+
+    out = tmp_path / "out.mkv"
+    with pytest.raises(pipeline.StageError, match="broken.*frame 5.*model exploded") as e:
+        pipeline.run(clip, out, stage=broken, device=device, codec="ffv1")
+    assert isinstance(e.value.__cause__, ValueError) and e.value.stage.endswith("broken")
+    assert not out.exists() and list(tmp_path.glob(".*partial*")) == []
+    assert pipeline_threads() == []
+
+
+def test_unknown_options_name_the_valid_ones(clip):
+    with pytest.raises(pipeline.ConfigError, match="unknown option 'ringsize'.*ring_size") as e:
+        pipeline.run(clip, "null", ringsize=4)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(pipeline.ConfigError, match="in_flight"):
+        pipeline.frames(clip, in_flight=0)
+
+
+def test_run_returns_what_stats_json_holds(clip, tmp_path):
+    stats = pipeline.run(clip, tmp_path / "out.mkv", device="cpu", codec="ffv1", filters=CHAIN)
+    assert stats["frames_in"] == stats["frames_out"] == FRAMES
+    assert stats["steady_device_allocs_per_frame"] == 0
+    assert {"fps", "stage_ms", "memory", "latency_ms"} <= set(stats)
+
+
+# --- your own source -------------------------------------------------------------------------------------
+
+
+def camera(n: int, w: int = 96, h: int = 64):
+    rng = np.random.default_rng(1)
+    for _ in range(n):
+        yield rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_frames_from_a_generator_come_back_unchanged_without_filters(device):
+    expected = list(camera(10))
+    got = [as_numpy(f.array).copy() for f in pipeline.frames(camera(10), device=device)]
+    assert len(got) == 10
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)  # rgb24 in and out: an exact round trip
+
+
+def test_a_generator_through_the_pipeline_into_a_file(tmp_path):
+    out = tmp_path / "camera.mkv"
+    stats = pipeline.run(pipeline.ArraySource(camera(12), fps=25), out, filters="hflip", device="cpu",
+                         codec="ffv1")
+    got = decode(out)
+    assert stats["frames_out"] == len(got.frames) == 12
+    assert (got.width, got.height) == (96, 64)
+    assert got.time_base is not None and got.pts[1] - got.pts[0] > 0
+
+
+def test_bad_arrays_are_input_errors():
+    with pytest.raises(pipeline.InputError, match="H x W x 3 uint8"):
+        pipeline.frames([np.zeros((4, 4), np.float32)], device="cpu")
+    with pytest.raises(pipeline.InputError, match="no frames"):
+        pipeline.frames(iter(()), device="cpu")

@@ -1,0 +1,73 @@
+"""One owner per dependency: which modules may import PyAV and CuPy, and what ``import pipeline`` loads."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
+
+# PyAV: the I/O layer (decode, encode, the sample clips) and the bench's measured baselines, which time
+# plain PyAV and FFmpeg on purpose.
+AV_OWNERS = {"source.py", "sink.py", "nvdec.py", "sample.py", "bench/peers.py", "bench/peer_plumbing.py",
+             "bench/ffmpeg_graph.py"}
+# CuPy: the CUDA side, the filters' kernels and the conversion stage.
+CUPY_OWNERS = ("gpu/", "filters/", "convert.py")
+
+
+def imported_roots(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports, at module level or inside functions."""
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def modules() -> dict[str, set[str]]:
+    return {p.relative_to(PACKAGE).as_posix(): imported_roots(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_the_walk_sees_imports_inside_functions(tmp_path):
+    sample = tmp_path / "m.py"
+    sample.write_text("import os\n\ndef f():\n    import av.error\n    from cupy.cuda import runtime\n")
+    assert imported_roots(sample) == {"os", "av", "cupy"}
+
+
+def test_only_the_io_layer_imports_av():
+    offenders = sorted(name for name, roots in modules().items() if "av" in roots and name not in AV_OWNERS)
+    assert offenders == [], f"PyAV imported outside the source/sink layer: {offenders}"
+
+
+def test_only_the_gpu_side_imports_cupy():
+    offenders = sorted(name for name, roots in modules().items()
+                       if roots & {"cupy", "cupyx"} and not name.startswith(CUPY_OWNERS))
+    assert offenders == [], f"CuPy imported outside gpu/, filters/ and convert.py: {offenders}"
+
+
+def test_nothing_under_gpu_imports_filters():
+    offenders = []
+    for path in (PACKAGE / "gpu").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and "filters" in node.module.split("."):
+                offenders.append(path.name)
+    assert offenders == []
+
+
+def test_import_pipeline_loads_no_codec_gpu_or_opencv_module():
+    code = ("import sys, pipeline; pipeline.__version__; "
+            "print(sorted(m for m in ('av', 'cupy', 'cv2') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_public_names_resolve_lazily():
+    code = ("import sys, pipeline; assert 'pipeline.api' not in sys.modules; "
+            "f = pipeline.frames; r = pipeline.run; print(f.__module__, r.__module__, "
+            "issubclass(pipeline.ConfigError, ValueError), sorted(set(pipeline.__all__) - set(dir(pipeline))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["pipeline.api", "pipeline.api", "True", "[]"], out.stdout + out.stderr
