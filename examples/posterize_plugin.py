@@ -13,6 +13,8 @@ and give ``pointwise_expr()`` (a few lines of CUDA on ``r``, ``g``, ``b``): then
 you and the filter can be fused with its neighbours into one kernel.
 """
 
+import functools
+
 import numpy as np
 
 from pipeline.filters import Filter, Param, register_filter
@@ -37,7 +39,10 @@ class Posterize(Filter):
         steps = np.float32(self.levels - 1)
         np.divide(np.floor(src * steps + np.float32(0.5)), steps, out=dst)
 
+    @functools.cached_property
+    def kernel(self):
+        return raw_kernel(_SRC, "plugin_posterize")  # bound once: compiled on first use (and cached on disk)
+
     def cuda(self, src, dst, scratch):
         n = src.size  # all three planes: the kernel is per value
-        kernel = raw_kernel(_SRC, "plugin_posterize")  # compiled once per device, then cached
-        launch_1d(kernel, n, (src, dst, i32(n), f32(self.levels - 1)))
+        launch_1d(self.kernel, n, (src, dst, i32(n), f32(self.levels - 1)))
