@@ -109,8 +109,8 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
 
     cfg = settings(source, None, filters, device, alloc, options)
     chain = make_chain(cfg.filters, cfg.plugins)
-    backend = make_backend(cfg.device, cfg.alloc, cfg.streams)
-    return FrameIterator(Pipeline(open_source(source, cfg), None, chain, backend, cfg))
+    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    return FrameIterator(Pipeline(open_source(source, cfg, backend), None, chain, backend, cfg))
 
 
 def run(source, output, *, filters: str | None = None, stage: Callable[[StageFrame], None] | None = None,
@@ -127,7 +127,7 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     from .engine import Pipeline
 
     cfg = settings(source, output, filters, device, alloc, options)
-    given = None if _is_location(source) else open_source(source, cfg)
+    given = None if _is_location(source) else open_source(source, cfg, None)
     pipeline = Pipeline(*build_parts(cfg, stage, source=given), cfg, stage=stage)
     return pipeline.run().to_dict(per_frame=False)
 
@@ -142,15 +142,16 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
     return RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
 
 
-def open_source(source, cfg: RunConfig):
-    """A source object for ``source``: a path or URL is opened with PyAV, arrays are wrapped."""
+def open_source(source, cfg: RunConfig, backend):
+    """A source object for ``source``: a path or URL is opened with PyAV (``cfg.decode``), arrays are
+    wrapped."""
     from .adapters import ArraySource
     from .interfaces import FrameSource
 
     if _is_location(source):
         from .build import open_source as open_av
 
-        return open_av(cfg)
+        return open_av(cfg, backend=backend)
     if isinstance(source, FrameSource):
         return source
     if isinstance(source, Iterable):

@@ -16,19 +16,22 @@ from .log import log
 from .memory.registry import strategy as find_strategy
 
 
-def make_backend(device: str, alloc: str, streams: int):
-    """The backend for ``device`` (auto, cuda or cpu) and allocation strategy ``alloc``."""
+def make_backend(device: str, alloc: str, streams: int, decode: str = "cpu"):
+    """The backend for ``device`` (auto, cuda or cpu) and allocation strategy ``alloc``; decoding with
+    NVDEC needs the GPU as ``--device cuda`` does."""
     from .gpu.cuda import gpu_status
 
     strategy = find_strategy(alloc)
+    if decode == "nvdec" and device == "cpu":
+        raise ConfigError("--decode nvdec needs the GPU: it decodes into device memory (not with --device cpu)")
     if device in ("auto", "cuda"):
         ok, reason = gpu_status()
         if ok:
             from .gpu.backend import CudaBackend
 
             return CudaBackend(strategy, streams)
-        if device == "cuda":
-            raise GPUError(f"--device cuda: {reason}")
+        if device == "cuda" or decode == "nvdec":
+            raise GPUError(f"--{'device cuda' if device == 'cuda' else 'decode nvdec'}: {reason}")
         log.info(f"no usable CUDA GPU ({reason}); running on the CPU")
     if strategy.cpu is None:
         raise ConfigError(f"--alloc {alloc} needs a CUDA GPU; the CPU backend has pool and naive")
@@ -43,23 +46,43 @@ def make_chain(filters: str, plugins: tuple[str, ...] = ()) -> list:
     return fuse_pointwise(parse_chain(filters))
 
 
-def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None):
-    """The PyAV source for ``cfg.input``; a live one is opened in the background (Ctrl-C stays live)."""
+def decoder_for(cfg: RunConfig, backend) -> str:
+    """cpu, nvdec or auto: NVDEC needs the CUDA backend (frames stay in its device memory)."""
+    if backend is not None and backend.name == "cuda":
+        return cfg.decode
+    if cfg.decode == "nvdec":
+        raise GPUError("--decode nvdec needs the CUDA backend")
+    return "cpu"
+
+
+def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None, backend=None):
+    """The PyAV source for ``cfg.input``, decoded on the CPU or with NVDEC (``cfg.decode``); a live one
+    is opened in the background (Ctrl-C stays live)."""
     from .source import Source, is_live_input
 
     live = is_live_input(cfg.input, cfg.input_format)
+    decode = decoder_for(cfg, backend)
 
-    def factory() -> Any:
+    def factory(hwaccel=None) -> Any:
+        if hwaccel is not None:
+            backend.make_current()  # FFmpeg adopts the calling thread's CUDA context (CuPy's)
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
-                      timeout=cfg.timeout, live=live)
+                      timeout=cfg.timeout, live=live, hwaccel=hwaccel)
+
+    def opened() -> Any:
+        if decode == "cpu":
+            return factory()
+        from .nvdec import open_decoded
+
+        return open_decoded(factory, decode, backend.device_id)
 
     if not live:
-        return factory()
+        return opened()
     import threading
 
     from .live import open_in_background
 
-    return open_in_background(factory, stop or threading.Event(), signum)
+    return open_in_background(opened, stop or threading.Event(), signum)
 
 
 def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):
@@ -86,15 +109,19 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> tuple[
         from .preview import check_display
 
         check_display()
-    backend = make_backend(cfg.device, cfg.alloc, cfg.streams)
+    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
     null = is_null_output(cfg)
     target = None if null else cfg.output_target()
     if target is not None:
         check_output(cfg.input, target, cfg.overwrite)
+        from .sink import check_hardware_encoder
+
+        check_hardware_encoder(cfg.codec)
     check_stats_path(cfg.stats_json)
     if source is None:
         stop = control.stop_event if control is not None else None
-        source = open_source(cfg, stop, (lambda: control.signum) if control is not None else (lambda: None))
+        signum = (lambda: control.signum) if control is not None else (lambda: None)
+        source = open_source(cfg, stop, signum, backend)
     try:
         plan = plan_for(source, chain, backend, "i420", stage)
         if backend.name == "cpu":

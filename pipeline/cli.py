@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
+from .config import DECODERS, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .log import LEVELS
 from .memory.registry import STRATEGIES
@@ -103,6 +103,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", help="TOML config file; flags given here override it")
     p.add_argument("--device", choices=DEVICES, help=f"where the kernels run (default: {d.device})")
+    p.add_argument("--decode", choices=DECODERS,
+                   help=f"decoder: cpu (PyAV, into the pinned ring), nvdec (the GPU's decoder, frames stay in device "
+                        f"memory) or auto (nvdec when it takes the stream, else cpu) (default: {d.decode})")
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
@@ -244,7 +247,8 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         if stats.mode != "file" or cfg.latency_budget is not None:
             out.print(stats.hops_table())
         out.print(stats.memory_table())
-        out.print(f"wrote {stats.output}")
+        out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
+                  "(null output: nothing written)")
     return 0
 
 

@@ -13,6 +13,7 @@ from .errors import ConfigError
 from .memory.registry import STRATEGIES
 
 DEVICES = ("auto", "cuda", "cpu")
+DECODERS = ("cpu", "nvdec", "auto")
 DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 # "auto": block for a file read as fast as possible (every frame comes out), drop-oldest for a live or
 # paced source (it cannot wait, so the freshest frames go through and latency stays bounded).
@@ -25,6 +26,7 @@ class RunConfig:
     output: str | None = None
     filters: str = DEFAULT_FILTERS
     device: str = "auto"
+    decode: str = "cpu"  # cpu, nvdec or auto (NVDEC when it takes the stream, else the CPU)
     codec: str = "libx264"
     encoder_opts: dict[str, str] = field(default_factory=dict)
     frames: int | None = None
@@ -55,6 +57,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device, DEVICES)
+        _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
         _check_min("ring_size", self.ring_size, 2)
         _check_min("streams", self.streams, 1)
@@ -137,7 +140,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
-    "output": (str,), "filters": (str,), "device": (str,), "codec": (str,), "stats_json": (str,),
+    "output": (str,), "filters": (str,), "device": (str,), "decode": (str,), "codec": (str,), "stats_json": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
     "copy_threads": (int,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),

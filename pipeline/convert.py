@@ -5,7 +5,9 @@ At the ends it has a *layout*:
 
 - ``i420``: 8-bit YUV 4:2:0, Y then U then V, tightly packed (what decoders give and encoders take),
   BT.601/BT.709/BT.2020 matrices in limited or full range;
-- ``rgb24``: packed H x W x 3 uint8 RGB (frames handed to Python, frames a user's own source gives).
+- ``rgb24``: packed H x W x 3 uint8 RGB (frames handed to Python, frames a user's own source gives);
+- ``nv12``: a hardware decoder's surfaces in device memory, (Y, interleaved UV) planes with padded rows,
+  read in place (no upload, no copy).
 
 The CPU (NumPy) and CUDA versions use the same float32 constants and the same order of operations, and
 the kernels use ``__fmul_rn``/``__fadd_rn`` so the compiler cannot fuse them into FMAs: both give the same
@@ -28,13 +30,14 @@ import numpy as np
 from .gpu.cuda import i32
 from .video import Colour, VideoFormat
 
-LAYOUTS = ("i420", "rgb24")
+LAYOUTS = ("i420", "rgb24", "nv12")
+DEVICE_LAYOUTS = frozenset({"nv12"})  # frames already in device memory (a hardware decoder's surfaces)
 
 Convert = Callable[[Any, Any], None]  # (src, dst) on the current stream
 
 
 def layout_nbytes(layout: str, fmt: VideoFormat) -> int:
-    if layout == "i420":
+    if layout in ("i420", "nv12"):
         return fmt.nbytes
     if layout == "rgb24":
         return fmt.width * fmt.height * 3
@@ -144,26 +147,34 @@ def rgb_to_rgb24_cpu(rgb: np.ndarray, fmt: VideoFormat, packed: np.ndarray) -> N
         _to_u8(v, hwc[:, :, c])
 
 
-_CPU_IN = {"i420": i420_to_rgb_cpu, "rgb24": rgb24_to_rgb_cpu}
+def nv12_to_rgb_cpu(planes: tuple[np.ndarray, np.ndarray], fmt: VideoFormat, rgb: np.ndarray) -> None:
+    """(Y (H, >= W), UV (H/2, >= W/2, 2)) with padded rows -> (3, H, W) float32: the I420 reference on the
+    same samples (what the CUDA kernel reads in place)."""
+    y, uv = planes
+    w, h = fmt.width, fmt.height
+    i420 = np.concatenate([y[:h, :w].ravel(), uv[: h // 2, : w // 2, 0].ravel(), uv[: h // 2, : w // 2, 1].ravel()])
+    i420_to_rgb_cpu(i420, fmt, rgb)
+
+
+_CPU_IN = {"i420": i420_to_rgb_cpu, "rgb24": rgb24_to_rgb_cpu, "nv12": nv12_to_rgb_cpu}
 _CPU_OUT = {"i420": rgb_to_i420_cpu, "rgb24": rgb_to_rgb24_cpu}
 
 
 # -- CUDA kernels -------------------------------------------------------------------------------------
 
-_I420_TO_RGB = r"""
+# YUV 4:2:0 -> planar RGB; @SRC@ declares the source planes and @LOAD@ reads the three samples of (x, y).
+_YUV_TO_RGB = r"""
 extern "C" __global__ void @NAME@(
-    const unsigned char* __restrict__ yuv, float* __restrict__ rgb, int w, int h,
+    @SRC@, float* __restrict__ rgb, int w, int h,
     float y_off, float y_inv, float c_inv, float r_cr, float g_cb, float g_cr, float b_cb)
 {
     PIPELINE_XY(w, h)
     size_t n = (size_t)w * h;
     size_t i = (size_t)y * w + x;
-    size_t ci = (size_t)(y >> 1) * (w >> 1) + (x >> 1);
-    const unsigned char* U = yuv + n;
-    const unsigned char* V = U + n / 4;
-    float yp = __fmul_rn((float)yuv[i] - y_off, y_inv);
-    float cb = __fmul_rn((float)U[ci] - 128.f, c_inv);
-    float cr = __fmul_rn((float)V[ci] - 128.f, c_inv);
+    @LOAD@
+    float yp = __fmul_rn(Ys - y_off, y_inv);
+    float cb = __fmul_rn(Us - 128.f, c_inv);
+    float cr = __fmul_rn(Vs - 128.f, c_inv);
     float r = clamp01(__fadd_rn(yp, __fmul_rn(r_cr, cr)));
     float g = clamp01(__fsub_rn(__fsub_rn(yp, __fmul_rn(g_cb, cb)), __fmul_rn(g_cr, cr)));
     float b = clamp01(__fadd_rn(yp, __fmul_rn(b_cb, cb)));
@@ -173,6 +184,19 @@ extern "C" __global__ void @NAME@(
     rgb[2 * n + i] = b;
 }
 """
+
+# I420: one flat buffer, Y then U then V, no padding.
+_I420_SRC = "const unsigned char* __restrict__ yuv"
+_I420_LOAD = r"""size_t ci = (size_t)(y >> 1) * (w >> 1) + (x >> 1);
+    const unsigned char* U = yuv + n;
+    const unsigned char* V = U + n / 4;
+    float Ys = (float)yuv[i], Us = (float)U[ci], Vs = (float)V[ci];"""
+
+# NV12 surfaces as a decoder leaves them in device memory: Y and interleaved UV planes, rows padded to a pitch.
+_NV12_SRC = ("const unsigned char* __restrict__ Yp, const unsigned char* __restrict__ UVp, int pitch_y, "
+             "int pitch_uv")
+_NV12_LOAD = r"""const unsigned char* uv = UVp + (size_t)(y >> 1) * pitch_uv + 2 * (x >> 1);
+    float Ys = (float)Yp[(size_t)y * pitch_y + x], Us = (float)uv[0], Vs = (float)uv[1];"""
 
 _U8 = r"""
 __device__ __forceinline__ unsigned char to_u8(float v) {
@@ -242,7 +266,7 @@ extern "C" __global__ void @NAME@(const float* __restrict__ rgb, unsigned char* 
 
 
 @functools.lru_cache(maxsize=128)
-def _cuda_kernel(template: str, base: str, fused: tuple) -> Any:
+def _cuda_kernel(template: str, base: str, fused: tuple, **values: str) -> Any:
     """The conversion kernel with the per-pixel statements of ``fused`` pointwise filters folded in.
 
     Keyed by the filter objects themselves: a run's chain is fixed, so this compiles once per run.
@@ -255,7 +279,7 @@ def _cuda_kernel(template: str, base: str, fused: tuple) -> Any:
     if fused:
         body, tag = pointwise_body(list(fused))
         name = f"{base}_{tag}"
-    return kernel(template, name, POINTWISE=body, INV255=float_literal(1.0 / 255.0))
+    return kernel(template, name, POINTWISE=body, INV255=float_literal(1.0 / 255.0), **values)
 
 
 def _grid(w: int, h: int, block: tuple[int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -265,17 +289,26 @@ def _grid(w: int, h: int, block: tuple[int, int]) -> tuple[tuple[int, int, int],
 def _cuda_to_rgb(layout: str, fmt: VideoFormat, fused: tuple) -> Convert:
     w, h = i32(fmt.width), i32(fmt.height)
     grid, block = _grid(fmt.width, fmt.height, (32, 8))
-    if layout == "i420":
-        k = YuvCoefficients.of(fmt.colour)
-        kernel = _cuda_kernel(_I420_TO_RGB, "pipeline_i420_to_rgb", fused)
-        consts = (w, h, k.y_off, k.y_inv, k.c_inv, k.r_cr, k.g_cb, k.g_cr, k.b_cb)
-    else:
+    if layout == "rgb24":
         kernel = _cuda_kernel(_RGB24_TO_RGB, "pipeline_rgb24_to_rgb", fused)
-        consts = (w, h)
-    return lambda src, dst: kernel(grid, block, (src, dst, *consts))
+        return lambda src, dst: kernel(grid, block, (src, dst, w, h))
+    k = YuvCoefficients.of(fmt.colour)
+    consts = (w, h, k.y_off, k.y_inv, k.c_inv, k.r_cr, k.g_cb, k.g_cr, k.b_cb)
+    if layout == "i420":
+        kernel = _cuda_kernel(_YUV_TO_RGB, "pipeline_i420_to_rgb", fused, SRC=_I420_SRC, LOAD=_I420_LOAD)
+        return lambda src, dst: kernel(grid, block, (src, dst, *consts))
+    kernel = _cuda_kernel(_YUV_TO_RGB, "pipeline_nv12_to_rgb", fused, SRC=_NV12_SRC, LOAD=_NV12_LOAD)
+
+    def nv12(planes, dst) -> None:
+        y, uv = planes  # read in place: rows padded to each plane's pitch
+        kernel(grid, block, (y, uv, i32(y.strides[0]), i32(uv.strides[0]), dst, *consts))
+
+    return nv12
 
 
 def _cuda_from_rgb(layout: str, fmt: VideoFormat, fused: tuple) -> Convert:
+    if layout == "nv12":
+        raise ValueError("the nv12 layout is an input only")
     w, h = i32(fmt.width), i32(fmt.height)
     if layout == "i420":
         k = YuvCoefficients.of(fmt.colour)
@@ -306,7 +339,10 @@ def converter(direction: str, layout: str, fmt: VideoFormat, backend: str, fused
         return make(layout, fmt, tuple(fused))
     if fused:
         raise ValueError("the CPU conversions do not fuse filters")
-    function = (_CPU_IN if direction == "to_rgb" else _CPU_OUT)[layout]
+    table = _CPU_IN if direction == "to_rgb" else _CPU_OUT
+    if layout not in table:
+        raise ValueError(f"the {layout} layout is an input only")
+    function = table[layout]
     return lambda src, dst: function(src, fmt, dst)
 
 

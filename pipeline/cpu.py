@@ -71,6 +71,9 @@ class CpuOps:
     def run_filter(f, src, dst, scratch) -> None:
         f.cpu(src, dst, scratch)
 
+    def surface(self, ctx: CpuContext, frame):
+        raise NotImplementedError("the CPU backend takes frames in host memory only")
+
     def record_current(self) -> None:
         return None  # work ran already
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 from .channels import END as _END, Aborted, Channel, wait_for
 from .checks import as_pipeline_error
 from .config import RunConfig
+from .convert import DEVICE_LAYOUTS
 from .errors import GPUError, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
@@ -82,6 +83,7 @@ class Pipeline:
         self.abort = threading.Event()  # a stage failed: everyone stops
         self.stats = RunStats(strategy=self.cfg.alloc, input=source.info.name, filters=self.cfg.filters)
         self.stats.device = backend.name
+        self.stats.decode = "nvdec" if source.layout in DEVICE_LAYOUTS else "cpu"
         self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=self.cfg.latency_budget)
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
@@ -169,7 +171,7 @@ class Pipeline:
         try:
             if self._memory is None:
                 self._memory = self.backend.memory(self.plan.request(
-                    self.cfg, host_in=self.source.layout != "device", host_out=self.sink is not None
+                    self.cfg, host_in=self.source.layout not in DEVICE_LAYOUTS, host_out=self.sink is not None
                     and self.sink.residence == "host", held=0 if self.sink is not None else 1))
             self.processor = Processor(self.backend.ops, self._memory, self.plan, self.cfg.in_flight, self.abort,
                                        self.stage)
@@ -455,7 +457,8 @@ class Pipeline:
         timings.update(decode=meta.decode_s * 1e3, encode=(now - t0) * 1e3)
         self.stats.add_frame(timings, (now - meta.decoded_at) * 1e3)
         if self.stats.frames_out == WARMUP_FRAMES:
-            self.stats.memory_warm = {**self.processor.memory.counters(), "frames": WARMUP_FRAMES}
+            self.stats.memory_warm = {**self.processor.memory.counters(), **self._decoder_counters(),
+                                      "frames": WARMUP_FRAMES}
         if self.on_frame is not None:
             self.on_frame(self.stats)
 
@@ -494,7 +497,7 @@ class Pipeline:
             self.processor.close()
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
-        self.stats.memory = self._memory.counters()
+        self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}
         self._give_memory_back()
         error = as_pipeline_error(error) if error is not None else self._input_error
         if consumer_left and error is None:
@@ -522,6 +525,13 @@ class Pipeline:
             raise Interrupted(self.signum or 2, kept)
         if not keep:
             raise InputError(f"{self.source.info.name}: no frames decoded; no output written")
+
+    def _decoder_counters(self) -> dict[str, int]:
+        """The hardware decoder's own surface pool (allocated by FFmpeg as it needs, then reused)."""
+        surfaces = getattr(self.backend.ops, "surfaces", None)
+        if surfaces is None or self.stats.decode != "nvdec":
+            return {}
+        return {"decoder_surfaces": surfaces.count, "decoder_surface_bytes": surfaces.surface_bytes}
 
     def _give_memory_back(self) -> None:
         if self._owns_memory and self._memory is not None:

@@ -36,6 +36,10 @@ class SourceStalled(InputError):
     done before the stall are kept: the output is finalised and playable."""
 
 
+class DecoderRefused(InputError):
+    """The hardware decoder cannot take this stream (codec, profile, chroma format or size)."""
+
+
 class OutputError(PipelineError):
     """The output cannot be created, written or finalised."""
 

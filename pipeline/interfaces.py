@@ -28,7 +28,7 @@ class FrameSource(Protocol):
     """Decoded frames, in order, with the audio packets to pass through between them.
 
     ``layout`` says what each frame is: ``"i420"`` or ``"rgb24"`` host frames, copied into a host slot
-    by :meth:`copy_into`, or ``"device"`` frames already in device memory (:mod:`pipeline.nvdec`).
+    by :meth:`copy_into`, or ``"nv12"`` surfaces already in device memory (NVDEC), read in place.
     """
 
     info: StreamInfo  # the decoded video as the pipeline works on it (even size, colour, clock)
@@ -96,6 +96,10 @@ class Ops(Protocol):
     def after(self, ctx: Context, previous: Context) -> None: ...
 
     def upload(self, ctx: Context, dst: Any, host: Any) -> None: ...
+
+    def surface(self, ctx: Context, frame: Any) -> Any:
+        """Views of a frame decoded into device memory, readable on ``ctx``'s stream."""
+        ...
 
     def download(self, ctx: Context, host: Any, src: Any) -> None: ...
 

@@ -16,14 +16,11 @@ from typing import Any, Callable
 import numpy as np
 
 from .channels import wait_for
-from .convert import converter, layout_nbytes, layout_shape
+from .convert import DEVICE_LAYOUTS, converter, layout_nbytes, layout_shape
 from .errors import StageError
 from .memory.device_pool import BufferSpec, frame_bytes
 from .memory.registry import MemoryRequest
 from .video import VideoFormat, WorkItem
-
-DEVICE_INPUT = "device"  # frames decoded straight into device memory (NVDEC): nothing to upload
-
 
 @dataclass(frozen=True)
 class FramePlan:
@@ -61,7 +58,7 @@ class FramePlan:
             specs.append(BufferSpec(tuple(shape), dtype))
             return len(specs) - 1
 
-        input_ = None if in_layout == DEVICE_INPUT else add((layout_nbytes(in_layout, fmt),), np.uint8)
+        input_ = None if in_layout in DEVICE_LAYOUTS else add((layout_nbytes(in_layout, fmt),), np.uint8)
         w, h = fmt.width, fmt.height
         rgb = src = add((3, h, w))
         steps = []
@@ -171,10 +168,11 @@ class Processor:
             bufs = item.device = mem.device.alloc_frame(plan.specs)
             a = bufs.arrays
             ops.mark(ctx, "start")
-            source = item.surface
             if plan.input is not None:
                 ops.upload(ctx, a[plan.input], item.in_slot.array)
                 source = a[plan.input]
+            else:  # decoded into device memory: read the decoder's surface in place, once its copy is done
+                source = item.surface_planes = ops.surface(ctx, item.surface)
             ops.mark(ctx, "uploaded")
             if self._stateful and self._previous is not None:
                 ops.after(ctx, self._previous)
@@ -224,6 +222,7 @@ class Processor:
         timings = item.ctx.timings_ms()
         self._contexts.put(item.ctx)
         item.ctx = None
+        item.surface = item.surface_planes = None  # the decoder may reuse the surface: its reader is done
         return timings
 
     def release(self, item: WorkItem, after=None) -> None:

@@ -44,6 +44,30 @@ def url_muxer(url: str, output_format: str | None) -> str:
     return URL_MUXERS[scheme]
 
 
+# Encoders that run on a GPU's or SoC's media engine: present in PyAV's build whether or not this machine has
+# the hardware, so each is tried before the run (the H200, for one, has NVDEC but no NVENC).
+HARDWARE_ENCODERS = ("_nvenc", "_vaapi", "_qsv", "_amf", "_v4l2m2m", "_videotoolbox", "_mediacodec", "_vulkan")
+CPU_ENCODERS = ("libx264", "libx265", "libsvtav1", "libvpx-vp9", "mpeg4", "ffv1")
+
+
+def check_hardware_encoder(codec: str) -> None:
+    """Refuse, before the run, a hardware encoder this machine cannot open, naming CPU encoders that work.
+
+    NVENC takes the frames from the pinned download (host memory) as any encoder does."""
+    if not codec.endswith(HARDWARE_ENCODERS):
+        return
+    try:
+        cc = av.CodecContext.create(codec, "w")
+        cc.width, cc.height, cc.pix_fmt = 256, 256, "yuv420p"
+        cc.time_base = Fraction(1, 30)
+        cc.open()
+    except (av.error.FFmpegError, ValueError, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        working = [c for c in CPU_ENCODERS if c in av.codecs_available]
+        raise ConfigError(f"{codec}: this machine cannot open it ({first}); CPU encoders that work here: "
+                          f"{', '.join(working)}") from e
+
+
 def temp_path_for(target: Path) -> Path:
     # Same directory, so the final rename is atomic; same suffix, so the muxer is chosen from it.
     return target.with_name(f".{target.stem}.partial-{os.getpid()}{target.suffix}")

@@ -30,7 +30,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from .config import is_url
-from .errors import ConfigError, InputError, SourceStalled
+from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
 from .log import log
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
 
@@ -80,14 +80,19 @@ class DecodedFrame:
 
 
 class Source:
-    """An opened input: its video stream (decoded), its audio streams (passed through as packets)."""
+    """An opened input: its video stream (decoded), its audio streams (passed through as packets).
 
-    layout = "i420"  # frames are copied into I420 host slots (copy_into)
+    ``hwaccel`` (a PyAV ``HWAccel``, see :mod:`pipeline.nvdec`): decode on the GPU, frames left in device
+    memory (``layout`` "nv12": the processor reads the surfaces in place). Without it frames are decoded
+    on the CPU and copied into I420 host slots (:meth:`copy_into`).
+    """
 
     def __init__(self, path: str, *, strict: bool = False,
                  input_format: str | None = None, options: dict[str, str] | None = None,
-                 timeout: float | None = None, live: bool | None = None):
+                 timeout: float | None = None, live: bool | None = None, hwaccel=None):
         self.path = path
+        self.hwaccel = hwaccel
+        self.layout = "nv12" if hwaccel is not None else "i420"
         self._held: list[tuple[int, str]] | None = []  # notices while opening: shown only if the input is usable
         self.strict = strict
         self.live = is_live_input(path, input_format) if live is None else live
@@ -121,13 +126,16 @@ class Source:
         video = videos[0]
         if video.codec_context is None:
             raise InputError(f"{self.path}: no decoder for the video stream (unknown or unsupported codec)")
-        video.thread_type = "SLICE" if self.live else "AUTO"
+        # Frame threads hold back frames (latency a camera cannot afford), and hardware decoding needs
+        # none: the GPU decodes, the CPU only parses.
+        video.thread_type = "SLICE" if self.live or self.hwaccel is not None else "AUTO"
         return video
 
     def _open(self):
-        if not (self.live or self.input_format or self.options or is_url(self.path)):
+        if not (self.live or self.input_format or self.options or is_url(self.path) or self.hwaccel):
             return _open(self.path)
-        return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path))
+        return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
+                           hwaccel=self.hwaccel)
 
     def reopen(self) -> None:
         """Open a live input again after a stall (called by the reader thread, which owns the container).
@@ -188,6 +196,8 @@ class Source:
 
     def _probe(self) -> tuple[VideoFormat, tuple[int, ...] | None]:
         first = self._first_frame()
+        if self.hwaccel is not None:
+            _check_on_gpu(self.path, self.video, first.frame)
         w, h = first.frame.width, first.frame.height
         check_frame_size(self.path, w, h)
         if w % 2 or h % 2:
@@ -232,6 +242,8 @@ class Source:
                     yield AudioPacket(packet)
                 continue
             for frame, decode_s in self._decode_packet(packet):
+                if self.hwaccel is not None and self._index:
+                    self._check_device_frame(frame)
                 yield DecodedFrame(frame, self._meta(self._index, frame, decode_s))
                 self._index += 1
         self._check_complete(self._index)
@@ -272,6 +284,9 @@ class Source:
             # PyAV >= 17.1 returns the good frames of a packet and drops the error that followed them.
             frames = packet.decode()
         except av.error.FFmpegError as e:
+            if self.hwaccel is not None and self._index == 0:  # before any frame: the GPU refused the stream
+                raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
+                                     f"{e}") from e
             self._bad_data(f"undecodable packet at pts {packet.pts}", e)
             self.decode_errors += 1
             return []
@@ -321,6 +336,15 @@ class Source:
             # Decoders pad rows to line_size; copy only the visible part.
             src = np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:rows, :cols]
             np.copyto(target, src)
+
+    def _check_device_frame(self, frame: av.VideoFrame) -> None:
+        """Device frames are read in place at the first frame's size: another size cannot be scaled
+        on the way (the CPU decoder's path does that)."""
+        fmt = self.format
+        if (frame.width & ~1, frame.height & ~1) != (fmt.width, fmt.height) or frame.format.name != "cuda":
+            raise InputError(f"{self.path}: frame {self._index} is {frame.width}x{frame.height} "
+                             f"({frame.format.name}) after {fmt.width}x{fmt.height} frames; with --decode nvdec the "
+                             "size cannot change mid-stream (--decode cpu scales such input)")
 
     def _notice_conversion(self, frame: av.VideoFrame) -> None:
         if not self._warned_convert:
@@ -394,8 +418,24 @@ def _open(path: str):
     return _open_input(path, None, {}, None, local=True)
 
 
+def _check_on_gpu(path: str, video, frame: av.VideoFrame) -> None:
+    """With software fallback off PyAV still decodes a codec without a CUDA path on the CPU, silently:
+    only the frame's format tells."""
+    sw = getattr(frame, "sw_format", None)
+    if frame.format.name != "cuda" or (sw is not None and sw.name != "nv12"):
+        what = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
+        raise DecoderRefused(f"{path}: NVDEC cannot decode this stream ({_stream_desc(video)}, gave {what} "
+                             "frames); use --decode cpu")
+
+
+def _stream_desc(video) -> str:
+    cc = video.codec_context
+    profile = f" {cc.profile}" if getattr(cc, "profile", None) else ""
+    return f"{cc.name}{profile} {cc.width}x{cc.height} {cc.pix_fmt or ''}".strip()
+
+
 def _open_input(path: str, input_format: str | None, options: dict[str, str], timeout: float | None, *,
-                local: bool):
+                local: bool, hwaccel=None):
     """Open a file, URL or device. ``timeout`` bounds the open and the stream analysis (each) and
     then every read: without it a silent network source would block forever."""
     if local:
@@ -403,12 +443,18 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     if input_format is not None:
         _check_format(input_format)
     kwargs = {"timeout": (timeout, timeout)} if timeout else {}
+    if hwaccel is not None:
+        kwargs["hwaccel"] = hwaccel
     try:
         container = av.open(path, "r", format=input_format, container_options=options, **kwargs)
+    except RuntimeError as e:  # "Hardware accelerated decode requested but no stream is compatible"
+        raise DecoderRefused(f"{path}: NVDEC cannot decode this stream: {e}") from e
     except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
         raise InputError(f"{path}: nothing received within {timeout:g} s while opening "
                          "(is the source sending? --timeout sets the limit)") from e
     except av.error.FFmpegError as e:
+        if hwaccel is not None and isinstance(e, OSError):  # no driver, or no device context: not the file
+            raise GPUError(f"{path}: cannot open NVDEC on this GPU: {e}") from e
         raise InputError(f"{path}: cannot open as video: {e}") from e
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open: {e}") from e

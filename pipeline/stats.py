@@ -27,6 +27,7 @@ DROP_STAGES = ("decode", "submit")
 @dataclass
 class RunStats:
     device: str = "cpu"
+    decode: str = "cpu"  # cpu or nvdec
     strategy: str = "pool"
     started: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
@@ -106,6 +107,7 @@ class RunStats:
             "input": self.input,
             "output": self.output,
             "device": self.device,
+            "decode": self.decode,
             "alloc": self.strategy,
             "size": [self.width, self.height],
             "filters": self.filters,

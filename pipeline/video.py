@@ -141,4 +141,5 @@ class WorkItem:
     device: Any = None
     out_format: VideoFormat | None = None
     surface: Any = None  # a frame decoded into device memory (NVDEC): read in place, no upload
+    surface_planes: Any = None  # the backend's views of it, held (with it) until the frame is done
     copying: Any = None  # a Future while another thread copies the frame into in_slot

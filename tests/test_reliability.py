@@ -679,3 +679,37 @@ def test_unwritable_stats_json_is_refused_before_the_run(tmp_path):
     assert proc.returncode == 4
     assert "--stats-json" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+# -- decoders, null output, hardware encoders ----------------------------------------------------------
+
+
+def test_null_output_processes_every_frame_and_writes_nothing(tmp_path, clips):
+    stats = tmp_path / "s.json"
+    result = run_cli(clips["av"], "-o", "null", "--stats-json", stats, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(stats.read_text())
+    assert data["frames_out"] == N and data["output"] == "null"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+    result = run_cli(clips["av"], "-o", tmp_path / "x.mp4", "--format", "null", cwd=tmp_path)
+    assert result.returncode == 0 and not (tmp_path / "x.mp4").exists()
+
+
+def test_nvdec_needs_the_gpu(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    result = run_cli(clips["av"], "-o", out, "--decode", "nvdec", cwd=tmp_path)  # run_cli adds --device cpu
+    assert_failed(result, 2, out)
+    assert "--decode nvdec" in result.stderr
+    if not _gpu_available():
+        cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--decode", "nvdec", "-q"]
+        result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert_failed(result, 5, out)
+
+
+def test_an_encoder_this_machine_lacks_is_refused_before_the_run(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    result = run_cli(clips["av"], "-o", out, "-c", "h264_nvenc", cwd=tmp_path)
+    if result.returncode == 0:
+        pytest.skip("this machine has NVENC")
+    assert_failed(result, 2, out, "h264_nvenc")
+    assert "libx264" in result.stderr

@@ -14,8 +14,10 @@ from .streams import CudaOps
 class CudaBackend:
     name = "cuda"
 
-    def __init__(self, strategy: Strategy, streams: int):
+    def __init__(self, strategy: Strategy, streams: int, device_id: int = 0):
         self.strategy = strategy
+        self.device_id = device_id
+        self.make_current()
         # A strategy written as stream-unaware code would be (naive) runs on the legacy default stream.
         self.ops = CudaOps(streams, default_stream=strategy.default_stream)
         self.clock = GpuClock()
@@ -25,3 +27,7 @@ class CudaBackend:
 
     def array_module(self) -> Any:
         return cupy()
+
+    def make_current(self) -> None:
+        """This backend's device, its context current in the calling thread."""
+        cupy().cuda.Device(self.device_id).use()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cuda import cupy
+from .surfaces import SurfaceViews
 
 _MARKS = ("start", "uploaded", "filtered", "done")
 
@@ -52,12 +53,27 @@ class CudaOps:
             cp.cuda.Stream(non_blocking=True) for _ in range(streams)
         ]
         self._current_event = cp.cuda.Event()
+        self._null = cp.cuda.Stream.null
+        self.surfaces = SurfaceViews()
         self._memcpy = cp.cuda.runtime.memcpyAsync
         self._h2d, self._d2h = cp.cuda.runtime.memcpyHostToDevice, cp.cuda.runtime.memcpyDeviceToHost
 
     def context(self, index: int) -> CudaContext:
         cp = cupy()
-        return CudaContext(index, self.streams[index % len(self.streams)], {m: cp.cuda.Event() for m in _MARKS})
+        events = {m: cp.cuda.Event() for m in (*_MARKS, "decoded")}
+        return CudaContext(index, self.streams[index % len(self.streams)], events)
+
+    def surface(self, ctx: CudaContext, frame):
+        """A decoded frame's (Y, UV) planes, in place, ordered after the decoder's copy into them.
+
+        FFmpeg's NVDEC path copies each decoded picture into its output surface on the legacy default
+        stream, without waiting: the frame's own (non-blocking) stream waits on an event recorded there,
+        on the device, so the host never blocks."""
+        planes = self.surfaces.views(frame)
+        decoded = ctx.events["decoded"]
+        decoded.record(self._null)
+        ctx.stream.wait_event(decoded)
+        return planes
 
     def scope(self, ctx: CudaContext):
         return ctx.stream
