@@ -128,7 +128,9 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
 
     cfg = settings(source, output, filters, device, alloc, options)
     given = None if _is_location(source) else open_source(source, cfg, None)
-    pipeline = Pipeline(*build_parts(cfg, stage, source=given), cfg, stage=stage)
+    parts = build_parts(cfg, stage, source=given)
+    pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, memory=parts.memory,
+                        owns_memory=True, phases=parts.phases)
     return pipeline.run().to_dict(per_frame=False)
 
 

@@ -6,6 +6,8 @@ any output file exists; a part built before a later one fails is closed again.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .checks import check_output, check_stats_path
@@ -14,6 +16,7 @@ from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .log import log
 from .memory.registry import strategy as find_strategy
+from .startup import Phases
 
 
 def make_backend(device: str, alloc: str, streams: int, decode: str = "cpu"):
@@ -99,17 +102,30 @@ def is_null_output(cfg: RunConfig) -> bool:
     return cfg.output == "null" or cfg.output_format == "null"
 
 
-def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> tuple[Any, Any, list, Any]:
-    """(source, sink, chain, backend) for a run of ``cfg``; ``control`` stops a live source's open.
-    ``source``: one already built (frames from arrays); by default ``cfg.input`` is opened."""
-    from .engine import plan_for
+@dataclass
+class Parts:
+    """A run's built parts, ready for :class:`~pipeline.engine.Pipeline`."""
 
+    source: Any
+    sink: Any
+    chain: list
+    backend: Any
+    memory: Any = None  # built during set-up, beside the encoder's open (the pipeline then owns it)
+    phases: Phases = field(default_factory=Phases)
+
+
+def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> Parts:
+    """Every part of a run of ``cfg``; ``control`` stops a live source's open. ``source``: one already
+    built (frames from arrays); by default ``cfg.input`` is opened.
+
+    What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
+    load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
+    phases = Phases()
     chain = make_chain(cfg.filters, cfg.plugins)
     if cfg.preview:
         from .preview import check_display
 
         check_display()
-    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
     null = is_null_output(cfg)
     target = None if null else cfg.output_target()
     if target is not None:
@@ -118,25 +134,104 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> tuple[
 
         check_hardware_encoder(cfg.codec)
     check_stats_path(cfg.stats_json)
-    if source is None:
-        stop = control.stop_event if control is not None else None
-        signum = (lambda: control.signum) if control is not None else (lambda: None)
-        source = open_source(cfg, stop, signum, backend)
+    with ThreadPoolExecutor(1, thread_name_prefix="pipeline-setup") as pool:
+        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool)
+        try:
+            sink, memory = _sink_and_memory(cfg, chain, stage, source, backend, null, target, phases, pool)
+        except BaseException:
+            source.close()
+            raise
+    return Parts(source, sink, chain, backend, memory, phases)
+
+
+def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool):
+    """The backend (context, kernels) and the source; side by side unless NVDEC, which decodes in the
+    backend's CUDA context, needs the backend first."""
+    if source is None and cfg.decode != "cpu":
+        backend = _backend(cfg, chain, stage, phases, None)
+        return _open_source(cfg, control, backend, phases), backend
+    future = pool.submit(_backend, cfg, chain, stage, phases, source.layout if source is not None else "i420")
     try:
-        plan = plan_for(source, chain, backend, "i420", stage)
-        if backend.name == "cpu":
-            check_host_memory(cfg, plan)
+        if source is None:
+            source = _open_source(cfg, control, None, phases)
+    except BaseException:
+        _close_result(future)
+        raise
+    try:
+        return source, future.result()
+    except BaseException:
+        source.close()
+        raise
+
+
+def _open_source(cfg: RunConfig, control, backend, phases: Phases):
+    stop = control.stop_event if control is not None else None
+    signum = (lambda: control.signum) if control is not None else (lambda: None)
+    with phases("decoder_open"):
+        return open_source(cfg, stop, signum, backend)
+
+
+def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | None):
+    with phases("cuda_context" if cfg.device != "cpu" else "backend"):
+        backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    if backend.name == "cuda":
+        from .warmup import notice_if_cold
+
+        notice_if_cold()
+    if backend.name == "cuda" and in_layout is not None:
+        from .processor import prepare_kernels
+
+        with phases("kernels"):
+            prepare_kernels(chain, in_layout, "i420", stage=stage is not None)
+    return backend
+
+
+def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, phases: Phases, pool):
+    """The sink, and the run's memory allocated meanwhile (cudaHostAlloc of the ring takes milliseconds
+    per slot at 4K: as long as opening an encoder)."""
+    from .convert import DEVICE_LAYOUTS
+    from .engine import plan_for
+
+    plan = plan_for(source, chain, backend, "i420", stage)
+    if backend.name == "cpu":
+        check_host_memory(cfg, plan)
+    request = plan.request(cfg, host_in=source.layout not in DEVICE_LAYOUTS)
+    future = pool.submit(_memory, backend, request, phases)
+    try:
         if null:
             from .adapters import NullSink
 
             sink = NullSink()
         else:
             low_latency = source.info.live or cfg.realtime
-            sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency)
+            with phases("encoder_open"):
+                sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency)
     except BaseException:
-        source.close()
+        _close_result(future)
         raise
-    return source, sink, chain, backend
+    try:
+        return sink, future.result()
+    except BaseException:
+        sink.abort()
+        raise
+
+
+def _memory(backend, request, phases: Phases):
+    memory = backend.memory(request)
+    for name, ms in memory.setup_ms.items():
+        phases.add(name, ms)
+    return memory
+
+
+def _close_result(future) -> None:
+    """A part built in the background for a run that failed meanwhile: give it back."""
+    try:
+        part = future.result()
+    except BaseException:
+        return
+    close = getattr(part, "close", None)
+    if close is not None:
+        close()
 
 
 def check_host_memory(cfg: RunConfig, plan) -> None:

@@ -16,6 +16,7 @@ from .config import DECODERS, DEVICES, DROP_POLICIES, RunConfig, build_config, l
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .log import LEVELS
 from .memory.registry import STRATEGIES
+from .startup import PROCESS_STARTED
 from .log import install as install_log
 
 EXIT_CODES = """exit codes:
@@ -165,6 +166,9 @@ def _add_other_commands(sub) -> None:
     bench.add_arguments(be)
     pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
     probe.add_arguments(pr)
+    wu = sub.add_parser("warmup", help="compile the CUDA kernels once on this machine, ahead of the first run")
+    wu.add_argument("--filters", dest="chains", action="append", metavar="CHAIN",
+                    help="also compile this chain as runs fold it, repeatable (the default chain always)")
     fl = sub.add_parser("filters", help="list the filters, or show one")
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
@@ -223,6 +227,8 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         return probe.main(args)
     if args.command == "filters":
         return cmd_filters(args)
+    if args.command == "warmup":
+        return cmd_warmup(args)
     return EXIT_USAGE
 
 
@@ -233,6 +239,9 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
     control = RunControl()
     _install_signal_handlers(control)
     pipeline = Pipeline.from_config(cfg, control=control)
+    if PROCESS_STARTED is not None:  # the interpreter and the imports before set-up began
+        pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
+        pipeline.stats.origin = PROCESS_STARTED
     try:
         with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
             stats = pipeline.run()
@@ -281,6 +290,20 @@ def _install_signal_handlers(control: Any) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    from .config import DEFAULT_FILTERS
+    from .errors import GPUError
+    from .gpu.cuda import gpu_status
+    from .warmup import warm
+
+    ok, reason = gpu_status()
+    if not ok:
+        raise GPUError(f"pipeline warmup compiles CUDA kernels: {reason}")
+    done = warm((DEFAULT_FILTERS, *(args.chains or ())))
+    print(f"compiled or loaded {done['kernels']} kernels in {done['seconds']} s; cached in {done['cache']}")
+    return 0
 
 
 def cmd_filters(args: argparse.Namespace) -> int:

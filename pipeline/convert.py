@@ -273,13 +273,15 @@ def _cuda_kernel(template: str, base: str, fused: tuple, **values: str) -> Any:
     """
     from .filters.fuse import pointwise_body
     from .gpu.cuda import float_literal
-    from .gpu.kernels import kernel
+    from .gpu.kernels import kernel, load
 
     body, name = "", base
     if fused:
         body, tag = pointwise_body(list(fused))
         name = f"{base}_{tag}"
-    return kernel(template, name, POINTWISE=body, INV255=float_literal(1.0 / 255.0), **values)
+    k = kernel(template, name, POINTWISE=body, INV255=float_literal(1.0 / 255.0), **values)
+    load(k)  # at set-up, not at the first frame
+    return k
 
 
 def _grid(w: int, h: int, block: tuple[int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:

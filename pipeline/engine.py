@@ -35,6 +35,7 @@ from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
 from .log import log
 from .processor import FramePlan, Processor
+from .startup import Phases
 from .stats import RunStats
 from .video import FrameMeta, WorkItem
 
@@ -70,18 +71,22 @@ class Pipeline:
     """
 
     def __init__(self, source, sink, chain, backend, settings: RunConfig | None = None, *,
-                 stage: Callable[[Any], None] | None = None, memory=None, control: RunControl | None = None):
+                 stage: Callable[[Any], None] | None = None, memory=None, control: RunControl | None = None,
+                 owns_memory: bool | None = None, phases: Phases | None = None):
         self.source, self.sink, self.backend = source, sink, backend
         self.chain = list(chain)
         self.cfg = settings or RunConfig()
         self.stage = stage
         self._memory = memory
-        self._owns_memory = memory is None
+        self._owns_memory = memory is None if owns_memory is None else owns_memory
+        self.phases = phases or Phases()
         self.control = control or RunControl()
         self.control.pipeline = self
         self.stop_event = self.control.stop_event
         self.abort = threading.Event()  # a stage failed: everyone stops
-        self.stats = RunStats(strategy=self.cfg.alloc, input=source.info.name, filters=self.cfg.filters)
+        # The run starts where its set-up started: whole-run figures include it.
+        self.stats = RunStats(strategy=self.cfg.alloc, input=source.info.name, filters=self.cfg.filters,
+                              started=self.phases.t0)
         self.stats.device = backend.name
         self.stats.decode = "nvdec" if source.layout in DEVICE_LAYOUTS else "cpu"
         self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=self.cfg.latency_budget)
@@ -105,7 +110,9 @@ class Pipeline:
         from .build import build_parts
 
         control = control or RunControl()
-        return cls(*build_parts(cfg, stage, control), cfg, stage=stage, control=control)
+        parts = build_parts(cfg, stage, control)
+        return cls(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, control=control,
+                   memory=parts.memory, owns_memory=True, phases=parts.phases)
 
     # -- control ----------------------------------------------------------------------------------
 
@@ -170,11 +177,14 @@ class Pipeline:
     def _prepare(self) -> None:
         try:
             if self._memory is None:
-                self._memory = self.backend.memory(self.plan.request(
-                    self.cfg, host_in=self.source.layout not in DEVICE_LAYOUTS, host_out=self.sink is not None
-                    and self.sink.residence == "host", held=0 if self.sink is not None else 1))
-            self.processor = Processor(self.backend.ops, self._memory, self.plan, self.cfg.in_flight, self.abort,
-                                       self.stage)
+                with self.phases("memory"):
+                    self._memory = self.backend.memory(self.plan.request(
+                        self.cfg, host_in=self.source.layout not in DEVICE_LAYOUTS, host_out=self.sink is not None
+                        and self.sink.residence == "host", held=0 if self.sink is not None else 1))
+            with self.phases("kernels"):
+                self.processor = Processor(self.backend.ops, self._memory, self.plan, self.cfg.in_flight,
+                                           self.abort, self.stage)
+            self.stats.startup_ms = self.phases.ms
         except BaseException as e:  # CuPy's own errors (pinned or device memory) become GPUError
             self._give_memory_back()
             if self.sink is not None:
@@ -402,8 +412,15 @@ class Pipeline:
     def _encode_stage(self) -> None:
         sink, lent = self.sink, deque()
         latency = self.latency
+        stats = self.stats
+
+        def on_packets(times) -> None:
+            now = time.perf_counter()
+            stats.first_output(now)
+            latency.packets(times, now)
+
         if hasattr(sink, "on_packets"):
-            sink.on_packets = lambda times: latency.packets(times, time.perf_counter())
+            sink.on_packets = on_packets
         while (item := self.q_submitted.get()) is not _END:
             if not isinstance(item, WorkItem):
                 self._write_audio(item)
@@ -454,6 +471,8 @@ class Pipeline:
 
     def _count_out(self, meta: FrameMeta, timings: dict[str, float], t0: float) -> None:
         now = time.perf_counter()
+        if self.sink is None or not hasattr(self.sink, "on_packets"):
+            self.stats.first_output(now)  # no encoder: the frame itself is the output
         timings.update(decode=meta.decode_s * 1e3, encode=(now - t0) * 1e3)
         self.stats.add_frame(timings, (now - meta.decoded_at) * 1e3)
         if self.stats.frames_out == WARMUP_FRAMES:

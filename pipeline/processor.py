@@ -110,6 +110,18 @@ def _foldable_ends(chain: tuple, stage: bool) -> tuple[tuple, tuple]:
     return head, tail
 
 
+def prepare_kernels(chain, in_layout: str, out_layout: str, *, stage: bool = False) -> None:
+    """Compile (or load from the on-disk cache) every CUDA kernel a run of ``chain`` will launch, before
+    its frames exist: the conversions (with the chain's pointwise ends folded in, as the run will) and
+    each remaining filter's kernels. Kernels are cached by source, so the run binds these same ones."""
+    head, tail = _foldable_ends(tuple(chain), stage)
+    fmt = VideoFormat(2, 2)  # the conversion kernels take the size and colour as arguments
+    converter("to_rgb", in_layout, fmt, "cuda", head)
+    converter("from_rgb", out_layout, fmt, "cuda", tail)
+    for f in chain[1 if head else 0:len(chain) - (1 if tail else 0)]:
+        f.prepare()
+
+
 @dataclass
 class StageFrame:
     """What a user's stage sees: the working frame, writable in place, on the frame's own stream.
@@ -136,6 +148,9 @@ class Processor:
         for i in range(in_flight):
             self._contexts.put(ops.context(i))
         self._bind_state()
+        if ops.name == "cuda":
+            for f, *_ in plan.steps:  # folded filters run inside the conversions, bound just below
+                f.prepare()
         # Bound once: kernels compiled and launch geometry computed before the first frame.
         self._to_rgb = converter("to_rgb", plan.in_layout, plan.in_format, ops.name, plan.head)
         self._from_rgb = converter("from_rgb", plan.out_layout, plan.out_format, ops.name, plan.tail)

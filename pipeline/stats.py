@@ -49,6 +49,9 @@ class RunStats:
     reconnects: int = 0
     latency: LatencyLog | None = None  # per-hop timestamps (set by the engine)
     memory: dict[str, Any] = field(default_factory=dict)
+    startup_ms: dict[str, float] = field(default_factory=dict)  # set-up phase by phase (see pipeline.startup)
+    first_output_at: float | None = None  # perf_counter when the first packet (or frame) came out
+    origin: float | None = None  # where time to first frame counts from: the process's start (CLI), else the run's
     # Counters sampled after warm-up, to show what the steady state allocates.
     memory_warm: dict[str, Any] = field(default_factory=dict)
     input: str = ""
@@ -94,6 +97,17 @@ class RunStats:
             return self.fps
         return (len(t) - 1 - skip) / (t[-1] - t[skip])
 
+    def first_output(self, at: float) -> None:
+        if self.first_output_at is None:
+            self.first_output_at = at
+
+    def time_to_first_frame_ms(self) -> float | None:
+        """From the process's start (the CLI) or the run's (the API) to the first packet out."""
+        if self.first_output_at is None:
+            return None
+        origin = self.origin if self.origin is not None else self.started
+        return round((self.first_output_at - origin) * 1e3, 1)
+
     def steady_allocs_per_frame(self) -> float | None:
         """Device allocations per frame after warm-up (the pooled path must show 0)."""
         if not self.memory_warm or self.frames_out <= self.memory_warm.get("frames", 0):
@@ -119,6 +133,9 @@ class RunStats:
             "retimed_frames": self.retimed_frames,
             "wall_s": round(self.wall_s, 4),
             "fps": round(self.fps, 2),
+            "steady_fps": round(self.steady_fps(), 2),
+            "time_to_first_frame_ms": self.time_to_first_frame_ms(),
+            "startup_ms": self.startup_ms,
             "stage_ms": {s: summary(v.values()) for s, v in self.stage_ms.items()},
             "latency_ms": summary(self.latency_ms.values()),
             "memory": self.memory,
@@ -164,6 +181,11 @@ class RunStats:
             t.add_row("latency (decoded to encoded)", f"{lat['mean']:.2f}", f"{lat['p50']:.2f}", f"{lat['p99']:.2f}",
                       style="bold")
         notes = []
+        ttff = self.time_to_first_frame_ms()
+        if ttff is not None:
+            phases = ", ".join(f"{name.replace('_', ' ')} {ms:.0f}" for name, ms in self.startup_ms.items())
+            notes.append(f"first frame out after {ttff:.0f} ms (set-up ms: {phases}); steady "
+                         f"{self.steady_fps():.1f} fps")
         if self.decode_errors or self.corrupt_frames or self.retimed_frames:
             notes.append(f"damaged input: {self.decode_errors} packets skipped, {self.corrupt_frames} frames "
                          f"concealed, {self.retimed_frames} timestamps moved")

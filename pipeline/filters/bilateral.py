@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..gpu.cuda import f32, i32, launch_2d
-from ..gpu.kernels import kernel
+from ..gpu.kernels import kernel, load
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
@@ -90,6 +90,9 @@ class Bilateral(Filter):
 
     def cpu(self, src, dst, scratch):
         bilateral_cpu(src, dst, self.sigma_s, self.sigma_r)
+
+    def prepare(self):
+        load(self._kernel)
 
     @functools.cached_property
     def _kernel(self):

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from ..gpu.cuda import f32, float_literal, i32, launch_1d, launch_2d, raw_kernel
-from ..gpu.kernels import source
+from ..gpu.kernels import load, source
 from .registry import Filter, Param, register_filter
 
 _SEP_SRC = r"""
@@ -317,6 +317,9 @@ class Separable:
     def needs_scratch(self) -> bool:
         return self.tile is None
 
+    def load(self) -> None:
+        load(*([self._fused] if self.tile is not None else [*self._passes, *([self._mix] if self._mix else [])]))
+
     def __call__(self, src, dst, tmp=None) -> None:
         planes, h, w = src.shape
         if self.tile is not None:
@@ -351,6 +354,9 @@ class SeparableFilter(Filter):
 
     def scratch_shapes(self, width, height):
         return separable_scratch(self.taps, width, height)
+
+    def prepare(self):
+        self._separable.load()
 
     @functools.cached_property
     def _separable(self) -> Separable:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..gpu.cuda import i32, launch_2d, raw_kernel
-from ..gpu.kernels import source
+from ..gpu.kernels import load, source
 from .registry import Filter
 
 _HEAD = r"""(const float* __restrict__ src, float* __restrict__ dst, int w, int h)
@@ -74,13 +74,18 @@ def pointwise_source(members: list[Filter]) -> tuple[str, str]:
     return source('extern "C" __global__ void @NAME@' + _HEAD + "@BODY@" + _TAIL, name, BODY=body), name
 
 
-def launch_pointwise(owner: Any, members: list[Filter], src, dst) -> None:
-    """Run ``members`` as one kernel, compiled on the first frame and kept on ``owner``."""
+def pointwise_kernel(owner: Any, members: list[Filter]):
+    """The kernel applying ``members``, built once and kept on ``owner``."""
     kernel = owner.__dict__.get("_pw_kernel")
     if kernel is None:
         kernel = owner.__dict__["_pw_kernel"] = raw_kernel(*pointwise_source(members))
+    return kernel
+
+
+def launch_pointwise(owner: Any, members: list[Filter], src, dst) -> None:
+    """Run ``members`` as one kernel."""
     _, h, w = src.shape
-    launch_2d(kernel, w, h, (src, dst, i32(w), i32(h)))
+    launch_2d(pointwise_kernel(owner, members), w, h, (src, dst, i32(w), i32(h)))
 
 
 class PointwiseFilter(Filter):
@@ -91,6 +96,9 @@ class PointwiseFilter(Filter):
 
     def cuda(self, src, dst, scratch):
         launch_pointwise(self, [self], src, dst)
+
+    def prepare(self):
+        load(pointwise_kernel(self, [self]))
 
 
 class FusedPointwise(Filter):
@@ -123,6 +131,9 @@ class FusedPointwise(Filter):
 
     def cuda(self, src, dst, scratch):
         launch_pointwise(self, self.members, src, dst)
+
+    def prepare(self):
+        load(pointwise_kernel(self, self.members))
 
 
 def fuse_pointwise(chain: list[Filter]) -> list[Filter]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..gpu.cuda import cupy, i32, launch_2d, raw_kernel
-from ..gpu.kernels import kernel, source
+from ..gpu.kernels import kernel, load, source
 from .registry import Filter, Param, register_filter
 
 MAX_SIDE = 16384
@@ -187,6 +187,9 @@ class Scale(Filter):
     def cpu(self, src, dst, scratch):
         resample_cpu(src, dst, scratch[0] if scratch else None)
 
+    def prepare(self):
+        load(*_resample_kernels())
+
     def _tables(self, n_in: int, n_out: int):
         """Tap tables on the current device, uploaded once per size; waits for the copy (all streams read them)."""
         cp = cupy()
@@ -254,6 +257,9 @@ class Crop(Filter):
         _, _, x, y = self.rect(src.shape[2], src.shape[1])
         affine_copy_cuda("pipeline_crop", src, dst, (1, 0, x, 0, 1, y))
 
+    def prepare(self):
+        load(_affine_kernel("pipeline_crop"))
+
 
 @register_filter("hflip")
 class HFlip(Filter):
@@ -265,6 +271,9 @@ class HFlip(Filter):
     def cuda(self, src, dst, scratch):
         affine_copy_cuda("pipeline_hflip", src, dst, (-1, 0, src.shape[2] - 1, 0, 1, 0))
 
+    def prepare(self):
+        load(_affine_kernel("pipeline_hflip"))
+
 
 @register_filter("vflip")
 class VFlip(Filter):
@@ -275,6 +284,9 @@ class VFlip(Filter):
 
     def cuda(self, src, dst, scratch):
         affine_copy_cuda("pipeline_vflip", src, dst, (1, 0, 0, 0, -1, src.shape[1] - 1))
+
+    def prepare(self):
+        load(_affine_kernel("pipeline_vflip"))
 
 
 @register_filter("transpose")
@@ -294,3 +306,6 @@ class Transpose(Filter):
             affine_copy_cuda("pipeline_transpose_clock", src, dst, (0, 1, 0, -1, 0, h - 1))
         else:  # dst(x, y) = src(w - 1 - y, x)
             affine_copy_cuda("pipeline_transpose_cclock", src, dst, (0, -1, w - 1, 1, 0, 0))
+
+    def prepare(self):
+        load(_affine_kernel(f"pipeline_transpose_{self.dir}"))

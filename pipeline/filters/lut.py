@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..gpu.cuda import cupy, f32, i32, launch_2d
-from ..gpu.kernels import kernel
+from ..gpu.kernels import kernel, load
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
@@ -226,6 +226,9 @@ class Lut3d(Filter):
         args = (src, dst, self._table(), i32(w), i32(h), i32(lut.size))
         args += tuple(f32(v) for v in lut.domain_min) + tuple(f32(v) for v in scale)
         launch_2d(self._kernel, w, h, args)
+
+    def prepare(self):
+        load(self._kernel)
 
     @functools.cached_property
     def _kernel(self):

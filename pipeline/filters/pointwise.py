@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from ..gpu.cuda import f32, float_literal, i32, launch_1d
-from ..gpu.kernels import kernel
+from ..gpu.kernels import kernel, load
 from ..video import LUMA
 from .registry import Filter, Param, register_filter
 
@@ -68,6 +68,9 @@ for (int p = 0; p < 3; ++p) {{
     pw_c[p] = pw_v;
 }}
 r = pw_c[0]; g = pw_c[1]; b = pw_c[2];"""
+
+    def prepare(self):
+        load(self._kernel)
 
     @functools.cached_property
     def _kernel(self):

@@ -92,6 +92,10 @@ class Filter:
     def reset(self) -> None:
         """Forget state carried between frames (temporal filters)."""
 
+    def prepare(self) -> None:
+        """Compile and load this filter's CUDA kernels now (set-up), not at the first frame. Optional:
+        a filter that does not implement it compiles at its first launch."""
+
     def cpu(self, src, dst, scratch: list) -> None:
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 
 from ..gpu.cuda import f32, i32, launch_2d
-from ..gpu.kernels import kernel
+from ..gpu.kernels import kernel, load
 from ..video import LUMA
 from .blur import SeparableFilter, gaussian_taps, separable_cpu
 from .registry import Filter, Param, register_filter
@@ -115,6 +115,9 @@ class Sobel(Filter):
 
     def cpu(self, src, dst, scratch):
         dst[:] = sobel_cpu(src, self.scale)[None]
+
+    def prepare(self):
+        load(self._kernel)
 
     @functools.cached_property
     def _kernel(self):

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from ..gpu.cuda import f32, i32, launch_1d
-from ..gpu.kernels import kernel
+from ..gpu.kernels import kernel, load
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
@@ -103,6 +103,9 @@ class TDenoise(TemporalFilter):
         args = (src, dst, state, i32(n), f32(self.alpha), f32(self.threshold), i32(self._advance()))
         launch_1d(self._kernel, n, args)
 
+    def prepare(self):
+        load(self._kernel)
+
     @functools.cached_property
     def _kernel(self):
         return kernel(_TDENOISE_SRC, "pipeline_tdenoise")
@@ -167,6 +170,9 @@ class Motion(TemporalFilter):
         mode = _MODES.index(self.mode)
         args = (src, dst, state, i32(n), f32(self.threshold), i32(mode), i32(self._advance()))
         launch_1d(self._kernel, n, args)
+
+    def prepare(self):
+        load(self._kernel)
 
     @functools.cached_property
     def _kernel(self):

@@ -78,5 +78,14 @@ def source(template: str, name: str, **values: Any) -> str:
 
 
 def kernel(template: str, name: str, **values: Any) -> Any:
-    """A compiled built-in kernel (cached; see the module docstring). Keep the result: call this once."""
+    """A built-in kernel (cached; see the module docstring). Keep the result: call this once."""
     return raw_kernel(source(template, name, **values), name)
+
+
+def load(*kernels: Any) -> None:
+    """Compile (or load from CuPy's on-disk cache) and load ``kernels`` now, not at their first launch:
+    set-up pays for it before the first frame, which then flows at once (a live source drops nothing)."""
+    for k in kernels:
+        compile_now = getattr(k, "compile", None)  # CuPy's RawKernel has it; a stand-in may not
+        if compile_now is not None:
+            compile_now()

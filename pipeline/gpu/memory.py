@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 
 import numpy as np
@@ -141,9 +142,17 @@ def _ring(size: int, nbytes: int, allocate) -> HostRing | None:
 
 def pooled(req: MemoryRequest) -> Memory:
     """The default: a pinned ring each way and one cudaMalloc'd arena; nothing allocated per frame."""
+    t0 = time.perf_counter()
     device = _pooled_device(req)
-    return Memory("pool", _ring(req.ring_size, req.in_bytes, pinned_array),
-                  _ring(req.ring_size, req.out_bytes, pinned_array), device, pinned=True)
+    t1 = time.perf_counter()
+    try:
+        in_host = _ring(req.ring_size, req.in_bytes, pinned_array)
+        out_host = _ring(req.ring_size, req.out_bytes, pinned_array)
+    except BaseException:
+        device.close()
+        raise
+    setup = {"arena": (t1 - t0) * 1e3, "pinned_ring": (time.perf_counter() - t1) * 1e3}
+    return Memory("pool", in_host, out_host, device, pinned=True, setup_ms=setup)
 
 
 def pinned_per_frame(req: MemoryRequest) -> Memory:

@@ -118,6 +118,7 @@ class Memory:
     device: DevicePool | PerFrameDevice
     pinned: bool
     extra: dict[str, Any] = field(default_factory=dict)  # more counters; callables are read at report time
+    setup_ms: dict[str, float] = field(default_factory=dict)  # how long building each part took
 
     @property
     def hosts(self) -> list[HostRing | PerFrameHost]:
