@@ -1,0 +1,106 @@
+"""NVDEC: decoding into device memory, read in place by the conversion kernel (GPU machine only).
+
+H.264 decoding is bit-exact, so the NVDEC path must give what the CPU decoder's path gives on the same
+clip; the pooled path must allocate nothing per frame, and the decoder's own surface pool must stay
+bounded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import make_sample
+import pipeline
+from helpers import decode, max_abs_diff, run_cli
+
+pytestmark = pytest.mark.gpu
+
+W, H, FRAMES = 320, 180, 36
+
+
+@pytest.fixture(scope="module")
+def h264(tmp_path_factory) -> Path:
+    return make_sample.make_clip(tmp_path_factory.mktemp("nvdec") / "clip.mp4", width=W, height=H, frames=FRAMES,
+                                 fps=30, seed=3)
+
+
+@pytest.fixture(scope="module")
+def odd_h264(tmp_path_factory) -> Path:
+    return make_sample.make_clip(tmp_path_factory.mktemp("nvdec") / "odd.mkv", width=322, height=182, frames=6,
+                                 fps=30, seed=4, audio=False)
+
+
+def run(clip: Path, out: Path, *args: str) -> dict:
+    stats = out.with_suffix(".json")
+    proc = run_cli("run", clip, "-o", out, "-q", "--device", "cuda", "-c", "ffv1", "--stats-json", stats, *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(stats.read_text())
+
+
+def test_nvdec_output_matches_the_cpu_decoder(h264, tmp_path):
+    cpu = run(h264, tmp_path / "cpu.mkv", "--decode", "cpu")
+    gpu = run(h264, tmp_path / "nvdec.mkv", "--decode", "nvdec")
+    assert cpu["decode"] == "cpu" and gpu["decode"] == "nvdec"
+    a, b = decode(tmp_path / "cpu.mkv"), decode(tmp_path / "nvdec.mkv")
+    assert len(a.frames) == len(b.frames) == FRAMES and a.pts == b.pts
+    assert a.audio_packets == b.audio_packets > 0
+    assert max(max_abs_diff(x, y) for x, y in zip(a.frames, b.frames)) <= 2
+
+
+def test_nvdec_pooled_allocates_nothing_per_frame_and_the_surface_pool_stays_bounded(h264, tmp_path):
+    stats = run(h264, tmp_path / "out.mkv", "--decode", "nvdec")
+    m = stats["memory"]
+    assert m["device_allocs"] == 1 and stats["steady_device_allocs_per_frame"] == 0
+    assert m["host_bytes"] == 8 * W * H * 3 // 2  # the output ring only: nothing is uploaded
+    assert 0 < m["decoder_surfaces"] <= 64, m  # FFmpeg's pool: grown to what is held at once, then reused
+    assert m["decoder_surface_bytes"] > 0
+
+
+def test_nvdec_naive_gives_the_same_frames(h264, tmp_path):
+    run(h264, tmp_path / "pool.mkv", "--decode", "nvdec")
+    naive = run(h264, tmp_path / "naive.mkv", "--decode", "nvdec", "--naive-alloc")
+    assert naive["memory"]["device_allocs"] >= 2 * FRAMES
+    a, b = decode(tmp_path / "pool.mkv"), decode(tmp_path / "naive.mkv")
+    for x, y in zip(a.frames, b.frames):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_nvdec_odd_size_and_null_output(odd_h264, tmp_path):
+    stats = tmp_path / "s.json"
+    proc = run_cli("run", odd_h264, "-o", "null", "-q", "--device", "cuda", "--decode", "nvdec", "--stats-json", stats)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(stats.read_text())
+    assert data["frames_out"] == 6 and data["size"] == [322, 182] and data["decode"] == "nvdec"
+
+
+def test_a_stream_nvdec_cannot_take(tmp_path):
+    clip = make_sample.make_clip(tmp_path / "ffv1.mkv", width=64, height=64, frames=3, codec="ffv1", audio=False)
+    out = tmp_path / "out.mkv"
+    proc = run_cli("run", clip, "-o", out, "-q", "--device", "cuda", "--decode", "nvdec")
+    assert proc.returncode == 3, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "NVDEC" in proc.stderr and not out.exists()
+    proc = run_cli("run", clip, "-o", out, "-q", "--device", "cuda", "--decode", "auto", "-c", "ffv1")
+    assert proc.returncode == 0, proc.stderr
+    assert "decoding on the CPU" in proc.stderr and len(decode(out).frames) == 3
+
+
+def test_frames_api_with_nvdec(h264):
+    with pipeline.frames(h264, device="cuda", decode="nvdec", frames=8) as frames:
+        arrays = [f.array.get() for f in frames]
+    with pipeline.frames(h264, device="cuda", decode="cpu", frames=8) as frames:
+        reference = [f.array.get() for f in frames]
+    assert len(arrays) == 8
+    assert max(max_abs_diff(a, b) for a, b in zip(arrays, reference)) == 0
+
+
+def test_nvenc_is_refused_on_a_gpu_without_it(h264, tmp_path):
+    out = tmp_path / "out.mp4"
+    proc = run_cli("run", h264, "-o", out, "-q", "--device", "cuda", "-c", "h264_nvenc")
+    if proc.returncode == 0:
+        pytest.skip("this GPU has NVENC")
+    assert proc.returncode == 2 and "libx264" in proc.stderr and not out.exists()
+    assert len(proc.stderr.strip().splitlines()) == 1
