@@ -88,11 +88,27 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     return open_in_background(opened, stop or threading.Event(), signum)
 
 
+# What a live or paced run encodes with unless --encoder-opt says otherwise: every frame's packet out at
+# once (no look-ahead, no B-frames), the fastest preset, and a one-second GOP (g is set from the rate).
+LOW_LATENCY = {"libx264": {"preset": "ultrafast", "tune": "zerolatency", "bf": "0"},
+               "libx265": {"preset": "ultrafast", "tune": "zerolatency"}}
+
+
+def encoder_options(cfg: RunConfig, info, low_latency: bool) -> dict[str, str]:
+    if cfg.encoder_opts or not low_latency or cfg.codec not in LOW_LATENCY:
+        return dict(cfg.encoder_opts)
+    rate = float(info.frame_rate) if info.frame_rate else 30.0
+    options = {**LOW_LATENCY[cfg.codec], "g": str(max(1, round(rate)))}
+    log.info(f"live input: low-latency encoding ({', '.join(f'{k}={v}' for k, v in options.items())}); "
+             "--encoder-opt replaces it")
+    return options
+
+
 def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):
     """The encoder and muxer for ``target`` (a path or a URL)."""
     from .sink import Sink
 
-    return Sink(target, info, codec=cfg.codec, options=cfg.encoder_opts, audio=audio,
+    return Sink(target, info, codec=cfg.codec, options=encoder_options(cfg, info, low_latency), audio=audio,
                 output_format=cfg.output_format, output_opts=cfg.output_opts, timeout=cfg.timeout,
                 low_latency=low_latency)
 
@@ -174,13 +190,11 @@ def _open_source(cfg: RunConfig, control, backend, phases: Phases):
 def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | None):
     with phases("cuda_context" if cfg.device != "cpu" else "backend"):
         backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
-    if backend.name == "cuda":
+    if backend.name == "cuda" and in_layout is not None:
+        from .processor import prepare_kernels
         from .warmup import notice_if_cold
 
         notice_if_cold()
-    if backend.name == "cuda" and in_layout is not None:
-        from .processor import prepare_kernels
-
         with phases("kernels"):
             prepare_kernels(chain, in_layout, "i420", stage=stage is not None)
     return backend

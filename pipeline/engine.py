@@ -181,6 +181,10 @@ class Pipeline:
                     self._memory = self.backend.memory(self.plan.request(
                         self.cfg, host_in=self.source.layout not in DEVICE_LAYOUTS, host_out=self.sink is not None
                         and self.sink.residence == "host", held=0 if self.sink is not None else 1))
+            if self.backend.name == "cuda":
+                from .warmup import notice_if_cold
+
+                notice_if_cold()
             with self.phases("kernels"):
                 self.processor = Processor(self.backend.ops, self._memory, self.plan, self.cfg.in_flight,
                                            self.abort, self.stage)

@@ -44,6 +44,11 @@ MAX_SIDE = 16384
 # pause: FFmpeg's own threshold for such jumps is 10 s; a minute leaves room for sparse VFR capture.
 MAX_GAP_S = 60.0
 
+# How much of a live stream FFmpeg analyses before the first frame (its defaults: 5 s and 5 MB). The
+# stream is read from its start anyway, and frames that arrive during the probe come out in a burst that
+# a drop policy would thin: 100 ms keeps that backlog to a few frames. --input-opt overrides either key.
+LIVE_PROBE = {"analyzeduration": "100000", "probesize": "1000000"}
+
 # Demuxers that read a capture device rather than a file: live, like a network stream.
 CAPTURE_FORMATS = frozenset({"v4l2", "video4linux2", "avfoundation", "dshow", "gdigrab", "x11grab", "kmsgrab",
                              "fbdev", "decklink", "android_camera"})
@@ -97,6 +102,8 @@ class Source:
         self.strict = strict
         self.live = is_live_input(path, input_format) if live is None else live
         self.input_format, self.options = input_format, dict(options or {})
+        if self.live:  # a short probe: what arrives meanwhile is a backlog the pipeline must catch up on
+            self.options = {**LIVE_PROBE, **self.options}
         self.timeout = timeout if self.live else None
         self.decode_errors = 0  # packets the decoder rejected (skipped)
         self.corrupt_frames = 0  # frames the decoder concealed errors in (processed)

@@ -38,9 +38,21 @@ def is_warm() -> bool:
 
 
 def notice_if_cold() -> None:
-    if not is_warm():
-        log.info("first run with this GPU's kernel cache: compiling CUDA kernels (seconds, once; "
-                 "`pipeline warmup` does it ahead of time)")
+    """Say once per machine (and cache) that kernels are being compiled, before the first run does it."""
+    if is_warm():
+        return
+    log.info("first run with this GPU's kernel cache: compiling CUDA kernels (seconds, once; "
+             "`pipeline warmup` compiles them all ahead of time)")
+    _mark("kernels compiled by a first run")
+
+
+def _mark(text: str) -> None:
+    try:
+        path = marker()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"pipeline {__version__}: {text}\n")
+    except OSError:
+        pass  # a read-only cache: CuPy compiles in memory, and the notice may repeat
 
 
 def warm(chains: tuple[str, ...] = (DEFAULT_FILTERS,)) -> dict[str, float | int | str]:
@@ -69,7 +81,5 @@ def warm(chains: tuple[str, ...] = (DEFAULT_FILTERS,)) -> dict[str, float | int 
             continue
         f.prepare()
         count += 1
-    path = marker()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"pipeline {__version__}: kernels compiled by `pipeline warmup`\n")
+    _mark("kernels compiled by `pipeline warmup`")
     return {"kernels": count, "seconds": round(time.perf_counter() - t0, 2), "cache": str(cache_dir())}

@@ -73,12 +73,22 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
-    for scope in ("gpu", "e2e"):
+    strategies = {"pool", "naive", "cupy", "async", "pinned-per-frame"}
+    for scope, names in (("gpu", strategies), ("e2e", strategies | {f"{s}, nvdec" for s in strategies})):
         rows = {r["strategy"]: r for r in result["scopes"][scope]}
-        assert set(rows) == {"pool", "naive", "cupy", "async", "pinned-per-frame"}
+        assert set(rows) == names
         assert rows["pool"]["device_allocs_per_frame"] == 0
         assert rows["naive"]["device_allocs_per_frame"] >= 2
         assert rows["pool"]["x_pooled"] == 1.0
         assert all(r["fps"] > 0 for r in rows.values())
+    assert {r["strategy"]: r for r in result["scopes"]["e2e"]}["naive, nvdec"]["x_pooled"] < 1.5
+    run = result["run"]
+    assert {(r["decode"], r["alloc"], r["output"]) for r in run} == {
+        (d, a, o) for d in ("cpu", "nvdec") for a in ("pool", "naive") for o in ("null", "file")}
+    for r in run:
+        assert "error" not in r, r
+        assert r["process_fps"] > 0 and r["ttff_ms"] > 0
+        assert (r["allocs_per_frame"] == 0) == (r["alloc"] == "pool")
+        assert ("x_naive" in r) == (r["alloc"] == "pool")
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
     assert result["peers"]["transcode"]["frames"] > 0

@@ -152,6 +152,28 @@ def test_tcp_stream_to_a_listening_pipeline_ends_with_the_stream(tmp_path, clips
     assert stats["audio_packets"] > 0
 
 
+def test_a_live_stream_with_the_default_settings_drops_nothing(tmp_path):
+    """No config: live input gets low-latency encoding by default, and the pipeline is ready (kernels,
+    memory, encoder) before the first frame is read, so a 320x240 30 fps stream loses no frame."""
+    clip = make_clip(tmp_path / "cam.ts", width=320, height=240, frames=60, fps=FPS,
+                     options={"preset": "ultrafast", "g": "10", "bf": "0"}, seed=5)
+    port = free_port(socket.SOCK_STREAM)
+    out, stats_path = tmp_path / "out.mkv", tmp_path / "stats.json"
+    run = start(pipeline_cmd(f"tcp://127.0.0.1:{port}?listen=1", "-o", out, "--timeout", 10,
+                             "--stats-json", stats_path), tmp_path)
+    send = sender(clip, f"tcp://127.0.0.1:{port}", "--connect-s", 20, cwd=tmp_path)
+    try:
+        code, err = finish(run)
+        assert finish(send)[0] == 0
+    finally:
+        end(run, send)
+    assert code == 0, err
+    assert "low-latency encoding" in err
+    stats = json.loads(stats_path.read_text())
+    assert stats["frames_in"] == stats["frames_out"] == 60 and stats["drops"]["total"] == 0
+    assert_accounted(stats, out)
+
+
 def test_stalled_source_exits_3_and_keeps_a_playable_output(tmp_path, clips):
     port = free_port(socket.SOCK_DGRAM)
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"

@@ -21,7 +21,7 @@ from ..memory.registry import STRATEGIES
 from ..errors import ConfigError, GPUError
 from ..filters import fuse_pointwise, parse_chain
 
-SCOPES = ("gpu", "e2e")
+SCOPES = ("gpu", "e2e", "run")
 HEAVY_CHAIN = "gblur=sigma=2,unsharp=sigma=1:amount=1.2,eq=contrast=1.2:saturation=1.2"
 DEFAULT_ENCODER_OPTS = {"preset": "ultrafast"}
 
@@ -42,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategies", type=_csv(tuple(STRATEGIES)), default=list(STRATEGIES),
                    help=f"comma-separated strategies (default: {','.join(STRATEGIES)})")
     p.add_argument("--scope", type=_csv(SCOPES), default=list(SCOPES),
-                   help="gpu (memory path only), e2e (decode to encode), or both (default: gpu,e2e)")
+                   help="gpu (memory path only), e2e (decode to encode, in this process), run (`pipeline run` "
+                        "as a user runs it: one process per run, pooled against naive, -o null and a file) "
+                        "(default: gpu,e2e,run)")
+    p.add_argument("--decode", dest="decoders", type=_csv(("cpu", "nvdec")), default=["cpu", "nvdec"],
+                   help="decoders for the e2e and run scopes (default: cpu,nvdec)")
     p.add_argument("--repeats", type=int, default=3, help="measured repeats per strategy; the median is reported (default: 3)")
     p.add_argument("--frames", type=int, default=300, help="frames per measured run (default: 300)")
     p.add_argument("--warmup", type=int, default=30, help="frames run first and not measured (default: 30)")
@@ -136,6 +140,10 @@ def run_bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
             result["peers"] = measure_peers(args, cfg, say)
     _relative_to_pooled(result)
+    if "run" in args.scope:
+        from .run_scope import measure
+
+        result["run"] = measure(args, say)
     return result
 
 
@@ -168,16 +176,20 @@ def _e2e_scope(args, cfg: RunConfig, say) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
         out = str(Path(tmp) / f"out{Path(args.input).suffix or '.mp4'}")
-        for strategy in args.strategies:
-            say(f"e2e scope: {strategy}")
-            run_cfg = cfg.replace(alloc=strategy, output=out, frames=args.frames)
-            Pipeline.from_config(run_cfg.replace(frames=args.warmup)).run()
-            runs = [Pipeline.from_config(run_cfg).run() for _ in range(args.repeats)]
-            fps = [r.steady_fps() for r in runs]
-            latency = [ms for r in runs for ms in r.latency_ms[8:]]
-            allocs = statistics.median(r.steady_allocs_per_frame() or 0.0 for r in runs)
-            in_bytes = runs[0].width * runs[0].height * 3 // 2
-            rows.append(_row(strategy, fps, latency, allocs, statistics.median(fps) * in_bytes / 1e9))
+        for decode in args.decoders:
+            for strategy in args.strategies:
+                say(f"e2e scope: --decode {decode} {strategy}")
+                run_cfg = cfg.replace(alloc=strategy, output=out, frames=args.frames, decode=decode)
+                Pipeline.from_config(run_cfg.replace(frames=args.warmup)).run()
+                runs = [Pipeline.from_config(run_cfg).run() for _ in range(args.repeats)]
+                fps = [r.steady_fps() for r in runs]
+                latency = [ms for r in runs for ms in r.latency_ms[8:]]
+                allocs = statistics.median(r.steady_allocs_per_frame() or 0.0 for r in runs)
+                in_bytes = runs[0].width * runs[0].height * 3 // 2 if decode == "cpu" else 0
+                label = strategy if decode == "cpu" else f"{strategy}, nvdec"
+                row = _row(label, fps, latency, allocs, statistics.median(fps) * in_bytes / 1e9)
+                row["whole_run_fps"] = round(statistics.median(r.fps for r in runs), 2)
+                rows.append(row)
     return rows
 
 
@@ -199,6 +211,7 @@ def _row(strategy: str, fps_runs: list[float], latency: list[float], allocs: flo
 
 def _relative_to_pooled(result: dict) -> None:
     for rows in result["scopes"].values():
-        pooled = next((r["fps"] for r in rows if r["strategy"] == "pool"), None)
         for r in rows:
+            base = "pool" + r["strategy"][len(r["strategy"].split(",")[0]):]  # the pooled row of its decoder
+            pooled = next((p["fps"] for p in rows if p["strategy"] == base), None)
             r["x_pooled"] = round(r["fps"] / pooled, 3) if pooled else None

@@ -27,6 +27,23 @@ def strategy_table(scope: str, rows: list[dict]) -> Table:
     return t
 
 
+def run_table(rows: list[dict]) -> Table:
+    t = Table(title="`pipeline run` as a user runs it: one process per run (whole run: process start to exit)",
+              title_justify="left")
+    for name in ("decode", "output", "alloc", "whole-run fps", "x naive", "fps in run", "steady fps",
+                 "first frame ms", "allocs/frame"):
+        t.add_column(name, justify="left" if name in ("decode", "output", "alloc") else "right")
+    for r in rows:
+        if "error" in r:
+            t.add_row(r["decode"], r["output"], r["alloc"], "-", "-", "-", "-", "-", r["error"][:60])
+            continue
+        x = f"{r['x_naive']:.2f}" if r.get("x_naive") else ""
+        t.add_row(r["decode"], r["output"], r["alloc"], f"{r['process_fps']:.1f}", x, f"{r['fps']:.1f}",
+                  f"{r['steady_fps']:.1f}", f"{r['ttff_ms']:.0f}" if r.get("ttff_ms") is not None else "-",
+                  f"{r['allocs_per_frame']:g}")
+    return t
+
+
 def peers_table(peers: dict[str, Any]) -> Table:
     t = Table(title="ceilings and peers (same clip, same encoder settings)", title_justify="left")
     t.add_column("what")
@@ -56,6 +73,8 @@ def render(result: dict[str, Any], console: Console) -> None:
                   + f", filters {result['filters']!r}, {dev.get('name', '?')}, {dev.get('cpu_cores', '?')} CPU cores")
     for scope, rows in result["scopes"].items():
         console.print(strategy_table(scope, rows))
+    if result.get("run"):
+        console.print(run_table(result["run"]))
     if result.get("peers"):
         console.print(peers_table(result["peers"]))
     if result.get("bandwidth"):
