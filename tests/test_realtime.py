@@ -107,9 +107,9 @@ def assert_accounted(stats: dict, output: Path) -> None:
     for queue in stats["queues"].values():
         assert queue["peak"] <= queue["size"]  # bounded: nothing piled up
     hops = stats["latency_hops_ms"]
-    assert hops["decoded→encoder"]["count"] == hops["end to end"]["count"] == stats["frames_out"]
+    assert hops["decoded_to_encoder"]["count"] == hops["end_to_end"]["count"] == stats["frames_out"]
     assert all(len(v) == stats["frames_out"] for v in stats["per_frame"].values())
-    assert 0 < hops["decoded→encoder"]["p50"] <= hops["decoded→encoder"]["max"]
+    assert 0 < hops["decoded_to_encoder"]["p50"] <= hops["decoded_to_encoder"]["max"]
 
 
 # -- live sources -------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_latency_log_matches_packets_out_of_order_and_counts_the_budget():
     log.finish()
     assert list(log.column("index")) == [0, 2, 1]
     assert log.over_budget == 2 and len(notices) == 1 and "frame 2" in notices[0]
-    assert log.hops()["end to end"]["count"] == 3
+    assert log.hops()["end_to_end"]["count"] == 3
     for i in range(10):  # bounded: the last 4 frames are kept
         log.handed(10 + i, None, {"decoded": 1.0})
     log.finish()
