@@ -160,6 +160,8 @@ def _add_other_commands(sub) -> None:
     fl = sub.add_parser("filters", help="list the filters, or show one")
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
+    fl.add_argument("--json", action="store_true",
+                    help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -273,7 +275,7 @@ def _install_signal_handlers(pipeline: Any) -> None:
 def cmd_filters(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from .filters import FILTERS, load_plugin, parse_chain
+    from .filters import FILTERS, describe_filter, load_plugin, parse_chain
 
     for plugin in args.plugins or ():
         load_plugin(plugin)
@@ -281,6 +283,11 @@ def cmd_filters(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else sorted(FILTERS)
     if args.name and args.name not in FILTERS:
         raise ConfigError(f"unknown filter {args.name!r}; known: {', '.join(sorted(FILTERS))}")
+    if args.json:
+        import json
+
+        print(json.dumps({"filters": [describe_filter(FILTERS[name]) for name in names]}, indent=2))
+        return 0
     table = Table(title="filters", title_justify="left")
     table.add_column("filter")
     table.add_column("what it does")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -281,6 +282,30 @@ def test_filters_command_shows_one_and_refuses_unknown():
     assert proc.returncode == 0 and "sigma" in proc.stdout
     proc = run_cli("filters", "nope")
     assert proc.returncode == 2 and "'nope'" in proc.stderr
+
+
+def test_filters_json_describes_every_parameter():
+    from pipeline.filters import FILTERS
+
+    proc = run_cli("filters", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = {f["name"]: f for f in json.loads(proc.stdout)["filters"]}
+    parse_chain("")
+    assert set(listed) == set(FILTERS)
+    for name, cls in FILTERS.items():
+        assert listed[name]["help"] == cls.help
+        params = listed[name]["params"]
+        assert [p["name"] for p in params] == [p.name for p in cls.params]
+        for shown, param in zip(params, cls.params, strict=True):
+            assert shown["type"] == param.kind.__name__ and shown["default"] == param.default
+            assert (shown["min"], shown["max"], shown["min_exclusive"]) == (param.low, param.high, param.low_exclusive)
+    sigma = listed["gblur"]["params"][0]
+    assert sigma["name"] == "sigma" and sigma["type"] == "float" and sigma["min"] is not None
+    assert listed["transpose"]["params"][0]["choices"] == ["clock", "cclock"]
+    assert listed["eq"]["params"][0]["choices"] is None
+
+    one = json.loads(run_cli("filters", "gblur", "--json").stdout)["filters"]
+    assert [f["name"] for f in one] == ["gblur"]
 
 
 # --- filter chains ---------------------------------------------------------------------------------

@@ -45,6 +45,19 @@ class Param:
         if self.high is not None and value > self.high:
             raise ConfigError(f"{filter_name}: {self.name} must be <= {self.high:g}, got {value:g}")
 
+    def to_dict(self) -> dict[str, Any]:
+        """For ``pipeline filters --json``: the bounds are null where there is none."""
+        return {
+            "name": self.name,
+            "type": self.kind.__name__,
+            "default": self.default,
+            "min": self.low,
+            "min_exclusive": self.low_exclusive,
+            "max": self.high,
+            "choices": list(self.choices) or None,
+            "help": self.help,
+        }
+
     def describe(self) -> str:
         lo = "" if self.low is None else (f"> {self.low:g}" if self.low_exclusive else f">= {self.low:g}")
         hi = "" if self.high is None else f"<= {self.high:g}"
@@ -100,6 +113,11 @@ class Filter:
 
 
 FILTERS: dict[str, type[Filter]] = {}
+
+
+def describe_filter(cls: type[Filter]) -> dict[str, Any]:
+    """A filter's name, help and parameters as plain data (``pipeline filters --json``)."""
+    return {"name": cls.name, "help": cls.help, "params": [p.to_dict() for p in cls.params]}
 
 
 def register_filter(name: str):
