@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import ALLOC_STRATEGIES, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
+from .config import ALLOC_STRATEGIES, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml, preset_names
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 
 EXIT_CODES = """exit codes:
@@ -54,7 +54,7 @@ Real time:
     the frames done kept. The end of a stream (the sender closed it) ends the run normally. A URL
     input is treated as live even when it is a file on a server: add --drop-policy block for those.
   Output URL (udp://, tcp://, srt://, rtmp://): written directly, no temporary file; the muxer is
-    --format, else MPEG-TS (FLV for rtmp). configs/realtime.toml sets low-latency libx264.
+    --format, else MPEG-TS (FLV for rtmp). --config realtime sets low-latency libx264.
   --realtime: a file is read at its own frame rate, as a camera would deliver it.
   Drops: live and paced sources cannot wait, so when processing falls behind a frame is dropped
     (drop-oldest: the one waiting longest; drop-newest: the arriving one) and counted per stage;
@@ -98,7 +98,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                                           "current directory; a URL input needs -o)")
     p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
     p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
-    p.add_argument("--config", help="TOML config file; flags given here override it")
+    p.add_argument("--config", metavar="PRESET|FILE",
+                   help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
+                        "(a path with a '/' or ending in .toml); flags given here override it")
     p.add_argument("--device", choices=DEVICES, help=f"where the kernels run (default: {d.device})")
     p.add_argument("--alloc", choices=ALLOC_STRATEGIES, help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
@@ -157,6 +159,7 @@ def _add_other_commands(sub) -> None:
     bench.add_arguments(be)
     pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
     probe.add_arguments(pr)
+    sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
     fl = sub.add_parser("filters", help="list the filters, or show one")
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
@@ -214,6 +217,8 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         return probe.main(args)
     if args.command == "filters":
         return cmd_filters(args)
+    if args.command == "presets":
+        return cmd_presets()
     return EXIT_USAGE
 
 
@@ -270,6 +275,23 @@ def _install_signal_handlers(pipeline: Any) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+
+
+def cmd_presets() -> int:
+    from rich.table import Table
+
+    from .config import PRESETS_DIR, preset_summary
+
+    table = Table(title="presets (pipeline run IN --config NAME)", title_justify="left",
+                  caption=f"files: {PRESETS_DIR}/NAME.toml (a starting point for your own)", caption_justify="left")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("filters", overflow="fold")
+    for name in preset_names():
+        chain = load_toml(name).get("filters", "(the default chain)")
+        table.add_row(name, preset_summary(name), chain.replace(str(PRESETS_DIR) + os.sep, ""))
+    Console().print(table)
+    return 0
 
 
 def cmd_filters(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
     python scripts/bench_realtime.py [--out-dir out/bench_realtime] [--clip-1080p PATH] [--clip-4k PATH]
 
 Each clip is played as a camera would deliver it (``--realtime``: every frame released at its
-timestamp) through the default filter chain with configs/realtime.toml (libx264 ultrafast, zerolatency,
+timestamp) through the default filter chain with the realtime preset (libx264 ultrafast, zerolatency,
 drop-oldest), once with the pooled memory path and once with ``--naive-alloc``. Reported per run:
 frames dropped, and p50/p99/max of the latency from the decoded frame to the frame handed to the
 encoder (the pipeline's own share: host slot, upload, kernels, download, hand-over), measured after the
@@ -79,7 +79,7 @@ def ensure_clip(clip: Clip, given: Path | None, out_dir: Path, say) -> Path:
 
 
 def run_once(path: Path, strategy: str, out: Path, *, paced: bool, frames: int | None = None):
-    preset = load_toml(ROOT / "configs" / "realtime.toml")
+    preset = load_toml("realtime")
     cfg = build_config(preset, {"input": str(path), "output": str(out), "device": "cuda", "alloc": strategy,
                                 "realtime": paced, "frames": frames, "quiet": True, "overwrite": True})
     return Pipeline(cfg, notice=lambda m: None).run()
@@ -152,7 +152,7 @@ def markdown(report: dict) -> str:
         f"- **Hardware:** {hw['gpu']} ({hw['gpu_memory_mib']} MiB), {hw['cpu_count']} CPU cores ({hw['cpu']})",
         f"- **Software:** Python {hw['python']}, PyAV {hw['pyav']}, CuPy {hw['cupy']}",
         ("- **Settings:** `--realtime` (frames released at their timestamps), default chain, "
-         "`configs/realtime.toml` (libx264 ultrafast zerolatency, drop-oldest, `--in-flight 2`)"),
+         "the `realtime` preset (libx264 ultrafast zerolatency, drop-oldest, `--in-flight 2`)"),
         (f"- **Latency:** decoded frame to frame handed to the encoder, frames after the first {SKIP}; "
          "drops over the whole run"),
         "",

@@ -122,7 +122,7 @@ def test_lut_path_is_resolved_from_the_script_not_the_working_directory(tmp_path
     monkeypatch.chdir(tmp_path)
     f = case("lut3d").filters[0]
     assert f.lut.size > 1
-    assert case("lut3d").spec == "lut3d=file=configs/luts/warm.cube"
+    assert case("lut3d").spec == "lut3d=file=pipeline/presets/luts/warm.cube"
 
 
 def test_a_filter_without_usable_defaults_is_named(monkeypatch):

@@ -99,9 +99,10 @@ def test_toml_accepts_dashes_and_underscores(tmp_path):
     }
 
 
-def test_toml_plugins_become_a_tuple(tmp_path):
-    assert load_toml(_toml(tmp_path, 'plugins = ["a.py", "b.py"]\n')) == {"plugins": ("a.py", "b.py")}
-    assert load_toml(_toml(tmp_path, 'plugins = "a.py"\n')) == {"plugins": ("a.py",)}
+def test_toml_plugins_become_a_tuple_of_paths_relative_to_the_file(tmp_path):
+    a, b = str(tmp_path / "a.py"), str(tmp_path / "b.py")
+    assert load_toml(_toml(tmp_path, 'plugins = ["a.py", "b.py"]\n')) == {"plugins": (a, b)}
+    assert load_toml(_toml(tmp_path, 'plugins = "a.py"\n')) == {"plugins": (a,)}
 
 
 @pytest.mark.parametrize("key", ["colour", "ring-sizes", "input"])
@@ -297,12 +298,14 @@ def test_filters_json_describes_every_parameter():
         params = listed[name]["params"]
         assert [p["name"] for p in params] == [p.name for p in cls.params]
         for shown, param in zip(params, cls.params, strict=True):
-            assert shown["type"] == param.kind.__name__ and shown["default"] == param.default
+            assert shown["type"] == ("path" if param.is_path else param.kind.__name__)
+            assert shown["default"] == param.default
             assert (shown["min"], shown["max"], shown["min_exclusive"]) == (param.low, param.high, param.low_exclusive)
     sigma = listed["gblur"]["params"][0]
     assert sigma["name"] == "sigma" and sigma["type"] == "float" and sigma["min"] is not None
     assert listed["transpose"]["params"][0]["choices"] == ["clock", "cclock"]
     assert listed["eq"]["params"][0]["choices"] is None
+    assert listed["lut3d"]["params"][0]["type"] == "path"
 
     one = json.loads(run_cli("filters", "gblur", "--json").stdout)["filters"]
     assert [f["name"] for f in one] == ["gblur"]

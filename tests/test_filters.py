@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, all_devices
 
+from pipeline.config import PRESETS_DIR
 from pipeline.errors import ConfigError
 from pipeline.filters import FILTERS, fuse_pointwise, load_plugin, parse_chain
 from pipeline.filters.bilateral import window_radius
@@ -29,7 +30,7 @@ from pipeline.filters.lut import identity_table, parse_cube, write_cube
 from pipeline.frames import VideoFormat
 from pipeline.processor import FramePlan
 
-WARM_LUT = ROOT / "configs" / "luts" / "warm.cube"
+WARM_LUT = PRESETS_DIR / "luts" / "warm.cube"
 PLUGIN = ROOT / "examples" / "posterize_plugin.py"
 # Neither side a multiple of the 32x8 launch block; even, as frames always are.
 W, H = 46, 30

@@ -7,17 +7,16 @@ import threading
 from fractions import Fraction
 
 import pytest
-from conftest import ROOT
 
 from pipeline.channels import END, Aborted, Channel
-from pipeline.config import RunConfig, build_config, load_toml
+from pipeline.config import PRESETS_DIR, RunConfig, build_config, load_toml
 from pipeline.errors import ConfigError
 from pipeline.latency import LatencyLog, Ring
 from pipeline.live import Pacer
 from pipeline.sink import url_muxer
 from pipeline.source import is_live_input
 
-REALTIME = ROOT / "configs" / "realtime.toml"
+REALTIME = PRESETS_DIR / "realtime.toml"
 
 
 def test_channel_drop_oldest_keeps_the_freshest_and_never_drops_audio():
