@@ -31,9 +31,9 @@ test-gpu: $(VENV)/.installed
 	PIPELINE_REQUIRE_GPU=1 $(PY) -m pytest -m gpu -q
 
 bench-clips: $(VENV)/.installed
-	$(PY) scripts/make_sample.py 1080p
-	$(PY) scripts/make_sample.py 4k
-	$(PY) scripts/make_sample.py raw1080p
+	$(VENV)/bin/pipeline sample 1080p
+	$(VENV)/bin/pipeline sample 4k
+	$(VENV)/bin/pipeline sample raw1080p
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

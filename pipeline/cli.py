@@ -160,11 +160,46 @@ def _add_other_commands(sub) -> None:
     pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
     probe.add_arguments(pr)
     sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
+    _add_sample_command(sub)
     fl = sub.add_parser("filters", help="list the filters, or show one")
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
     fl.add_argument("--json", action="store_true",
                     help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
+
+
+SAMPLES = """clips (NAME):
+  sample    640x360, 30 fps, 3 s, H.264 + AAC       -> samples/sample.mp4 (the default)
+  1080p     1920x1080, 60 fps, 10 s, H.264 + AAC    -> samples/bench_1080p.mp4
+  4k        3840x2160, 30 fps, 10 s, H.264 + AAC    -> samples/bench_4k.mp4
+  raw1080p  1920x1080, 60 fps, 5 s, rawvideo        -> samples/bench_1080p_raw.mkv
+  raw4k     3840x2160, 30 fps, 4 s, rawvideo        -> samples/bench_4k_raw.mkv
+Paths are relative to the current directory. Benchmark with them: pipeline bench samples/bench_1080p.mp4"""
+
+
+def _add_sample_command(sub) -> None:
+    sa = sub.add_parser("sample", help="write a synthetic test or benchmark clip (seeded, with a frame counter)",
+                        description="Write a synthetic clip: textured, moving, seeded, each frame numbered large "
+                                    "enough to read after lossy coding.",
+                        epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
+    sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below)")
+    sa.add_argument("--frames", type=int, metavar="N", help="number of frames (default: the clip's)")
+    sa.add_argument("--fps", type=float, help="frame rate (default: the clip's)")
+    sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
+    sa.add_argument("--codec", help="video encoder (default: the clip's)")
+    sa.add_argument("--pix-fmt", help="pixel format (default: yuv420p)")
+    sa.add_argument("--crf", type=int, help="libx264 quality (default: the clip's)")
+    sa.add_argument("--no-audio", action="store_true", help="no audio track")
+    sa.add_argument("--seed", type=int, default=0, help="picture seed (default: 0)")
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WxH, got {text!r}") from None
+    return w, h
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -219,6 +254,10 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         return cmd_filters(args)
     if args.command == "presets":
         return cmd_presets()
+    if args.command == "sample":
+        from .sample import run  # PyAV and OpenCV: only for this command
+
+        return run(args)
     return EXIT_USAGE
 
 

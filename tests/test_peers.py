@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import av
 import pytest
-from make_sample import make_clip
+from pipeline.sample import make_clip
 
 from pipeline.bench import peer_plumbing, peers
 from pipeline.bench.ffmpeg_graph import ffmpeg_chain, parse_graph

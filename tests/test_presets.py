@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import av
-import make_sample
 import pytest
 
+from pipeline import sample
 from pipeline.config import DEFAULT_FILTERS, PRESETS_DIR, build_config, find_config, load_toml, preset_names
 from pipeline.errors import ConfigError
 from pipeline.filters import fuse_pointwise, parse_chain
@@ -107,7 +107,7 @@ def test_unknown_preset_exits_2_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("given", ["grade", "denoise", "absolute"])
 def test_preset_end_to_end_on_cpu_from_another_directory(given, tmp_path):
-    clip = make_sample.make_clip(tmp_path / "in.mp4", width=128, height=72, frames=4, audio=False)
+    clip = sample.make_clip(tmp_path / "in.mp4", width=128, height=72, frames=4, audio=False)
     out = tmp_path / "out.mp4"
     config = str(PRESETS_DIR / "grade.toml") if given == "absolute" else given
     result = run_cli("run", clip, "-o", out, "--config", config, "--device", "cpu", "-q", cwd=tmp_path)

@@ -24,7 +24,7 @@ import cv2
 import numpy as np
 import pytest
 from helpers import remux
-from make_sample import make_clip
+from pipeline.sample import make_clip
 
 from pipeline import cli, engine
 from pipeline.errors import GPUError, InputError

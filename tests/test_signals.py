@@ -18,7 +18,7 @@ from pathlib import Path
 
 import av
 import pytest
-from make_sample import make_clip
+from pipeline.sample import make_clip
 
 from pipeline import cli, engine
 

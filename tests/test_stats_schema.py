@@ -6,7 +6,7 @@ import json
 import re
 
 from conftest import ROOT
-from make_sample import make_clip
+from pipeline.sample import make_clip
 
 from pipeline import Pipeline
 from pipeline.config import build_config
