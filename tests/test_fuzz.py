@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import remux
+
 from pipeline.sample import make_clip
 
 ALLOWED = {0, 3}

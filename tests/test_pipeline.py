@@ -14,8 +14,7 @@ import pytest
 
 from conftest import all_devices
 from helpers import Decoded, apply_chain_cpu, decode, max_abs_diff, run_cli
-from pipeline import sample
-from pipeline import OutputError, Pipeline, RunConfig
+from pipeline import OutputError, Pipeline, RunConfig, sample
 from pipeline.config import DEFAULT_FILTERS
 from pipeline.frames import Colour, VideoFormat
 from pipeline.sink import Sink

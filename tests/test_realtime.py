@@ -21,6 +21,7 @@ import av
 import numpy as np
 import pytest
 from conftest import all_devices
+
 from pipeline.sample import make_clip
 
 FPS, N = 30, 45  # a 1.5 s clip

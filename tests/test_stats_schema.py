@@ -6,10 +6,10 @@ import json
 import re
 
 from conftest import ROOT
-from pipeline.sample import make_clip
 
 from pipeline import Pipeline
 from pipeline.config import build_config
+from pipeline.sample import make_clip
 from pipeline.stats import SCHEMA_VERSION
 
 DOC = ROOT / "docs" / "stats-schema.md"
