@@ -25,7 +25,7 @@ import numpy as np
 from .errors import ConfigError
 
 WINDOW = "pipeline preview"
-INSTALL = "pip install 'pipeline-gpu-video[preview]'"
+INSTALL = "the [preview] extra, or pip install pygame-ce"
 SCREEN_FRACTION = 0.9  # a frame larger than this part of the screen is shown scaled down
 
 
@@ -34,7 +34,7 @@ def _pygame():
     try:
         import pygame
     except ImportError:
-        raise ConfigError(f"--preview needs pygame-ce for its window: {INSTALL}; or run without --preview") from None
+        raise ConfigError(f"--preview needs pygame-ce for its window ({INSTALL}); or run without --preview") from None
     return pygame
 
 

@@ -432,5 +432,5 @@ def test_preview_without_pygame_is_one_line_naming_the_extra(monkeypatch):
     from pipeline.preview import check_display
 
     monkeypatch.setitem(sys.modules, "pygame", None)  # import fails as if not installed
-    with pytest.raises(ConfigError, match=r"--preview.*pipeline-gpu-video\[preview\]"):
+    with pytest.raises(ConfigError, match=r"--preview.*\[preview\] extra, or pip install pygame-ce"):
         check_display()
