@@ -1,4 +1,5 @@
-"""Command line: ``pipeline run | bench | probe | filters``. Builds a config and hands it to the engine."""
+"""Command line: ``pipeline run | filters | presets | sample | bench | probe``. Builds a config and hands it to
+the engine; the other commands are small and load what they need when they run."""
 
 from __future__ import annotations
 
@@ -64,6 +65,25 @@ Real time:
     gives p50/p95/p99/max of each hop, --stats-json the per-frame series."""
 
 
+DESCRIPTION = """Run a video through GPU filters, from the command line as with ffmpeg: a file, a live stream
+(rtsp, udp, srt, ...) or a capture device is decoded, filtered on an NVIDIA GPU (blur, sharpen,
+denoise, colour grading with 3D LUTs, scaling, edges, ...; on the CPU where there is no GPU) and
+encoded, with its audio copied. Presets and your own filters plug in. It also measures: how fast,
+how much latency, and what the GPU memory strategy costs (pooled buffers against per-frame
+allocations) on your own GPU and videos."""
+
+EXAMPLES = """examples:
+  pipeline run in.mp4 -o out.mp4 --filters "gblur=sigma=2,eq=contrast=1.2"
+  pipeline run in.mp4 --config denoise              a preset: 'pipeline presets' lists them
+  pipeline run rtsp://cam.local/stream -o cam.mkv --reconnect 3
+  pipeline filters gblur                            what a filter does and takes
+  pipeline sample 1080p                             a test clip: samples/bench_1080p.mp4
+  pipeline bench samples/bench_1080p.mp4            memory strategies side by side (GPU)
+
+'pipeline COMMAND --help' describes a command and all of its options.
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and the documented code, as for every other error
         prog = self.prog.removeprefix("pipeline").strip()  # "pipeline: error:" is printed already
@@ -79,10 +99,10 @@ def _kv(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = RunConfig()
-    parser = _Parser(prog="pipeline", description=__doc__, epilog=EXIT_CODES,
+    parser = _Parser(prog="pipeline", description=DESCRIPTION, epilog=EXAMPLES + "\n" + EXIT_CODES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pipeline {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     run = sub.add_parser("run", help="process a video file or live stream", description=RUN_NOTES,
                          epilog=EXIT_CODES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -154,18 +174,18 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
 def _add_other_commands(sub) -> None:
     from .bench import bench, probe
 
-    be = sub.add_parser("bench", help="compare allocation strategies side by side on one input",
-                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
-    bench.add_arguments(be)
-    pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
-    probe.add_arguments(pr)
-    sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
-    _add_sample_command(sub)
     fl = sub.add_parser("filters", help="list the filters, or show one")
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
     fl.add_argument("--json", action="store_true",
                     help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
+    sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
+    _add_sample_command(sub)
+    be = sub.add_parser("bench", help="compare allocation strategies side by side on one input",
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
+    bench.add_arguments(be)
+    pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
+    probe.add_arguments(pr)
 
 
 SAMPLES = """clips (NAME):

@@ -242,6 +242,16 @@ def test_run_help_lists_every_option_with_defaults():
     assert "exitcodes:" in help_text
 
 
+def test_top_level_help_says_what_the_tool_does():
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    text = _normalised(proc.stdout)
+    assert _normalised("Run a video through GPU filters") in text and "memorystrategy" in text
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if re.match(r"    [a-z]+ ", line)]
+    assert listed == ["run", "filters", "presets", "sample", "bench", "probe"]
+    assert "engine" not in proc.stdout and "exitcodes:" in text
+
+
 def test_unknown_flag_exits_2_with_one_line():
     proc = run_cli("run", "in.mp4", "--no-such-flag")
     assert proc.returncode == 2
