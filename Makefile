@@ -5,35 +5,39 @@ PY     := $(VENV)/bin/python
 SAMPLE := samples/sample.mp4
 OUT    ?= out
 
-# Add the CuPy matching the driver when nvidia-smi shows a GPU (CUDA 13 drivers take cupy-cuda13x).
-CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -n1)
-CUDA_EXTRA := $(if $(CUDA_MAJOR),$(if $(filter 12,$(CUDA_MAJOR)),cuda12,cuda13),)
+# CuPy for the NVIDIA driver, when nvidia-smi shows one (scripts/cuda_extra.sh: cuda13, cuda12, or none).
+CUDA_EXTRA := $(shell sh scripts/cuda_extra.sh)
 comma      := ,
 EXTRAS     := test,bench$(if $(CUDA_EXTRA),$(comma)$(CUDA_EXTRA),)
+# One stamp per set of extras: a GPU that appears later (or another driver) installs CuPy on the next make.
+STAMP      := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: demo test test-gpu bench-clips clean
 
-$(VENV)/.installed: pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	rm -f $(VENV)/.installed-*
 	touch $@
 
-demo: $(VENV)/.installed
+demo: $(STAMP)
 	@mkdir -p $(OUT)
 	$(VENV)/bin/pipeline run $(SAMPLE) -o $(OUT)/sample_processed.mp4 -y --stats-json $(OUT)/sample_stats.json
 	@echo "output: $(OUT)/sample_processed.mp4 (statistics: $(OUT)/sample_stats.json)"
 
-test: $(VENV)/.installed
+test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -q
 
-test-gpu: $(VENV)/.installed
+test-gpu: $(STAMP)
 	PIPELINE_REQUIRE_GPU=1 $(PY) -m pytest -m gpu -q
 
-bench-clips: $(VENV)/.installed
-	$(PY) scripts/make_sample.py 1080p
-	$(PY) scripts/make_sample.py 4k
-	$(PY) scripts/make_sample.py raw1080p
+bench-clips: $(STAMP)
+	$(VENV)/bin/pipeline sample 1080p
+	$(VENV)/bin/pipeline sample 4k
+	$(VENV)/bin/pipeline sample raw1080p
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Write configs/luts/warm.cube, the example 3D LUT used by configs/grade.toml.
+"""Write pipeline/presets/luts/warm.cube, the example 3D LUT used by the grade preset.
 
 A gentle look: an S-curve for contrast, red lifted and blue lowered (warmer), saturation up 10 %.
 
-    python examples/make_warm_lut.py            # configs/luts/warm.cube, 17 x 17 x 17
+    python examples/make_warm_lut.py            # pipeline/presets/luts/warm.cube, 17 x 17 x 17
     python examples/make_warm_lut.py -o my.cube --size 33
 """
 
@@ -32,7 +32,7 @@ def warm_table(size: int = 17) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-o", "--output", type=Path, default=ROOT / "configs" / "luts" / "warm.cube")
+    p.add_argument("-o", "--output", type=Path, default=ROOT / "pipeline" / "presets" / "luts" / "warm.cube")
     p.add_argument("--size", type=int, default=17)
     args = p.parse_args(argv)
     write_cube(args.output, warm_table(args.size), title="pipeline warm example", digits=5,

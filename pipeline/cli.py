@@ -1,4 +1,5 @@
-"""Command line: ``pipeline run | bench | probe | filters``. Builds a config and hands it to the engine."""
+"""Command line: ``pipeline run | filters | presets | sample | bench | probe``. Builds a config and hands it to
+the engine; the other commands are small and load what they need when they run."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import DECODERS, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
+from .config import DECODERS, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml, preset_names
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .log import LEVELS
+from .log import install as install_log
 from .memory.registry import STRATEGIES
 from .startup import PROCESS_STARTED
-from .log import install as install_log
 
 EXIT_CODES = """exit codes:
   0    success
@@ -58,7 +59,7 @@ Real time:
     the frames done kept. The end of a stream (the sender closed it) ends the run normally. A URL
     input is treated as live even when it is a file on a server: add --drop-policy block for those.
   Output URL (udp://, tcp://, srt://, rtmp://): written directly, no temporary file; the muxer is
-    --format, else MPEG-TS (FLV for rtmp). configs/realtime.toml sets low-latency libx264.
+    --format, else MPEG-TS (FLV for rtmp). --config realtime sets low-latency libx264.
   --realtime: a file is read at its own frame rate, as a camera would deliver it.
   Drops: live and paced sources cannot wait, so when processing falls behind a frame is dropped
     (drop-oldest: the one waiting longest; drop-newest: the arriving one) and counted per stage;
@@ -66,6 +67,25 @@ Real time:
   Latency: per frame, host times at decoded, slotted (in a host slot), uploaded, filtered, downloaded
     (GPU: CUDA event completions on the host clock), handed to the encoder, packet out; the summary
     gives p50/p95/p99/max of each hop, --stats-json the per-frame series."""
+
+
+DESCRIPTION = """Run a video through GPU filters, from the command line as with ffmpeg: a file, a live stream
+(rtsp, udp, srt, ...) or a capture device is decoded, filtered on an NVIDIA GPU (blur, sharpen,
+denoise, colour grading with 3D LUTs, scaling, edges, ...; on the CPU where there is no GPU) and
+encoded, with its audio copied. Presets and your own filters plug in. It also measures: how fast,
+how much latency, and what the GPU memory strategy costs (pooled buffers against per-frame
+allocations) on your own GPU and videos."""
+
+EXAMPLES = """examples:
+  pipeline run in.mp4 -o out.mp4 --filters "gblur=sigma=2,eq=contrast=1.2"
+  pipeline run in.mp4 --config denoise              a preset: 'pipeline presets' lists them
+  pipeline run rtsp://cam.local/stream -o cam.mkv --reconnect 3
+  pipeline filters gblur                            what a filter does and takes
+  pipeline sample 1080p                             a test clip: samples/bench_1080p.mp4
+  pipeline bench samples/bench_1080p.mp4            memory strategies side by side (GPU)
+
+'pipeline COMMAND --help' describes a command and all of its options.
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,10 +103,10 @@ def _kv(text: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = RunConfig()
-    parser = _Parser(prog="pipeline", description=__doc__, epilog=EXIT_CODES,
+    parser = _Parser(prog="pipeline", description=DESCRIPTION, epilog=EXAMPLES + "\n" + EXIT_CODES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pipeline {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
     run = sub.add_parser("run", help="process a video file or live stream", description=RUN_NOTES,
                          epilog=EXIT_CODES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,7 +122,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                                           "current directory; a URL input needs -o)")
     p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
     p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
-    p.add_argument("--config", help="TOML config file; flags given here override it")
+    p.add_argument("--config", metavar="PRESET|FILE",
+                   help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
+                        "(a path with a '/' or ending in .toml); flags given here override it")
     p.add_argument("--device", choices=DEVICES, help=f"where the kernels run (default: {d.device})")
     p.add_argument("--decode", choices=DECODERS,
                    help=f"decoder: cpu (PyAV, into the pinned ring), nvdec (the GPU's decoder, frames stay in device "
@@ -161,6 +183,13 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
 def _add_other_commands(sub) -> None:
     from .bench import bench, probe
 
+    fl = sub.add_parser("filters", help="list the filters, or show one")
+    fl.add_argument("name", nargs="?", help="a filter name")
+    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
+    fl.add_argument("--json", action="store_true",
+                    help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
+    sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
+    _add_sample_command(sub)
     be = sub.add_parser("bench", help="compare allocation strategies side by side on one input",
                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
     bench.add_arguments(be)
@@ -169,9 +198,40 @@ def _add_other_commands(sub) -> None:
     wu = sub.add_parser("warmup", help="compile the CUDA kernels once on this machine, ahead of the first run")
     wu.add_argument("--filters", dest="chains", action="append", metavar="CHAIN",
                     help="also compile this chain as runs fold it, repeatable (the default chain always)")
-    fl = sub.add_parser("filters", help="list the filters, or show one")
-    fl.add_argument("name", nargs="?", help="a filter name")
-    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
+
+
+SAMPLES = """clips (NAME):
+  sample    640x360, 30 fps, 3 s, H.264 + AAC       -> samples/sample.mp4 (the default)
+  1080p     1920x1080, 60 fps, 10 s, H.264 + AAC    -> samples/bench_1080p.mp4
+  4k        3840x2160, 30 fps, 10 s, H.264 + AAC    -> samples/bench_4k.mp4
+  raw1080p  1920x1080, 60 fps, 5 s, rawvideo        -> samples/bench_1080p_raw.mkv
+  raw4k     3840x2160, 30 fps, 4 s, rawvideo        -> samples/bench_4k_raw.mkv
+Paths are relative to the current directory. Benchmark with them: pipeline bench samples/bench_1080p.mp4"""
+
+
+def _add_sample_command(sub) -> None:
+    sa = sub.add_parser("sample", help="write a synthetic test or benchmark clip (seeded, with a frame counter)",
+                        description="Write a synthetic clip: textured, moving, seeded, each frame numbered large "
+                                    "enough to read after lossy coding.",
+                        epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
+    sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below)")
+    sa.add_argument("--frames", type=int, metavar="N", help="number of frames (default: the clip's)")
+    sa.add_argument("--fps", type=float, help="frame rate (default: the clip's)")
+    sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
+    sa.add_argument("--codec", help="video encoder (default: the clip's)")
+    sa.add_argument("--pix-fmt", help="pixel format (default: yuv420p)")
+    sa.add_argument("--crf", type=int, help="libx264 quality (default: the clip's)")
+    sa.add_argument("--no-audio", action="store_true", help="no audio track")
+    sa.add_argument("--seed", type=int, default=0, help="picture seed (default: 0)")
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WxH, got {text!r}") from None
+    return w, h
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -229,6 +289,12 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         return cmd_filters(args)
     if args.command == "warmup":
         return cmd_warmup(args)
+    if args.command == "presets":
+        return cmd_presets()
+    if args.command == "sample":
+        from .sample import run  # PyAV and OpenCV: only for this command
+
+        return run(args)
     return EXIT_USAGE
 
 
@@ -306,10 +372,27 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_presets() -> int:
+    from rich.table import Table
+
+    from .config import PRESETS_DIR, preset_summary
+
+    table = Table(title="presets (pipeline run IN --config NAME)", title_justify="left",
+                  caption=f"files: {PRESETS_DIR}/NAME.toml (a starting point for your own)", caption_justify="left")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("filters", overflow="fold")
+    for name in preset_names():
+        chain = load_toml(name).get("filters", "(the default chain)")
+        table.add_row(name, preset_summary(name), chain.replace(str(PRESETS_DIR) + os.sep, ""))
+    Console().print(table)
+    return 0
+
+
 def cmd_filters(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from .filters import FILTERS, load_plugin, parse_chain
+    from .filters import FILTERS, describe_filter, load_plugin, parse_chain
 
     for plugin in args.plugins or ():
         load_plugin(plugin)
@@ -317,6 +400,11 @@ def cmd_filters(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else sorted(FILTERS)
     if args.name and args.name not in FILTERS:
         raise ConfigError(f"unknown filter {args.name!r}; known: {', '.join(sorted(FILTERS))}")
+    if args.json:
+        import json
+
+        print(json.dumps({"filters": [describe_filter(FILTERS[name]) for name in names]}, indent=2))
+        return 0
     table = Table(title="filters", title_justify="left")
     table.add_column("filter")
     table.add_column("what it does")

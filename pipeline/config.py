@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -118,10 +119,35 @@ def _check_min(name: str, value: int, low: int) -> None:
 
 FIELD_NAMES = {f.name for f in fields(RunConfig)}
 
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"  # shipped in the package (package data)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
+
+
+def preset_summary(name: str) -> str:
+    """The first line of the preset's file: a comment saying what it is for."""
+    first = (PRESETS_DIR / f"{name}.toml").read_text().partition("\n")[0]
+    return first.removeprefix("#").strip().rstrip(".")
+
+
+def find_config(name: str | Path) -> Path:
+    """``--config``: a preset's name (``denoise``), or a path (it has a ``/`` or ends in ``.toml``)."""
+    text = str(name)
+    if isinstance(name, Path) or text.endswith(".toml") or "/" in text or os.sep in text:
+        return Path(name)
+    path = PRESETS_DIR / f"{text}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown preset {text!r}; presets: {', '.join(preset_names())} "
+                          f"(a config file's path needs a '/' or the .toml suffix: ./{text}.toml)")
+    return path
+
 
 def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a config file; keys may use dashes or underscores; an unknown key is an error naming it."""
-    path = Path(path)
+    """Read a config file or preset (see :func:`find_config`); keys may use dashes or underscores; an
+    unknown key is an error naming it. Paths in it (plugins, filter files) are relative to the file."""
+    path = find_config(path)
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -136,6 +162,16 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         if name not in FIELD_NAMES or name == "input":
             raise ConfigError(f"{path}: unknown key {key!r}")
         values[name] = _coerce(path, name, value)
+    return _resolve_paths(values, Path(os.path.abspath(path)).parent)
+
+
+def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    from .filters.registry import resolve_paths
+
+    if "filters" in values:
+        values["filters"] = resolve_paths(values["filters"], base)
+    if "plugins" in values:
+        values["plugins"] = tuple(str(base / Path(p).expanduser()) for p in values["plugins"])
     return values
 
 

@@ -25,15 +25,15 @@ from .log import log
 
 STAMPS = ("decoded", "slotted", "uploaded", "filtered", "downloaded", "encoder", "packet")
 COLUMNS = ("index", "pts_s", *STAMPS)
-HOPS = {  # name: (from, to)
-    "decoded→slotted": ("decoded", "slotted"),
-    "slotted→uploaded": ("slotted", "uploaded"),
-    "uploaded→filtered": ("uploaded", "filtered"),
-    "filtered→downloaded": ("filtered", "downloaded"),
-    "downloaded→encoder": ("downloaded", "encoder"),
-    "encoder→packet": ("encoder", "packet"),
-    "decoded→encoder": ("decoded", "encoder"),
-    "end to end": ("decoded", "packet"),
+HOPS = {  # name (ASCII: a key of --stats-json): (from, to)
+    "decoded_to_slotted": ("decoded", "slotted"),
+    "slotted_to_uploaded": ("slotted", "uploaded"),
+    "uploaded_to_filtered": ("uploaded", "filtered"),
+    "filtered_to_downloaded": ("filtered", "downloaded"),
+    "downloaded_to_encoder": ("downloaded", "encoder"),
+    "encoder_to_packet": ("encoder", "packet"),
+    "decoded_to_encoder": ("decoded", "encoder"),
+    "end_to_end": ("decoded", "packet"),
 }
 CAPACITY = 1 << 18  # frames kept: 73 minutes at 60 fps, 2 MiB per column
 MAX_PENDING = 512  # frames waiting for their packet; more means the encoder dropped some
@@ -152,7 +152,7 @@ class LatencyLog:
         if self.over_budget == 1:
             hop, ms = worst_hop(stamps)
             log.warning(f"frame {index} took {total:.1f} ms from decode to packet, over the "
-                         f"{self.budget_ms:g} ms budget (largest hop: {hop} {ms:.1f} ms); "
+                         f"{self.budget_ms:g} ms budget (largest hop: {hop_label(hop)} {ms:.1f} ms); "
                          "further frames over budget are counted in the summary")
 
     def hops(self) -> dict[str, dict[str, float]]:
@@ -173,6 +173,11 @@ class LatencyLog:
                 out[name] = [None if not math.isfinite(v) else round(float(v), 4 if name != "pts_s" else 6)
                              for v in values]
         return out
+
+
+def hop_label(name: str) -> str:
+    """A hop's name for people: ``decoded→slotted``, ``end to end``."""
+    return "end to end" if name == "end_to_end" else name.replace("_to_", "→")
 
 
 def worst_hop(stamps: dict[str, float]) -> tuple[str, float]:

@@ -15,13 +15,16 @@ from typing import Any
 
 from rich.table import Table
 
-from .latency import LatencyLog, Ring, summary
+from .latency import LatencyLog, Ring, hop_label, summary
 
 STAGES = ("decode", "upload", "kernels", "download", "encode")
 # Where a frame can be dropped (see engine.py): before the decode stage copied it into a host slot,
 # and in its host slot before the GPU submit stage took it. The encode stage never drops: frames
 # there hold GPU work, and its back-pressure reaches the submit stage's queue within a few frames.
 DROP_STAGES = ("decode", "submit")
+# Version of the --stats-json layout (docs/stats-schema.md): raised when a key is renamed, removed or
+# changes meaning; new keys may appear without a change.
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -118,6 +121,7 @@ class RunStats:
     def to_dict(self, per_frame: bool = True) -> dict[str, Any]:
         """Everything the JSON holds; ``per_frame``: with the per-frame latency series (large)."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "input": self.input,
             "output": self.output,
             "device": self.device,
@@ -208,8 +212,8 @@ class RunStats:
             t.add_column(name, justify="left" if name == "hop" else "right")
         for hop, s in self.latency.hops().items():
             if s["count"]:
-                bold = "bold" if hop in ("decoded→encoder", "end to end") else None
-                t.add_row(hop, *(f"{s[k]:.2f}" for k in ("p50", "p95", "p99", "max")), style=bold)
+                bold = "bold" if hop in ("decoded_to_encoder", "end_to_end") else None
+                t.add_row(hop_label(hop), *(f"{s[k]:.2f}" for k in ("p50", "p95", "p99", "max")), style=bold)
         lat = self.latency
         if lat.budget_ms is not None:
             t.caption = f"{lat.over_budget} frames over the {lat.budget_ms:g} ms budget (decoded to packet)"

@@ -65,7 +65,7 @@ EXIT_GPU = 5
 DEFAULT_SIZES = "1920x1080,3840x2160"
 SIZE_ALIASES = {"720p": (1280, 720), "1080p": (1920, 1080), "1440p": (2560, 1440), "2160p": (3840, 2160),
                 "4k": (3840, 2160)}
-LUT_FILE = ROOT / "configs" / "luts" / "warm.cube"
+LUT_FILE = ROOT / "pipeline" / "presets" / "luts" / "warm.cube"
 DEFAULT_CHAIN = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 FUSION_CHAIN = "eq=contrast=1.2,hue=degrees=20,vignette"
 COLOUR = Colour(matrix="bt709")  # HD; the kernels' cost does not depend on the matrix

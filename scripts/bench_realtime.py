@@ -12,7 +12,7 @@ first 8 frames. Targets, printed next to the numbers: no drops, arrival to packe
 1080p60 and <= 22 ms at 4K30.
 
 Writes ``realtime.json`` and ``realtime.md`` (a table for docs/benchmarks.md, with the date, command and
-hardware) into ``--out-dir``. Clips are made there on first use (scripts/make_sample.py, seeded) and
+hardware) into ``--out-dir``. Clips are made there on first use (pipeline/sample.py, seeded) and
 reused. About a minute on an H200 with 16 cores. Without a usable GPU: one line, exit 5.
 """
 
@@ -32,7 +32,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from pipeline import Pipeline  # noqa: E402
 from pipeline.config import build_config  # noqa: E402
@@ -70,11 +69,11 @@ def ensure_clip(clip: Clip, given: Path | None, out_dir: Path, say) -> Path:
         return given
     path = out_dir / f"rt_{clip.name}.mp4"
     if not path.exists():
-        import make_sample
+        from pipeline.sample import make_clip
 
         say(f"making {path} ({clip.width}x{clip.height}, {clip.fps} fps, {clip.frames} frames)")
-        make_sample.make_clip(path, width=clip.width, height=clip.height, fps=clip.fps, frames=clip.frames,
-                              seed=6, crf=23, options={"preset": "veryfast"})
+        make_clip(path, width=clip.width, height=clip.height, fps=clip.fps, frames=clip.frames,
+                  seed=6, crf=23, options={"preset": "veryfast"})
     return path
 
 

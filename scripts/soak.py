@@ -19,11 +19,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from make_sample import make_clip
-
-from pipeline import Pipeline, RunConfig
+from pipeline import Pipeline, RunConfig  # noqa: E402
+from pipeline.sample import make_clip  # noqa: E402
 
 MIB = 2**20
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import make_sample
+from pipeline import sample as make_sample
 import pipeline
 from conftest import all_devices
 from helpers import decode, max_abs_diff

@@ -3,6 +3,7 @@ the orchestration against a fake CuPy; a short real run on the GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -10,15 +11,26 @@ import types
 
 import numpy as np
 import pytest
-
-import bench_filters as bf
 from conftest import ROOT, gpu_available
+
 from pipeline.filters import FILTERS, parse_chain
 
+SCRIPT = ROOT / "scripts" / "bench_filters.py"
+
+
+def _load_script():
+    """The script as a module (it is no package: scripts/ is not on the path)."""
+    spec = importlib.util.spec_from_file_location("bench_filters", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+bf = _load_script()
 parse_chain("")  # registers the built-in filters
 W, H = 1920, 1080
 RGB = 3 * W * H * 4
-SCRIPT = ROOT / "scripts" / "bench_filters.py"
 
 
 def case(label: str, w: int = W, h: int = H) -> bf.Case:
@@ -122,7 +134,7 @@ def test_lut_path_is_resolved_from_the_script_not_the_working_directory(tmp_path
     monkeypatch.chdir(tmp_path)
     f = case("lut3d").filters[0]
     assert f.lut.size > 1
-    assert case("lut3d").spec == "lut3d=file=configs/luts/warm.cube"
+    assert case("lut3d").spec == "lut3d=file=pipeline/presets/luts/warm.cube"
 
 
 def test_a_filter_without_usable_defaults_is_named(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -98,9 +99,10 @@ def test_toml_accepts_dashes_and_underscores(tmp_path):
     }
 
 
-def test_toml_plugins_become_a_tuple(tmp_path):
-    assert load_toml(_toml(tmp_path, 'plugins = ["a.py", "b.py"]\n')) == {"plugins": ("a.py", "b.py")}
-    assert load_toml(_toml(tmp_path, 'plugins = "a.py"\n')) == {"plugins": ("a.py",)}
+def test_toml_plugins_become_a_tuple_of_paths_relative_to_the_file(tmp_path):
+    a, b = str(tmp_path / "a.py"), str(tmp_path / "b.py")
+    assert load_toml(_toml(tmp_path, 'plugins = ["a.py", "b.py"]\n')) == {"plugins": (a, b)}
+    assert load_toml(_toml(tmp_path, 'plugins = "a.py"\n')) == {"plugins": (a,)}
 
 
 @pytest.mark.parametrize("key", ["colour", "ring-sizes", "input"])
@@ -240,6 +242,16 @@ def test_run_help_lists_every_option_with_defaults():
     assert "exitcodes:" in help_text
 
 
+def test_top_level_help_says_what_the_tool_does():
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    text = _normalised(proc.stdout)
+    assert _normalised("Run a video through GPU filters") in text and "memorystrategy" in text
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if re.match(r"    [a-z]+ ", line)]
+    assert listed == ["run", "filters", "presets", "sample", "bench", "probe", "warmup"]
+    assert "engine" not in proc.stdout and "exitcodes:" in text
+
+
 def test_unknown_flag_exits_2_with_one_line():
     proc = run_cli("run", "in.mp4", "--no-such-flag")
     assert proc.returncode == 2
@@ -281,6 +293,32 @@ def test_filters_command_shows_one_and_refuses_unknown():
     assert proc.returncode == 0 and "sigma" in proc.stdout
     proc = run_cli("filters", "nope")
     assert proc.returncode == 2 and "'nope'" in proc.stderr
+
+
+def test_filters_json_describes_every_parameter():
+    from pipeline.filters import FILTERS
+
+    proc = run_cli("filters", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = {f["name"]: f for f in json.loads(proc.stdout)["filters"]}
+    parse_chain("")
+    assert set(listed) == set(FILTERS)
+    for name, cls in FILTERS.items():
+        assert listed[name]["help"] == cls.help
+        params = listed[name]["params"]
+        assert [p["name"] for p in params] == [p.name for p in cls.params]
+        for shown, param in zip(params, cls.params, strict=True):
+            assert shown["type"] == ("path" if param.is_path else param.kind.__name__)
+            assert shown["default"] == param.default
+            assert (shown["min"], shown["max"], shown["min_exclusive"]) == (param.low, param.high, param.low_exclusive)
+    sigma = listed["gblur"]["params"][0]
+    assert sigma["name"] == "sigma" and sigma["type"] == "float" and sigma["min"] is not None
+    assert listed["transpose"]["params"][0]["choices"] == ["clock", "cclock"]
+    assert listed["eq"]["params"][0]["choices"] is None
+    assert listed["lut3d"]["params"][0]["type"] == "path"
+
+    one = json.loads(run_cli("filters", "gblur", "--json").stdout)["filters"]
+    assert [f["name"] for f in one] == ["gblur"]
 
 
 # --- filter chains ---------------------------------------------------------------------------------

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import av
 import cv2
-import make_sample
 import numpy as np
 import pytest
 from conftest import ROOT, all_devices
 
+from pipeline import sample
+from pipeline.config import PRESETS_DIR
 from pipeline.errors import ConfigError
 from pipeline.filters import FILTERS, fuse_pointwise, load_plugin, parse_chain
 from pipeline.filters.bilateral import window_radius
@@ -29,7 +30,7 @@ from pipeline.filters.lut import identity_table, parse_cube, write_cube
 from pipeline.video import VideoFormat
 from pipeline.processor import FramePlan
 
-WARM_LUT = ROOT / "configs" / "luts" / "warm.cube"
+WARM_LUT = PRESETS_DIR / "luts" / "warm.cube"
 PLUGIN = ROOT / "examples" / "posterize_plugin.py"
 # Neither side a multiple of the 32x8 launch block; even, as frames always are.
 W, H = 46, 30
@@ -117,7 +118,7 @@ def frame_size(path: Path) -> tuple[int, int, int]:
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> Path:
-    return make_sample.make_clip(tmp_path_factory.mktemp("clip") / "in.mp4", width=192, height=108, frames=5,
+    return sample.make_clip(tmp_path_factory.mktemp("clip") / "in.mp4", width=192, height=108, frames=5,
                                  audio=False)
 
 

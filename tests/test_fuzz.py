@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from helpers import remux
-from make_sample import make_clip
+
+from pipeline.sample import make_clip
 
 ALLOWED = {0, 3}
 TIMEOUT_S = 60  # a 20-frame clip takes well under a second; anything near this is a hang

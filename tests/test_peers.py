@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import av
 import pytest
-from make_sample import make_clip
 
 from pipeline.bench import peer_plumbing, peers
 from pipeline.bench.ffmpeg_graph import ffmpeg_chain, parse_graph
 from pipeline.errors import ConfigError, InputError
 from pipeline.filters import Filter, Param, parse_chain
+from pipeline.sample import make_clip
 
 FRAMES = 20
 W, H = 160, 96

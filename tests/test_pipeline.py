@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import make_sample
 from conftest import all_devices
 from helpers import Decoded, apply_chain_cpu, decode, max_abs_diff, run_cli
-from pipeline import OutputError, Pipeline, RunConfig
+from pipeline import OutputError, Pipeline, RunConfig, sample
 from pipeline.config import DEFAULT_FILTERS
 from pipeline.video import Colour, VideoFormat
 from pipeline.sink import Sink
@@ -39,8 +38,8 @@ def quiet(message: str) -> None:
 def clips(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("clips")
     return {
-        "mp4": make_sample.make_clip(root / "clip.mp4", width=W, height=H, frames=MP4_FRAMES, fps=30, seed=1),
-        "mkv": make_sample.make_clip(root / "clip.mkv", width=W, height=H, frames=MKV_FRAMES, fps=30, seed=2,
+        "mp4": sample.make_clip(root / "clip.mp4", width=W, height=H, frames=MP4_FRAMES, fps=30, seed=1),
+        "mkv": sample.make_clip(root / "clip.mkv", width=W, height=H, frames=MKV_FRAMES, fps=30, seed=2,
                                      codec="ffv1"),
     }
 

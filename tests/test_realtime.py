@@ -20,12 +20,14 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import ROOT, all_devices
-from make_sample import make_clip
+from conftest import all_devices
+
+from pipeline.errors import ConfigError
+from pipeline.sample import make_clip
 
 FPS, N = 30, 45  # a 1.5 s clip
 SENDER = Path(__file__).with_name("live_sender.py")
-REALTIME = ROOT / "configs" / "realtime.toml"
+REALTIME = "realtime"  # the preset, by name
 SLOW_CHAIN = "bilateral=sigma_s=6:sigma_r=0.2"  # about 120 ms a frame at 320x180 on one core: 8 fps
 
 
@@ -107,9 +109,9 @@ def assert_accounted(stats: dict, output: Path) -> None:
     for queue in stats["queues"].values():
         assert queue["peak"] <= queue["size"]  # bounded: nothing piled up
     hops = stats["latency_hops_ms"]
-    assert hops["decoded→encoder"]["count"] == hops["end to end"]["count"] == stats["frames_out"]
+    assert hops["decoded_to_encoder"]["count"] == hops["end_to_end"]["count"] == stats["frames_out"]
     assert all(len(v) == stats["frames_out"] for v in stats["per_frame"].values())
-    assert 0 < hops["decoded→encoder"]["p50"] <= hops["decoded→encoder"]["max"]
+    assert 0 < hops["decoded_to_encoder"]["p50"] <= hops["decoded_to_encoder"]["max"]
 
 
 # -- live sources -------------------------------------------------------------------------------------
@@ -379,34 +381,78 @@ def test_nvtx_without_cupy_or_nvtx_runs_with_a_notice(tmp_path, clips):
 
 
 def test_preview_draws_the_latest_frame_and_q_stops():
-    """The window itself needs a display; everything up to cv2.imshow runs here."""
-    import cv2
+    """Everything but the window itself, which is replaced here."""
+    from pipeline.preview import Preview, _x_display_reachable, fit
 
-    from pipeline.preview import Preview, _gui_backend, _x_display_reachable
+    shown, stopped, closed = [], [], []
 
-    shown, stopped = [], []
+    class FakeWindow:
+        def show(self, rgb):
+            shown.append(rgb)
 
-    class FakeGui:
-        def __getattr__(self, name):
-            return getattr(cv2, name)
+        def quit_requested(self):
+            return bool(shown)  # 'q' pressed once a frame is up
 
-        def imshow(self, name, image):
-            shown.append(image)
+        def close(self):
+            closed.append(True)
 
-        def waitKey(self, ms):
-            return ord("q")
-
-        def destroyWindow(self, name):
-            pass
-
-    preview = Preview(on_quit=lambda: stopped.append(True))
-    preview._cv2 = FakeGui()
+    preview = Preview(on_quit=lambda: stopped.append(True), window=FakeWindow())
     i420 = np.full((180 * 3 // 2, 320), 128, np.uint8)
+    preview.pump()  # nothing offered yet: nothing shown
+    assert shown == [] and stopped == []
     assert preview.wants_frame()
     preview.offer(i420, "30.0 fps  4.0 ms")
     assert not preview.wants_frame()
     preview.pump()
     assert len(shown) == 1 and shown[0].shape == (180, 320, 3) and stopped == [True]
+    assert shown[0][100, 300].tolist() == [130, 130, 130]  # mid-grey, limited range (BT.601 as cv2 converts)
+    assert shown[0][25:35, 10:200].max() == 255  # the caption
     assert preview.wants_frame()
-    assert _gui_backend("  GUI:   NONE\n") == "NONE" and _gui_backend("  GUI:  QT5\n") == "QT5"
+    preview.close()
+    assert closed == [True]
     assert not _x_display_reachable("") and not _x_display_reachable(":nonsense")
+    assert fit((3840, 2160), (1920, 1080)) == (1728, 972) and fit((320, 180), (1920, 1080)) == (320, 180)
+    assert fit((320, 180), (0, 0)) == (320, 180)
+
+
+def test_preview_window_shows_frames_and_q_stops(monkeypatch):
+    """The real window, on SDL's offscreen driver (no display needed)."""
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    monkeypatch.setenv("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    pygame = pytest.importorskip("pygame", reason="the [preview] extra (pygame-ce) is not installed")
+    from pipeline.preview import Preview, check_display
+
+    check_display()  # the dummy driver is a display as far as SDL is concerned
+    stopped = []
+    preview = Preview(on_quit=lambda: stopped.append(True))
+    try:
+        preview.offer(np.full((180 * 3 // 2, 320), 128, np.uint8), "30.0 fps  4.0 ms")
+        preview.pump()
+        assert pygame.display.get_surface().get_size() == (320, 180)
+        assert pygame.display.get_surface().get_at((300, 100))[:3] == (130, 130, 130)
+        assert stopped == []
+        pygame.event.post(pygame.event.Event(pygame.KEYDOWN, key=pygame.K_q))
+        preview.pump()
+        assert stopped == [True]
+    finally:
+        preview.close()
+    assert not pygame.display.get_init()
+
+
+def test_preview_run_on_the_offscreen_driver(tmp_path, clips, monkeypatch):
+    monkeypatch.setenv("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    pytest.importorskip("pygame", reason="the [preview] extra (pygame-ce) is not installed")
+    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
+    out = tmp_path / "out.mp4"
+    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--preview", "--frames", 10), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and len(decoded_times(out)) == 10
+
+
+def test_preview_without_pygame_is_one_line_naming_the_extra(monkeypatch):
+    from pipeline.preview import check_display
+
+    monkeypatch.setitem(sys.modules, "pygame", None)  # import fails as if not installed
+    with pytest.raises(ConfigError, match=r"--preview.*\[preview\] extra, or pip install pygame-ce"):
+        check_display()

@@ -7,17 +7,16 @@ import threading
 from fractions import Fraction
 
 import pytest
-from conftest import ROOT
 
 from pipeline.channels import END, Aborted, Channel
-from pipeline.config import RunConfig, build_config, load_toml
+from pipeline.config import PRESETS_DIR, RunConfig, build_config, load_toml
 from pipeline.errors import ConfigError
 from pipeline.latency import LatencyLog, Ring
 from pipeline.live import Pacer
 from pipeline.sink import url_muxer
 from pipeline.source import is_live_input
 
-REALTIME = ROOT / "configs" / "realtime.toml"
+REALTIME = PRESETS_DIR / "realtime.toml"
 
 
 def test_channel_drop_oldest_keeps_the_freshest_and_never_drops_audio():
@@ -82,7 +81,7 @@ def test_latency_log_matches_packets_out_of_order_and_counts_the_budget(caplog):
     assert list(log.column("index")) == [0, 2, 1]
     notices = [r.getMessage() for r in caplog.records if r.name == "pipeline"]
     assert log.over_budget == 2 and len(notices) == 1 and "frame 2" in notices[0]
-    assert log.hops()["end to end"]["count"] == 3
+    assert log.hops()["end_to_end"]["count"] == 3
     for i in range(10):  # bounded: the last 4 frames are kept
         log.handed(10 + i, None, {"decoded": 1.0})
     log.finish()
@@ -125,7 +124,7 @@ def test_realtime_config_fields_and_preset(tmp_path):
 def test_a_plain_file_is_never_dropped_from(tmp_path):
     """An explicit drop policy applies to live and paced sources; a file run keeps every frame."""
     from helpers import run_cli
-    from make_sample import make_clip
+    from pipeline.sample import make_clip
 
     clip = make_clip(tmp_path / "in.mp4", width=160, height=96, frames=24, audio=False)
     out, stats = tmp_path / "out.mp4", tmp_path / "s.json"

@@ -24,10 +24,10 @@ import cv2
 import numpy as np
 import pytest
 from helpers import remux
-from make_sample import make_clip
 
 from pipeline import build, cli, engine
 from pipeline.errors import GPUError, InputError
+from pipeline.sample import make_clip
 from pipeline.source import MAX_SIDE, check_frame_size
 
 W, H, N = 320, 180, 30

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import av
 import pytest
-from make_sample import make_clip
 
 from pipeline import cli, engine
+from pipeline.sample import make_clip
 
 FRAMES = 240
 # Heavy enough on 2 cores (about 50 fps) that a signal sent after the first frames lands mid-run.

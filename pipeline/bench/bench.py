@@ -38,7 +38,7 @@ def _csv(allowed: tuple[str, ...]):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", help="input video file")
+    p.add_argument("input", help="input video file ('pipeline sample 1080p' writes one: samples/bench_1080p.mp4)")
     p.add_argument("--strategies", type=_csv(tuple(STRATEGIES)), default=list(STRATEGIES),
                    help=f"comma-separated strategies (default: {','.join(STRATEGIES)})")
     p.add_argument("--scope", type=_csv(SCOPES), default=list(SCOPES),

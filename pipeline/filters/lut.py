@@ -193,13 +193,15 @@ extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restri
 
 @register_filter("lut3d")
 class Lut3d(Filter):
-    help = "Apply a 3D LUT from a .cube file (trilinear); the path is relative to the working directory."
-    params = (Param("file", str, "", help="path to a .cube file with LUT_3D_SIZE (no ':' or ',' in it)"),)
+    help = ("Apply a 3D LUT from a .cube file (trilinear); the path is relative to the working directory, "
+            "or in a config file to that file.")
+    params = (Param("file", str, "", is_path=True,
+                    help="path to a .cube file with LUT_3D_SIZE (no ':' or ',' in it)"),)
 
     def __init__(self, **values):
         super().__init__(**values)
         if not self.file:
-            raise ConfigError("lut3d: file is required, e.g. lut3d=file=configs/luts/warm.cube")
+            raise ConfigError("lut3d: file is required, e.g. lut3d=file=luts/warm.cube")
         self.lut = parse_cube(self.file)
         self._device_tables: dict[int, object] = {}
 

@@ -8,6 +8,7 @@ Frames between filters are planar float32 RGB in [0, 1], shape (3, H, W).
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ class Param:
     help: str = ""
     low_exclusive: bool = False
     choices: tuple[Any, ...] = ()  # when set, the only values allowed
+    is_path: bool = False  # a file name: in a config file, relative to that file (see resolve_paths)
 
     def parse(self, filter_name: str, text: Any) -> Any:
         try:
@@ -44,6 +46,19 @@ class Param:
             raise ConfigError(f"{filter_name}: {self.name} must be {op} {self.low:g}, got {value:g}")
         if self.high is not None and value > self.high:
             raise ConfigError(f"{filter_name}: {self.name} must be <= {self.high:g}, got {value:g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """For ``pipeline filters --json``: the bounds are null where there is none."""
+        return {
+            "name": self.name,
+            "type": "path" if self.is_path else self.kind.__name__,
+            "default": self.default,
+            "min": self.low,
+            "min_exclusive": self.low_exclusive,
+            "max": self.high,
+            "choices": list(self.choices) or None,
+            "help": self.help,
+        }
 
     def describe(self) -> str:
         lo = "" if self.low is None else (f"> {self.low:g}" if self.low_exclusive else f">= {self.low:g}")
@@ -106,6 +121,11 @@ class Filter:
 FILTERS: dict[str, type[Filter]] = {}
 
 
+def describe_filter(cls: type[Filter]) -> dict[str, Any]:
+    """A filter's name, help and parameters as plain data (``pipeline filters --json``)."""
+    return {"name": cls.name, "help": cls.help, "params": [p.to_dict() for p in cls.params]}
+
+
 def register_filter(name: str):
     """Class decorator: ``@register_filter("gblur") class GBlur(Filter): ...``."""
 
@@ -157,6 +177,58 @@ def _parse_filter(token: str) -> Filter:
             raise ConfigError(f"{name}: {key.strip()} given twice")
         values[key.strip()] = value.strip()
     return cls(**values)
+
+
+def resolve_paths(text: str, base: Path) -> str:
+    """The chain with every relative path parameter (``is_path``) of a known filter made relative to ``base``.
+
+    A config file's paths are relative to that file. Filters not registered yet (a plugin's, before it
+    is loaded) are left as written, and so is everything else in the text.
+    """
+    from . import builtin  # noqa: F401  registers the built-in filters
+
+    tokens = []
+    for token in text.split(","):
+        name, eq, arg_text = token.partition("=")
+        cls = FILTERS.get(name.strip())
+        if cls is not None and eq and any(p.is_path for p in cls.params):
+            token = f"{name}={':'.join(_resolve_args(cls, arg_text, base))}"
+        tokens.append(token)
+    return ",".join(tokens)
+
+
+def _resolve_args(cls: type[Filter], arg_text: str, base: Path) -> list[str]:
+    known = {p.name: p for p in cls.params}
+    args, position = [], 0
+    for arg in arg_text.split(":"):
+        if arg.strip():  # positions count the non-empty values, as _parse_filter does
+            key, eq, value = arg.partition("=")
+            if not eq:
+                key, value = (cls.params[position].name if position < len(cls.params) else ""), arg
+            param = known.get(key.strip())
+            if param is not None and param.is_path and value.strip():
+                value = _relative_to(value.strip(), base, cls.name)
+                arg = f"{key}={value}" if eq else value
+            position += 1
+        args.append(arg)
+    return args
+
+
+def _relative_to(value: str, base: Path, filter_name: str) -> str:
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return value
+    full = base / path
+    text = str(full)
+    if ":" in text or "," in text:  # the chain syntax has no quoting (a Windows drive letter has a ':')
+        try:
+            text = os.path.relpath(full)
+        except ValueError:  # another drive
+            pass
+    if ":" not in text and "," not in text:
+        return text
+    raise ConfigError(f"{filter_name}: {full}: a path in a filter chain cannot contain ':' or ','; "
+                      "give one without them")
 
 
 _LOADED_PLUGINS: set[Path] = set()

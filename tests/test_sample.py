@@ -1,4 +1,4 @@
-"""scripts/make_sample.py: synthetic frames and the clips built from them."""
+"""pipeline/sample.py (`pipeline sample`): synthetic frames and the clips built from them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
 
-import make_sample
+from pipeline import sample
+from pipeline.cli import SAMPLES, main
+
 
 W, H, N = 160, 96, 10
 
@@ -30,48 +32,48 @@ def _decode(path):
 
 
 def test_synth_frame_shape_and_dtype():
-    frame = make_sample.synth_frame(0, W, H)
+    frame = sample.synth_frame(0, W, H)
     assert frame.shape == (H, W, 3)
     assert frame.dtype == np.uint8
 
 
 def test_synth_frame_is_deterministic():
-    a = make_sample.synth_frame(5, W, H, seed=1)
-    make_sample._scene.cache_clear()  # rebuilt from scratch, not just the cached copy
-    b = make_sample.synth_frame(5, W, H, seed=1)
+    a = sample.synth_frame(5, W, H, seed=1)
+    sample._scene.cache_clear()  # rebuilt from scratch, not just the cached copy
+    b = sample.synth_frame(5, W, H, seed=1)
     np.testing.assert_array_equal(a, b)
 
 
 def test_synth_frame_changes_with_index_and_seed():
-    base = make_sample.synth_frame(3, W, H, seed=0)
-    assert not np.array_equal(base, make_sample.synth_frame(4, W, H, seed=0))
-    assert not np.array_equal(base, make_sample.synth_frame(3, W, H, seed=1))
+    base = sample.synth_frame(3, W, H, seed=0)
+    assert not np.array_equal(base, sample.synth_frame(4, W, H, seed=0))
+    assert not np.array_equal(base, sample.synth_frame(3, W, H, seed=1))
 
 
 def test_synth_frame_has_detail():
-    frame = make_sample.synth_frame(0, W, H)
+    frame = sample.synth_frame(0, W, H)
     assert frame.std() > 20
     # Detail in every channel, not a single colour ramp.
     assert all(frame[..., c].std() > 10 for c in range(3))
 
 
 def test_synth_frame_does_not_mutate_cached_scene():
-    first = make_sample.synth_frame(0, W, H)
-    make_sample.synth_frame(7, W, H)
-    np.testing.assert_array_equal(first, make_sample.synth_frame(0, W, H))
+    first = sample.synth_frame(0, W, H)
+    sample.synth_frame(7, W, H)
+    np.testing.assert_array_equal(first, sample.synth_frame(0, W, H))
 
 
 @pytest.mark.parametrize("size", [(33, 17), (1, 1), (2, 400)])
 def test_synth_frame_odd_and_tiny_sizes(size):
     w, h = size
-    assert make_sample.synth_frame(2, w, h).shape == (h, w, 3)
+    assert sample.synth_frame(2, w, h).shape == (h, w, 3)
 
 
 # --- make_clip -------------------------------------------------------------
 
 
 def test_make_clip_h264_with_audio(tmp_path):
-    path = make_sample.make_clip(tmp_path / "clip.mp4", width=W, height=H, frames=N, fps=30)
+    path = sample.make_clip(tmp_path / "clip.mp4", width=W, height=H, frames=N, fps=30)
     assert path.exists()
     info, frames = _decode(path)
     assert info["codec"] == "h264"
@@ -84,14 +86,14 @@ def test_make_clip_h264_with_audio(tmp_path):
 
 
 def test_make_clip_without_audio(tmp_path):
-    path = make_sample.make_clip(tmp_path / "clip.mp4", width=W, height=H, frames=4, audio=False)
+    path = sample.make_clip(tmp_path / "clip.mp4", width=W, height=H, frames=4, audio=False)
     info, frames = _decode(path)
     assert info["audio"] == []
     assert len(frames) == 4
 
 
 def test_make_clip_audio_matches_video_duration(tmp_path):
-    path = make_sample.make_clip(tmp_path / "clip.mkv", width=W, height=H, frames=N, fps=25)
+    path = sample.make_clip(tmp_path / "clip.mkv", width=W, height=H, frames=N, fps=25)
     with av.open(str(path)) as container:
         samples = sum(f.samples for f in container.decode(audio=0))
     # AAC pads to whole 1024-sample packets and adds its encoder delay.
@@ -110,7 +112,7 @@ def test_make_clip_audio_matches_video_duration(tmp_path):
     ],
 )
 def test_rawvideo_round_trip_is_exact(tmp_path, name, pix_fmt):
-    path = make_sample.make_clip(
+    path = sample.make_clip(
         tmp_path / name,
         width=W,
         height=H,
@@ -126,14 +128,14 @@ def test_rawvideo_round_trip_is_exact(tmp_path, name, pix_fmt):
         assert frame.format.name == pix_fmt
         # Matroska stores milliseconds, so 1/30 s steps come back rounded.
         assert round(frame.pts * frame.time_base * 30) == i
-        expected = make_sample.rgb_to_frame(make_sample.synth_frame(i, W, H, seed=2), pix_fmt)
+        expected = sample.rgb_to_frame(sample.synth_frame(i, W, H, seed=2), pix_fmt)
         np.testing.assert_array_equal(frame.to_ndarray(), expected.to_ndarray())
 
 
 @pytest.mark.parametrize("codec, ext", [("rawvideo", "nut"), ("ffv1", "mkv")])
 def test_odd_size_lossless_yuv444p(tmp_path, codec, ext):
     w, h = 33, 17
-    path = make_sample.make_clip(
+    path = sample.make_clip(
         tmp_path / f"odd.{ext}",
         width=w,
         height=h,
@@ -145,7 +147,7 @@ def test_odd_size_lossless_yuv444p(tmp_path, codec, ext):
     _, frames = _decode(path)
     assert len(frames) == 3
     for i, frame in enumerate(frames):
-        expected = make_sample.rgb_to_frame(make_sample.synth_frame(i, w, h), "yuv444p")
+        expected = sample.rgb_to_frame(sample.synth_frame(i, w, h), "yuv444p")
         np.testing.assert_array_equal(frame.to_ndarray(), expected.to_ndarray())
 
 
@@ -153,24 +155,24 @@ def test_odd_size_lossless_yuv444p(tmp_path, codec, ext):
 def test_libx264_refuses_odd_size(tmp_path, size):
     path = tmp_path / "odd.mp4"
     with pytest.raises(ValueError, match="even"):
-        make_sample.make_clip(path, width=size[0], height=size[1], frames=2)
+        sample.make_clip(path, width=size[0], height=size[1], frames=2)
     assert not path.exists()
 
 
 def test_subsampled_raw_refuses_odd_size(tmp_path):
     with pytest.raises(ValueError, match="even"):
-        make_sample.make_clip(tmp_path / "odd.nut", width=33, height=17, codec="rawvideo")
+        sample.make_clip(tmp_path / "odd.nut", width=33, height=17, codec="rawvideo")
 
 
 @pytest.mark.parametrize(
     "width, height, colorspace, primaries",
     [
-        (W, H, make_sample.AVCOL_SPC_SMPTE170M, ColorPrimaries.SMPTE170M),
-        (1280, 720, make_sample.AVCOL_SPC_BT709, ColorPrimaries.BT709),
+        (W, H, sample.AVCOL_SPC_SMPTE170M, ColorPrimaries.SMPTE170M),
+        (1280, 720, sample.AVCOL_SPC_BT709, ColorPrimaries.BT709),
     ],
 )
 def test_colour_tags_follow_height(tmp_path, width, height, colorspace, primaries):
-    path = make_sample.make_clip(
+    path = sample.make_clip(
         tmp_path / "tags.mkv",
         width=width,
         height=height,
@@ -187,7 +189,7 @@ def test_colour_tags_follow_height(tmp_path, width, height, colorspace, primarie
 
 
 def test_options_override_defaults(tmp_path):
-    path = make_sample.make_clip(
+    path = sample.make_clip(
         tmp_path / "intra.mp4", width=W, height=H, frames=4, audio=False, crf=30, options={"g": 1}
     )
     with av.open(str(path)) as container:
@@ -196,10 +198,10 @@ def test_options_override_defaults(tmp_path):
 
 
 def test_ntsc_rate():
-    assert make_sample._as_rate(29.97) == Fraction(30000, 1001)
-    assert make_sample._as_rate(59.94) == Fraction(60000, 1001)
-    assert make_sample._as_rate(30.0) == 30
-    assert make_sample._as_rate(12.5) == Fraction(25, 2)
+    assert sample._as_rate(29.97) == Fraction(30000, 1001)
+    assert sample._as_rate(59.94) == Fraction(60000, 1001)
+    assert sample._as_rate(30.0) == 30
+    assert sample._as_rate(12.5) == Fraction(25, 2)
 
 
 # --- command line ------------------------------------------------------------
@@ -208,6 +210,7 @@ def test_ntsc_rate():
 def test_cli_writes_and_reports(tmp_path, capsys):
     out = tmp_path / "cli.mkv"
     argv = [
+        "sample",
         "sample",
         "-o",
         str(out),
@@ -225,7 +228,7 @@ def test_cli_writes_and_reports(tmp_path, capsys):
         "--seed",
         "4",
     ]
-    assert make_sample.main(argv) == 0
+    assert main(argv) == 0
     line = capsys.readouterr().out.strip()
     assert "cli.mkv" in line and "6 frames" in line and "0.25 s" in line
     info, frames = _decode(out)
@@ -234,10 +237,53 @@ def test_cli_writes_and_reports(tmp_path, capsys):
 
 
 def test_presets_match_the_documented_clips():
-    p = make_sample.PRESETS
-    sample = p["sample"]
-    assert (sample.width, sample.height, sample.fps, sample.frames) == (640, 360, 30, 90)
+    p = sample.PRESETS
+    default = p["sample"]
+    assert (default.width, default.height, default.fps, default.frames) == (640, 360, 30, 90)
     assert (p["1080p"].fps, p["1080p"].frames, p["1080p"].crf) == (60, 600, 23)
     assert (p["4k"].width, p["4k"].height, p["4k"].frames) == (3840, 2160, 300)
     assert p["raw1080p"].codec == p["raw4k"].codec == "rawvideo"
     assert not p["raw1080p"].audio and not p["raw4k"].audio
+
+
+def test_the_help_lists_every_clip_with_its_path():
+    for name, preset in sample.PRESETS.items():
+        line = next(row for row in SAMPLES.splitlines() if row.split()[:1] == [name])
+        assert f"{preset.width}x{preset.height}" in line and f"{preset.fps:g} fps" in line
+        assert f"{preset.frames / preset.fps:g} s" in line and f"-> {preset.path}" in line
+
+
+def test_cli_defaults_to_samples_in_the_current_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample", "--frames", "2", "--size", "64x32"]) == 0
+    assert capsys.readouterr().out.startswith("samples/sample.mp4 ")
+    _, frames = _decode(tmp_path / "samples" / "sample.mp4")
+    assert len(frames) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["sample", "8k"], 2, "unknown sample '8k'"),
+        (["sample", "--size", "33x17", "-o", "odd.mp4"], 2, "even dimensions"),
+        (["sample", "--codec", "nosuch", "-o", "x.mkv"], 2, "unknown codec 'nosuch'"),
+        (["sample", "--frames", "0"], 2, "frames must be positive"),
+        (["sample", "--size", "big"], 2, "expected WxH"),
+    ],
+)
+def test_cli_refuses_bad_arguments_with_one_line(argv, code, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*.m*"))
+
+
+def test_the_cli_imports_the_clip_generator_only_for_sample():
+    import subprocess
+    import sys
+
+    code = ("import sys; from pipeline.cli import build_parser; build_parser().parse_args(['filters']); "
+            "print(sorted(m for m in ('cv2', 'pipeline.sample') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,21 +1,21 @@
-#!/usr/bin/env python3
-"""Synthetic test and benchmark clips.
+"""Synthetic test and benchmark clips: ``pipeline sample``.
 
 Frames carry texture, gradients, moving shapes and a large frame counter, so
 that encoders, decoders and filters see realistic detail and motion, and a
 viewer (or a test) can tell which frame it is looking at after lossy coding.
 
-    python scripts/make_sample.py                 # samples/sample.mp4 (committed)
-    python scripts/make_sample.py 1080p           # samples/bench_1080p.mp4
-    python scripts/make_sample.py raw4k --frames 30
+    pipeline sample                     # samples/sample.mp4 (the repository's copy is committed)
+    pipeline sample 1080p               # samples/bench_1080p.mp4
+    pipeline sample raw4k --frames 30
+
+Outputs go under ``samples/`` in the current directory unless ``-o`` says otherwise. The command
+line is in :mod:`pipeline.cli`, which imports this module (and so PyAV and OpenCV) only when run.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
-import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTrc
 
-ROOT = Path(__file__).resolve().parents[1]
+from .errors import ConfigError, OutputError
 
 AUDIO_RATE = 48000
 AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
@@ -470,7 +470,7 @@ class Preset:
     crf: int | None = None
 
 
-PRESETS = {
+PRESETS = {  # the names `pipeline sample` takes (listed in pipeline/cli.py's help too)
     # Committed to the repo, so kept small.
     "sample": Preset("samples/sample.mp4", 640, 360, 30, 90, crf=28),
     "1080p": Preset("samples/bench_1080p.mp4", 1920, 1080, 60, 600, crf=23),
@@ -486,33 +486,10 @@ PRESETS = {
 CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
 
 
-def _parse_size(text: str) -> tuple[int, int]:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WxH, got {text!r}") from None
-    return w, h
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Write a synthetic test/benchmark clip.")
-    p.add_argument("preset", nargs="?", default="sample", choices=PRESETS)
-    p.add_argument("-o", "--output", type=Path, help="output path (default: the preset's)")
-    p.add_argument("--frames", type=int)
-    p.add_argument("--fps", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", type=_parse_size, metavar="WxH")
-    p.add_argument("--codec")
-    p.add_argument("--pix-fmt")
-    p.add_argument("--crf", type=int)
-    p.add_argument("--no-audio", action="store_true")
-    return p
-
-
 def _output_path(args, preset: Preset, codec: str) -> Path:
     if args.output is not None:
-        return args.output
-    path = ROOT / preset.path
+        return Path(args.output)
+    path = Path(preset.path)
     if codec != preset.codec and codec in CODEC_SUFFIX:
         path = path.with_suffix(CODEC_SUFFIX[codec])
     return path
@@ -525,30 +502,36 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    preset = PRESETS[args.preset]
+def run(args) -> int:
+    """``pipeline sample``, with the options parsed by :mod:`pipeline.cli`; prints what it wrote."""
+    preset = PRESETS.get(args.name)
+    if preset is None:
+        raise ConfigError(f"unknown sample {args.name!r}; known: {', '.join(PRESETS)}")
     width, height = args.size or (preset.width, preset.height)
     codec = args.codec or preset.codec
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
-    path = make_clip(
-        _output_path(args, preset, codec),
-        width=width,
-        height=height,
-        frames=frames,
-        fps=fps,
-        codec=codec,
-        pix_fmt=args.pix_fmt or preset.pix_fmt,
-        audio=preset.audio and not args.no_audio,
-        seed=args.seed,
-        crf=args.crf if args.crf is not None else preset.crf,
-    )
+    out = _output_path(args, preset, codec)
+    try:
+        path = make_clip(
+            out,
+            width=width,
+            height=height,
+            frames=frames,
+            fps=fps,
+            codec=codec,
+            pix_fmt=args.pix_fmt or preset.pix_fmt,
+            audio=preset.audio and not args.no_audio,
+            seed=args.seed,
+            crf=args.crf if args.crf is not None else preset.crf,
+        )
+    except OSError as e:
+        raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
+    except av.codec.codec.UnknownCodecError:
+        raise ConfigError(f"sample: unknown codec {codec!r}") from None
+    except ValueError as e:  # bad sizes, counts or pixel formats (PyAV's own errors are ValueErrors too)
+        raise ConfigError(f"sample: {e}") from e
     size_mb = path.stat().st_size / 1e6
     duration = frames / _as_rate(fps)
     print(f"{_display(path)}  {size_mb:.2f} MB  {frames} frames  {float(duration):.2f} s")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,41 @@
+"""--stats-json: a versioned layout with ASCII keys, every key documented in docs/stats-schema.md."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import ROOT
+
+from pipeline import Pipeline
+from pipeline.config import build_config
+from pipeline.sample import make_clip
+from pipeline.stats import SCHEMA_VERSION
+
+DOC = ROOT / "docs" / "stats-schema.md"
+
+
+def _keys(value):
+    """Every key in the object, at any depth (the per-frame series are lists of numbers, not walked)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield key
+            yield from _keys(inner)
+
+
+def test_stats_json_is_versioned_ascii_and_documented(tmp_path):
+    clip = make_clip(tmp_path / "in.mp4", width=96, height=64, frames=4, audio=False)
+    stats_path = tmp_path / "stats.json"
+    cfg = build_config({}, {"input": str(clip), "output": str(tmp_path / "out.mp4"), "device": "cpu",
+                            "realtime": True, "latency_budget": 1000.0, "stats_json": str(stats_path)})
+    Pipeline.from_config(cfg).run().write_json(stats_path)
+    stats = json.loads(stats_path.read_text())
+    odd = sorted(k for k in _keys(stats) if not re.fullmatch(r"[a-z0-9_]+", k))
+    assert not odd, f"keys that are not plain snake_case ASCII: {odd}"
+    assert stats["schema_version"] == SCHEMA_VERSION == 1
+    assert {"decode", "submit", "encode"} <= set(stats["queues"])  # a paced run: all three queues
+    assert stats["latency_hops_ms"]["end_to_end"]["count"] == 4
+
+    documented = set(re.findall(r"`([a-z0-9_]+)`", DOC.read_text()))
+    missing = sorted(set(_keys(stats)) - documented)
+    assert not missing, f"keys missing from {DOC.name}: {missing}"
