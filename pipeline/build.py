@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .checks import check_output, check_stats_path
-from .config import RunConfig
+from .config import RunConfig, device_index
 from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .log import log
@@ -27,14 +27,15 @@ def make_backend(device: str, alloc: str, streams: int, decode: str = "cpu"):
     strategy = find_strategy(alloc)
     if decode == "nvdec" and device == "cpu":
         raise ConfigError("--decode nvdec needs the GPU: it decodes into device memory (not with --device cpu)")
-    if device in ("auto", "cuda"):
-        ok, reason = gpu_status()
+    if device != "cpu":
+        index = device_index(device)
+        ok, reason = gpu_status(index)
         if ok:
             from .gpu.backend import CudaBackend
 
-            return CudaBackend(strategy, streams)
-        if device == "cuda" or decode == "nvdec":
-            raise GPUError(f"--{'device cuda' if device == 'cuda' else 'decode nvdec'}: {reason}")
+            return CudaBackend(strategy, streams, index or 0)
+        if device != "auto" or decode == "nvdec":
+            raise GPUError(f"--{f'device {device}' if device != 'auto' else 'decode nvdec'}: {reason}")
         log.info(f"no usable CUDA GPU ({reason}); running on the CPU")
     if strategy.cpu is None:
         raise ConfigError(f"--alloc {alloc} needs a CUDA GPU; the CPU backend has pool and naive")

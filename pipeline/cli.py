@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import DECODERS, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml, preset_names
+from .config import DECODERS, DROP_POLICIES, RunConfig, build_config, check_device, load_toml, preset_names
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .log import LEVELS
 from .log import install as install_log
@@ -94,6 +94,14 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{prog}: {message}" if prog else message)
 
 
+def _device(text: str) -> str:
+    try:
+        check_device(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _kv(text: str) -> tuple[str, str]:
     key, eq, value = text.partition("=")
     if not eq or not key:
@@ -125,7 +133,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--config", metavar="PRESET|FILE",
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
-    p.add_argument("--device", choices=DEVICES, help=f"where the kernels run (default: {d.device})")
+    p.add_argument("--device", type=_device, metavar="auto|cuda|cuda:N|cpu",
+                   help=f"where the kernels run: auto (CUDA if there is a GPU), cuda, cuda:N (that GPU), cpu "
+                        f"(default: {d.device})")
     p.add_argument("--decode", choices=DECODERS,
                    help=f"decoder: cpu (PyAV, into the pinned ring), nvdec (the GPU's decoder, frames stay in device "
                         f"memory) or auto (nvdec when it takes the stream, else cpu) (default: {d.decode})")

@@ -13,7 +13,7 @@ from typing import Any
 from .errors import ConfigError
 from .memory.registry import STRATEGIES
 
-DEVICES = ("auto", "cuda", "cpu")
+DEVICES = ("auto", "cuda", "cpu")  # and cuda:N, a GPU by its index
 DECODERS = ("cpu", "nvdec", "auto")
 DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 # "auto": block for a file read as fast as possible (every frame comes out), drop-oldest for a live or
@@ -57,7 +57,7 @@ class RunConfig:
     nvtx: bool = False
 
     def __post_init__(self) -> None:
-        _check_choice("device", self.device, DEVICES)
+        check_device(self.device)
         _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
         _check_min("ring_size", self.ring_size, 2)
@@ -100,6 +100,21 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_url(name: str | None) -> bool:
     """``scheme://...``: handed to FFmpeg as it is, never checked or created as a local path."""
     return bool(name) and _URL.match(name) is not None
+
+
+_CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+
+
+def check_device(device: Any) -> None:
+    if device in DEVICES or (isinstance(device, str) and _CUDA_INDEX.match(device)):
+        return
+    raise ConfigError(f"Invalid device ({device!r}). Supported values are auto, cuda, cuda:N (a GPU's index), cpu.")
+
+
+def device_index(device: str) -> int | None:
+    """N for ``cuda:N``; None for auto, cuda and cpu."""
+    match = _CUDA_INDEX.match(device)
+    return int(match.group(1)) if match else None
 
 
 def _check_positive(name: str, value: Any) -> None:

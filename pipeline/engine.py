@@ -323,6 +323,9 @@ class Pipeline:
 
     def _guard(self, name: str, body: Callable[[], None], downstream: Channel | None) -> None:
         try:
+            make_current = getattr(self.backend, "make_current", None)
+            if make_current is not None:
+                make_current()  # a new thread starts on device 0: every stage works on the run's GPU
             body()
         except Aborted:
             pass

@@ -40,7 +40,12 @@ def test_ring_size_must_be_an_integer(value):
 def test_device_message_lists_choices():
     with pytest.raises(ConfigError) as info:
         RunConfig(device="gpu")
-    assert str(info.value) == "Invalid device ('gpu'). Supported values are auto, cuda, cpu."
+    assert str(info.value) == "Invalid device ('gpu'). Supported values are auto, cuda, cuda:N (a GPU's index), cpu."
+    for good in ("cuda:0", "cuda:12"):
+        assert RunConfig(device=good).device == good
+    for bad in ("cuda:", "cuda:-1", "cuda:x", "CUDA"):
+        with pytest.raises(ConfigError):
+            RunConfig(device=bad)
 
 
 def test_alloc_message_lists_choices():

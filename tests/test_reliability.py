@@ -695,6 +695,15 @@ def test_null_output_processes_every_frame_and_writes_nothing(tmp_path, clips):
     assert result.returncode == 0 and not (tmp_path / "x.mp4").exists()
 
 
+def test_a_gpu_that_does_not_exist_exits_5_naming_the_ones_that_do(tmp_path, clips):
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--device", "cuda:99", "-q"]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert_failed(result, 5, out, "cuda:99")
+    if _gpu_available():
+        assert "there is no GPU 99" in result.stderr and "cuda:0" in result.stderr
+
+
 def test_nvdec_needs_the_gpu(tmp_path, clips):
     out = tmp_path / "out.mp4"
     result = run_cli(clips["av"], "-o", out, "--decode", "nvdec", cwd=tmp_path)  # run_cli adds --device cpu

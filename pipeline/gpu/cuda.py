@@ -20,8 +20,8 @@ def cupy() -> Any:
     return cp
 
 
-def gpu_status() -> tuple[bool, str]:
-    """(usable, reason): whether CuPy imports and sees at least one working CUDA device."""
+def gpu_status(index: int | None = None) -> tuple[bool, str]:
+    """(usable, reason): whether CuPy imports and sees a working CUDA device (``index``, or any)."""
     try:
         cp = cupy()
         count = cp.cuda.runtime.getDeviceCount()
@@ -31,7 +31,20 @@ def gpu_status() -> tuple[bool, str]:
         return False, f"no usable CUDA device ({e})"
     if count < 1:
         return False, "no CUDA device found"
+    if index is not None and index >= count:
+        return False, f"there is no GPU {index}; this machine has {_list_devices(cp, count)}"
     return True, ""
+
+
+def _list_devices(cp, count: int) -> str:
+    names = []
+    for i in range(count):
+        try:
+            name = cp.cuda.runtime.getDeviceProperties(i)["name"]
+            names.append(f"cuda:{i} ({name.decode() if isinstance(name, bytes) else name})")
+        except Exception:  # a device that cannot be queried is still listed
+            names.append(f"cuda:{i}")
+    return ", ".join(names)
 
 
 _KERNELS: dict[tuple[int, str, str, tuple[str, ...]], Any] = {}
