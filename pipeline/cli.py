@@ -18,7 +18,7 @@ from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interru
 from .log import LEVELS
 from .log import install as install_log
 from .memory.registry import STRATEGIES
-from .startup import PROCESS_STARTED
+from .startup import PROCESS_STARTED, steady_malloc
 
 EXIT_CODES = """exit codes:
   0    success
@@ -257,6 +257,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    steady_malloc()
     err = Console(stderr=True, highlight=False)
     debug = "--debug" in argv
     args = None

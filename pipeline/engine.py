@@ -35,7 +35,7 @@ from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
 from .log import log
 from .processor import FramePlan, Processor
-from .startup import Phases
+from .startup import Phases, trim_heap
 from .stats import RunStats
 from .video import FrameMeta, WorkItem
 
@@ -525,6 +525,7 @@ class Pipeline:
             error = error or GPUError(f"CUDA error while draining: {e}")
         self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}
         self._give_memory_back()
+        trim_heap()
         error = as_pipeline_error(error) if error is not None else self._input_error
         if consumer_left and error is None:
             return  # frames(): the caller stopped iterating; nothing to finalise
