@@ -15,6 +15,7 @@ from rich.console import Console
 from . import __version__
 from .config import DECODERS, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml, preset_names
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
+from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, resolve_paths
 from .log import LEVELS
 from .log import install as install_log
 from .memory.registry import STRATEGIES
@@ -89,6 +90,17 @@ EXAMPLES = """examples:
 
 
 class _Parser(argparse.ArgumentParser):
+    intermixed = False  # `run`: its positionals (input, output) anywhere among the options, as ffmpeg takes them
+
+    def parse_known_args(self, args=None, namespace=None):
+        if not self.intermixed:
+            return super().parse_known_args(args, namespace)
+        self.intermixed = False  # parse_known_intermixed_args calls back into this method
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self.intermixed = True
+
     def error(self, message: str):  # one line and the documented code, as for every other error
         prog = self.prog.removeprefix("pipeline").strip()  # "pipeline: error:" is printed already
         raise ConfigError(f"{prog}: {message}" if prog else message)
@@ -110,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="process a video file or live stream", description=RUN_NOTES,
                          epilog=EXIT_CODES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.intermixed = True
     add_run_arguments(run, d)
     _add_other_commands(sub)
     return parser
@@ -117,11 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     """Every flag defaults to None so that only the flags given override the config file."""
-    p.add_argument("input", help="input video file, stream URL or capture device")
+    p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
+                   help="input video file, stream URL or capture device; then, optionally, the output (as -o)")
     p.add_argument("-o", "--output", help="output file or stream URL (default: <input stem>_processed<ext> in the "
                                           "current directory; a URL input needs -o)")
-    p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
-    p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
+    add_overwrite_arguments(p)
+    add_ffmpeg_arguments(p)
+    p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", metavar="PRESET|FILE",
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
@@ -132,7 +147,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
+    p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast)")
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
@@ -147,7 +162,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                    help="Python file registering extra filters, repeatable")
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
-    p.add_argument("--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
+    p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
     p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
     _add_realtime_arguments(p.add_argument_group("real time"), d)
@@ -158,7 +173,7 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("--input-opt", dest="input_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="demuxer/protocol option passed to FFmpeg when opening, repeatable "
                         "(e.g. video_size=1280x720, fflags=nobuffer)")
-    p.add_argument("--format", dest="output_format", metavar="NAME",
+    p.add_argument("-f", "--format", dest="output_format", metavar="NAME",
                    help="output muxer (e.g. mpegts, flv); default: from the output name, or the URL scheme")
     p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="muxer/protocol option for the output, repeatable (e.g. pkt_size=1316)")
@@ -235,8 +250,9 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    resolve_paths(args)
     file_values = load_toml(args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel", "paths")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
         if flags.get(table):
             flags[table] = dict(flags[table])

@@ -1,0 +1,142 @@
+"""FFmpeg's habits on `pipeline run`: -i, a positional output, -vf, -c:v, -f, -n and -v/-loglevel.
+Parsing is checked in process; each alias once more as a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from pipeline.cli import build_parser, config_from_args, main
+from pipeline.config import RunConfig
+from pipeline.sample import make_clip
+
+FPS, FRAMES = 30, 60
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("clip") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS)
+
+
+def cli(*args, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu"]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def frames_of(path: Path) -> list[av.VideoFrame]:
+    with av.open(str(path)) as c:
+        return list(c.decode(video=0))
+
+
+def _parse(*argv: str) -> RunConfig:
+    return config_from_args(build_parser().parse_args(["run", *argv]))
+
+
+# -- aliases map to the long options (in process) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("alias, long", [
+    (["-vf", "hflip"], ["--filters", "hflip"]),
+    (["-c:v", "ffv1"], ["--codec", "ffv1"]),
+    (["-c", "ffv1"], ["--codec", "ffv1"]),
+    (["-f", "matroska"], ["--format", "matroska"]),
+    (["-n"], ["--no-overwrite"]),
+    (["-y"], ["--overwrite"]),
+])
+def test_alias_gives_the_long_options_config(alias, long):
+    assert _parse("in.mp4", *alias) == _parse("in.mp4", *long)
+
+
+def test_c_and_c_v_are_one_option():
+    assert _parse("in.mp4", "-c:v", "ffv1").codec == _parse("in.mp4", "-c", "ffv1").codec == "ffv1"
+    assert _parse("in.mp4", "-c", "libx264", "-c:v", "ffv1").codec == "ffv1"  # the last one wins, as in ffmpeg
+
+
+@pytest.mark.parametrize("argv", [
+    ["-i", "in.mp4", "out.mkv"],
+    ["in.mp4", "out.mkv"],
+    ["in.mp4", "-vf", "hflip", "out.mkv"],  # the output after options, as ffmpeg takes it
+    ["-vf", "hflip", "-i", "in.mp4", "out.mkv"],
+    ["-i", "in.mp4", "-o", "out.mkv"],
+    ["in.mp4", "-o", "out.mkv"],
+])
+def test_input_and_output_in_either_style(argv):
+    cfg = _parse(*argv)
+    assert (cfg.input, cfg.output) == ("in.mp4", "out.mkv")
+
+
+def test_n_sets_no_overwrite_over_a_config_file(tmp_path):
+    (toml := tmp_path / "c.toml").write_text("overwrite = true\n")
+    assert _parse("in.mp4", "--config", str(toml)).overwrite is True
+    assert _parse("in.mp4", "--config", str(toml), "-n").overwrite is False
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([], "an input is needed"),
+    (["a.mp4", "b.mp4", "c.mp4"], "one input and one output"),
+    (["-i", "a.mp4", "-i", "b.mp4"], "one input only"),
+    (["a.mp4", "b.mp4", "-o", "c.mp4"], "two outputs"),
+    (["-i", "a.mp4", "b.mp4", "c.mp4"], "one input and one output"),
+    (["a.mp4", "-y", "-n"], "not allowed with"),
+    (["a.mp4", "-v", "loud"], "invalid choice"),
+])
+def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+# -- each alias as a subprocess ----------------------------------------------------------------------
+
+
+def test_ffmpeg_style_command_line(clip, tmp_path):
+    """`pipeline run -i in.mp4 -vf hflip out.mp4`"""
+    r = cli("-i", clip, "-vf", "hflip", "out.mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert len(frames_of(tmp_path / "out.mp4")) == FRAMES
+
+
+def test_aliases_write_what_the_long_options_write(clip, tmp_path):
+    short = cli("-i", clip, "-vf", "hflip", "-c:v", "ffv1", "-f", "matroska", "-v", "error",
+                "short.bin", cwd=tmp_path)
+    long = cli(clip, "-o", "long.bin", "--filters", "hflip", "--codec", "ffv1", "--format", "matroska",
+               "--loglevel", "error", cwd=tmp_path)
+    assert short.returncode == 0 and long.returncode == 0, short.stderr + long.stderr
+    with av.open(str(tmp_path / "short.bin")) as c:
+        assert "matroska" in c.format.name and c.streams.video[0].codec_context.name == "ffv1"
+    a, b = frames_of(tmp_path / "short.bin"), frames_of(tmp_path / "long.bin")
+    assert len(a) == len(b) == FRAMES
+    assert all(np.array_equal(x.to_ndarray(), y.to_ndarray()) and x.pts == y.pts for x, y in zip(a, b))
+
+
+def test_flip_of_vf_is_applied(clip, tmp_path):
+    plain = cli(clip, "plain.mkv", "-c:v", "ffv1", "-vf", "", "-q", cwd=tmp_path)
+    flipped = cli(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-q", cwd=tmp_path)
+    assert plain.returncode == flipped.returncode == 0, plain.stderr + flipped.stderr
+    a = frames_of(tmp_path / "plain.mkv")[0].to_ndarray(format="rgb24").astype(int)
+    b = frames_of(tmp_path / "flip.mkv")[0].to_ndarray(format="rgb24").astype(int)
+    assert np.abs(a[:, ::-1] - b).mean() < 3 < np.abs(a - b).mean()
+
+
+def test_n_never_replaces_an_existing_output(clip, tmp_path):
+    (tmp_path / "out.mp4").write_bytes(b"keep me")
+    r = cli("-n", "-i", clip, "out.mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 2 and "already exists" in r.stderr
+    assert (tmp_path / "out.mp4").read_bytes() == b"keep me"
+    r = cli("-n", "-y", "-i", clip, "out.mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+
+
+@pytest.mark.parametrize("option", ["-v", "-loglevel", "--loglevel"])
+def test_loglevel_aliases(clip, tmp_path, option):
+    # A notice at info level: --drop-policy on a file is read with block.
+    args = (clip, "out.mp4", "-q", "--drop-policy", "drop-oldest")
+    shown = cli(*args, cwd=tmp_path)
+    quiet = cli(*args, "-y", option, "error", cwd=tmp_path)
+    assert shown.returncode == quiet.returncode == 0, shown.stderr + quiet.stderr
+    assert "--drop-policy" in shown.stderr and quiet.stderr == ""
