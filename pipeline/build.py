@@ -62,15 +62,17 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     """The PyAV source for ``cfg.input``, decoded on the CPU or with NVDEC (``cfg.decode``); a live one
     is opened in the background (Ctrl-C stays live)."""
     from .source import Source, is_live_input
+    from .span import Span
 
     live = is_live_input(cfg.input, cfg.input_format)
     decode = decoder_for(cfg, backend)
+    span = Span.from_seconds(cfg.start, cfg.duration, cfg.end)
 
     def factory(hwaccel=None) -> Any:
         if hwaccel is not None:
             backend.make_current()  # FFmpeg adopts the calling thread's CUDA context (CuPy's)
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
-                      timeout=cfg.timeout, live=live, hwaccel=hwaccel)
+                      timeout=cfg.timeout, live=live, hwaccel=hwaccel, span=span)
 
     def opened() -> Any:
         if decode == "cpu":

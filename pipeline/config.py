@@ -55,6 +55,10 @@ class RunConfig:
     latency_budget: float | None = None  # ms, decoded to packet out; warn once and count
     preview: bool = False
     nvtx: bool = False
+    # A span of the input (ffmpeg's -ss, -t, -to), seconds counted from the input's start; see pipeline/span.py.
+    start: float | None = None
+    duration: float | None = None
+    end: float | None = None
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device, DEVICES)
@@ -74,6 +78,7 @@ class RunConfig:
             raise ConfigError(f"Invalid reconnect ({self.reconnect!r}). Supported values are integers >= 0.")
         if self.latency_budget is not None:
             _check_positive("latency_budget", self.latency_budget)
+        _check_span(self.start, self.duration, self.end)
 
     def output_path(self) -> Path:
         """The output file: ``-o`` if given, else ``<input stem>_processed<ext>`` in the current directory.
@@ -100,6 +105,18 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_url(name: str | None) -> bool:
     """``scheme://...``: handed to FFmpeg as it is, never checked or created as a local path."""
     return bool(name) and _URL.match(name) is not None
+
+
+def _check_span(start: float | None, duration: float | None, end: float | None) -> None:
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ConfigError(f"Invalid {name} ({value!r}). Supported values are numbers of seconds >= 0.")
+    if duration is not None:
+        _check_positive("duration", duration)
+    if duration is not None and end is not None:
+        raise ConfigError("-t/--duration and -to/--end are exclusive: give one")
+    if end is not None and end <= (start or 0):
+        raise ConfigError(f"Invalid end ({end!r}): it must come after the start ({start or 0!r})")
 
 
 def _check_positive(name: str, value: Any) -> None:
@@ -182,6 +199,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),
+    "start": (int, float), "duration": (int, float), "end": (int, float),
 }
 _TABLES = ("encoder_opts", "input_opts", "output_opts")  # KEY = VALUE tables, values kept as strings
 

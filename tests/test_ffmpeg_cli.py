@@ -1,8 +1,9 @@
-"""FFmpeg's habits on `pipeline run`: -i, a positional output, -vf, -c:v, -f, -n and -v/-loglevel.
-Parsing is checked in process; each alias once more as a subprocess."""
+"""FFmpeg's habits on `pipeline run`: -i, a positional output, -vf, -c:v, -f, -n, -v/-loglevel, the time
+syntax of -ss/-t/-to. Parsing is checked in process; each alias once more as a subprocess."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from pipeline.cli import build_parser, config_from_args, main
 from pipeline.config import RunConfig
+from pipeline.ffmpeg_args import parse_time
 from pipeline.sample import make_clip
 
 FPS, FRAMES = 30, 60
@@ -37,6 +39,23 @@ def _parse(*argv: str) -> RunConfig:
     return config_from_args(build_parser().parse_args(["run", *argv]))
 
 
+# -- the time syntax ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 90.0), ("1.5", 1.5), (".5", 0.5), ("2.", 2.0), ("01:30", 90.0), ("1:02:03", 3723.0),
+    ("0:01:30.5", 90.5), ("00:00:00.040", 0.04), ("1500ms", 1.5), ("250us", 0.00025), ("3s", 3.0),
+])
+def test_parse_time_takes_ffmpeg_durations(text, seconds):
+    assert parse_time(text) == pytest.approx(seconds, abs=1e-12)
+
+
+@pytest.mark.parametrize("text", ["", "-1", "1:60", "1:2:60", "abc", "1.5.2", "1h", "1:", ":30"])
+def test_parse_time_refuses_the_rest(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid time"):
+        parse_time(text)
+
+
 # -- aliases map to the long options (in process) ---------------------------------------------------
 
 
@@ -45,6 +64,9 @@ def _parse(*argv: str) -> RunConfig:
     (["-c:v", "ffv1"], ["--codec", "ffv1"]),
     (["-c", "ffv1"], ["--codec", "ffv1"]),
     (["-f", "matroska"], ["--format", "matroska"]),
+    (["-ss", "1.5"], ["--start", "1.5"]),
+    (["-t", "00:02"], ["--duration", "2"]),
+    (["-to", "0:00:03.5"], ["--end", "3.5"]),
     (["-n"], ["--no-overwrite"]),
     (["-y"], ["--overwrite"]),
 ])
@@ -61,7 +83,7 @@ def test_c_and_c_v_are_one_option():
     ["-i", "in.mp4", "out.mkv"],
     ["in.mp4", "out.mkv"],
     ["in.mp4", "-vf", "hflip", "out.mkv"],  # the output after options, as ffmpeg takes it
-    ["-vf", "hflip", "-i", "in.mp4", "out.mkv"],
+    ["-vf", "hflip", "-i", "in.mp4", "-t", "1", "out.mkv"],
     ["-i", "in.mp4", "-o", "out.mkv"],
     ["in.mp4", "-o", "out.mkv"],
 ])
@@ -83,6 +105,10 @@ def test_n_sets_no_overwrite_over_a_config_file(tmp_path):
     (["a.mp4", "b.mp4", "-o", "c.mp4"], "two outputs"),
     (["-i", "a.mp4", "b.mp4", "c.mp4"], "one input and one output"),
     (["a.mp4", "-y", "-n"], "not allowed with"),
+    (["a.mp4", "-t", "1", "-to", "2"], "not allowed with"),
+    (["a.mp4", "-ss", "2", "-to", "1"], "must come after the start"),
+    (["a.mp4", "-ss", "1:75"], "invalid time"),
+    (["a.mp4", "-t", "0"], "Invalid duration"),
     (["a.mp4", "-v", "loud"], "invalid choice"),
 ])
 def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
@@ -95,28 +121,28 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
 
 
 def test_ffmpeg_style_command_line(clip, tmp_path):
-    """`pipeline run -i in.mp4 -vf hflip out.mp4`"""
-    r = cli("-i", clip, "-vf", "hflip", "out.mp4", "-q", cwd=tmp_path)
+    """`pipeline run -i in.mp4 -vf hflip -t 1 out.mp4`, as the README shows it."""
+    r = cli("-i", clip, "-vf", "hflip", "-t", "1", "out.mp4", "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert len(frames_of(tmp_path / "out.mp4")) == FRAMES
+    assert len(frames_of(tmp_path / "out.mp4")) == FPS
 
 
 def test_aliases_write_what_the_long_options_write(clip, tmp_path):
-    short = cli("-i", clip, "-vf", "hflip", "-c:v", "ffv1", "-f", "matroska", "-v", "error",
-                "short.bin", cwd=tmp_path)
+    short = cli("-i", clip, "-vf", "hflip", "-c:v", "ffv1", "-f", "matroska", "-ss", "0.5", "-t", "1",
+                "-v", "error", "short.bin", cwd=tmp_path)
     long = cli(clip, "-o", "long.bin", "--filters", "hflip", "--codec", "ffv1", "--format", "matroska",
-               "--loglevel", "error", cwd=tmp_path)
+               "--start", "0.5", "--duration", "1", "--loglevel", "error", cwd=tmp_path)
     assert short.returncode == 0 and long.returncode == 0, short.stderr + long.stderr
     with av.open(str(tmp_path / "short.bin")) as c:
         assert "matroska" in c.format.name and c.streams.video[0].codec_context.name == "ffv1"
     a, b = frames_of(tmp_path / "short.bin"), frames_of(tmp_path / "long.bin")
-    assert len(a) == len(b) == FRAMES
+    assert len(a) == len(b) == FPS
     assert all(np.array_equal(x.to_ndarray(), y.to_ndarray()) and x.pts == y.pts for x, y in zip(a, b))
 
 
 def test_flip_of_vf_is_applied(clip, tmp_path):
-    plain = cli(clip, "plain.mkv", "-c:v", "ffv1", "-vf", "", "-q", cwd=tmp_path)
-    flipped = cli(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-q", cwd=tmp_path)
+    plain = cli(clip, "plain.mkv", "-c:v", "ffv1", "-vf", "", "-t", "0.2", "-q", cwd=tmp_path)
+    flipped = cli(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-t", "0.2", "-q", cwd=tmp_path)
     assert plain.returncode == flipped.returncode == 0, plain.stderr + flipped.stderr
     a = frames_of(tmp_path / "plain.mkv")[0].to_ndarray(format="rgb24").astype(int)
     b = frames_of(tmp_path / "flip.mkv")[0].to_ndarray(format="rgb24").astype(int)
@@ -135,7 +161,7 @@ def test_n_never_replaces_an_existing_output(clip, tmp_path):
 @pytest.mark.parametrize("option", ["-v", "-loglevel", "--loglevel"])
 def test_loglevel_aliases(clip, tmp_path, option):
     # A notice at info level: --drop-policy on a file is read with block.
-    args = (clip, "out.mp4", "-q", "--drop-policy", "drop-oldest")
+    args = (clip, "out.mp4", "-t", "0.2", "-q", "--drop-policy", "drop-oldest")
     shown = cli(*args, cwd=tmp_path)
     quiet = cli(*args, "-y", option, "error", cwd=tmp_path)
     assert shown.returncode == quiet.returncode == 0, shown.stderr + quiet.stderr
