@@ -131,9 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
 def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     """Every flag defaults to None so that only the flags given override the config file."""
     p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
-                   help="input video file, stream URL or capture device; then, optionally, the output (as -o)")
-    p.add_argument("-o", "--output", help="output file or stream URL (default: <input stem>_processed<ext> in the "
-                                          "current directory; a URL input needs -o)")
+                   help="input video file, stream URL, capture device or - (stdin); then, optionally, the output "
+                        "(as -o)")
+    p.add_argument("-o", "--output", help="output file, stream URL or - (stdout, with -f) (default: <input "
+                                          "stem>_processed<ext> in the current directory; a URL input needs -o)")
     add_overwrite_arguments(p)
     add_ffmpeg_arguments(p)
     p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
@@ -318,6 +319,7 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
     from .engine import Pipeline, RunControl
     from .progress import progress_for
 
+    to_stdout = writes_stdout(cfg)
     control = RunControl()
     _install_signal_handlers(control)
     pipeline = Pipeline.from_config(cfg, control=control)
@@ -333,7 +335,7 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         if cfg.stats_json and pipeline.stats.frames_out:
             _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None)
     if not cfg.quiet:
-        out = Console(highlight=False)
+        out = err if to_stdout else Console(highlight=False)  # stdout carries the video: nothing else goes there
         out.print(stats.table())
         if stats.mode != "file" or cfg.latency_budget is not None:
             out.print(stats.hops_table())
@@ -341,6 +343,14 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
                   "(null output: nothing written)")
     return 0
+
+
+def writes_stdout(cfg: RunConfig) -> bool:
+    """``-o -`` (or ``pipe:1``): the video goes to stdout, so the summary goes to stderr."""
+    from .build import is_null_output
+    from .config import pipe_fd
+
+    return not is_null_output(cfg) and pipe_fd(cfg.output, 1) == 1
 
 
 def _write_stats(stats, path: str, err: Console, failing: bool) -> None:

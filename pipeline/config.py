@@ -79,6 +79,7 @@ class RunConfig:
         if self.latency_budget is not None:
             _check_positive("latency_budget", self.latency_budget)
         _check_span(self.start, self.duration, self.end)
+        _check_pipe_output(self.output, self.output_format)
 
     def output_path(self) -> Path:
         """The output file: ``-o`` if given, else ``<input stem>_processed<ext>`` in the current directory.
@@ -88,11 +89,15 @@ class RunConfig:
             return Path(self.output)
         if is_url(self.input):
             raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
+        if pipe_fd(self.input) is not None:
+            raise ConfigError("reading from stdin needs -o/--output (a file, a stream URL, or - for stdout)")
         src = Path(self.input)
         return Path.cwd() / f"{src.stem}_processed{src.suffix or '.mp4'}"
 
     def output_target(self) -> Path | str:
         """Where the output goes: a path, or the URL string itself (``Path`` would fold its ``//``)."""
+        if self.output and pipe_fd(self.output, 1) is not None:
+            return f"pipe:{pipe_fd(self.output, 1)}"
         return self.output if self.output and is_url(self.output) else self.output_path()
 
     def replace(self, **changes: Any) -> RunConfig:
@@ -107,6 +112,20 @@ def is_url(name: str | None) -> bool:
     return bool(name) and _URL.match(name) is not None
 
 
+_PIPE = re.compile(r"^pipe:(\d*)$")
+
+
+def pipe_fd(name: str | None, default: int = 0) -> int | None:
+    """``-`` or ``pipe:`` (stdin for an input, stdout for an output: ``default``), ``pipe:N``: the file
+    descriptor FFmpeg's pipe protocol reads or writes; None for any other name."""
+    if name == "-":
+        return default
+    match = _PIPE.match(name or "")
+    if match is None:
+        return None
+    return int(match.group(1)) if match.group(1) else default
+
+
 def _check_span(start: float | None, duration: float | None, end: float | None) -> None:
     for name, value in (("start", start), ("end", end)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
@@ -117,6 +136,12 @@ def _check_span(start: float | None, duration: float | None, end: float | None) 
         raise ConfigError("-t/--duration and -to/--end are exclusive: give one")
     if end is not None and end <= (start or 0):
         raise ConfigError(f"Invalid end ({end!r}): it must come after the start ({start or 0!r})")
+
+
+def _check_pipe_output(output: str | None, output_format: str | None) -> None:
+    if pipe_fd(output, 1) is not None and not output_format:
+        raise ConfigError(f"{output}: writing to a pipe needs an output format, there is no file name to take it "
+                          "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")
 
 
 def _check_positive(name: str, value: Any) -> None:

@@ -14,7 +14,8 @@ the decoder (the frames it holds are kept) and raises :class:`SourceStalled`; th
 (:mod:`pipeline.live`) then calls :meth:`Source.reopen` or gives up. The decoder uses slice threads
 only: frame threads would hold back one frame per thread, latency a camera feed cannot afford.
 
-A span (``-ss``/``-t``/``-to``, :mod:`pipeline.span`) is cut here: frames and audio packets outside it are
+stdin (``-``, ``pipe:``) is a stream read as it comes, like a file without seeking or a frame count. A
+span (``-ss``/``-t``/``-to``, :mod:`pipeline.span`) is cut here: frames and audio packets outside it are
 dropped, the ones kept have their timestamps moved as it says.
 """
 
@@ -33,7 +34,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from .config import is_url
+from .config import is_url, pipe_fd
 from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
 from .log import log
 from .span import SKIP, STOP, Span
@@ -147,6 +148,10 @@ class Source:
         return video
 
     def _open(self):
+        fd = pipe_fd(self.path)
+        if fd is not None:  # stdin: a stream, read as it comes; nothing on disk to check
+            return _open_input(f"pipe:{fd}", self.input_format, self.options, self.timeout, local=False,
+                               hwaccel=self.hwaccel)
         if not (self.live or self.input_format or self.options or is_url(self.path) or self.hwaccel):
             return _open(self.path)
         return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
@@ -214,9 +219,9 @@ class Source:
 
     def _seek_to_start(self) -> None:
         """With -ss on a file: jump to the keyframe before the start (the frames up to the start are then
-        decoded and dropped). A live source cannot seek: it is decoded from where it is."""
+        decoded and dropped). A stream (stdin, a live source) cannot seek: it is decoded from where it is."""
         target = self._trim.seek_target(self._origin) if self._trim is not None else None
-        if target is None or self.live or not self.video.time_base:
+        if target is None or self.live or pipe_fd(self.path) is not None or not self.video.time_base:
             return
         try:
             self.container.seek(math.floor(target / self.video.time_base), stream=self.video, backward=True)
