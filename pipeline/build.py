@@ -120,6 +120,17 @@ def is_null_output(cfg: RunConfig) -> bool:
     return cfg.output == "null" or cfg.output_format == "null"
 
 
+def check_protocols(cfg: RunConfig) -> None:
+    """A URL input or output whose protocol the installed FFmpeg lacks (srt:// in PyAV's wheel): exit 2 now,
+    before the filters, the GPU or the input are touched."""
+    from .sink import check_protocol
+
+    if cfg.input:
+        check_protocol(cfg.input, output=False)
+    if cfg.output and not is_null_output(cfg):
+        check_protocol(cfg.output, output=True)
+
+
 @dataclass
 class Parts:
     """A run's built parts, ready for :class:`~pipeline.engine.Pipeline`."""
@@ -139,6 +150,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> Parts:
     What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
     load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
     phases = Phases()
+    check_protocols(cfg)
     chain = make_chain(cfg.filters, cfg.plugins)
     if cfg.preview:
         from .preview import check_display

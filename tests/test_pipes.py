@@ -1,4 +1,4 @@
-"""Pipes: `-` and `pipe:` for stdin and stdout."""
+"""Pipes (`-` and `pipe:` for stdin and stdout) and URLs whose protocol the installed FFmpeg lacks."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import av
 import pytest
 
+from pipeline import sink
 from pipeline.config import pipe_fd
 from pipeline.sample import make_clip
 
@@ -140,3 +141,40 @@ def test_pipe_usage_errors(tmp_path, args, words):
 def test_empty_stdin_is_a_bad_input(tmp_path):
     r = run("-", "-o", "out.mp4", stdin=b"", cwd=tmp_path)
     assert r.returncode == 3 and not (tmp_path / "out.mp4").exists()
+
+
+# -- protocols ---------------------------------------------------------------------------------------
+
+
+def test_the_wheels_protocols_are_listed():
+    inputs, outputs = sink.ffmpeg_protocols(False), sink.ffmpeg_protocols(True)
+    assert {"file", "tcp", "udp", "pipe", "rtmp", "http"} <= set(inputs)
+    assert {"file", "tcp", "udp", "pipe"} <= set(outputs)
+
+
+@pytest.mark.parametrize("args", [("srt://127.0.0.1:9000", "-o", "out.ts"), ("{clip}", "-o", "srt://127.0.0.1:9000")])
+def test_a_missing_protocol_is_refused_before_anything_opens(clip, tmp_path, args):
+    if "srt" in (sink.ffmpeg_protocols(False) or ()):
+        pytest.skip("this FFmpeg has SRT")
+    r = run(*(a.format(clip=clip) for a in args), cwd=tmp_path)
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "no srt protocol" in err and all(f" {p}," in err for p in ("file", "tcp", "udp"))
+    assert ("output protocols" if args[0] != "srt://127.0.0.1:9000" else "input protocols") in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_known_protocols_and_demuxer_urls_pass():
+    for name in ("udp://0.0.0.0:5000", "rtsp://cam.local/stream", "in.mp4", "meeting12:30.mp4", "-"):
+        sink.check_protocol(name)
+    sink.check_protocol("tcp://host:9000?listen=1", output=True)
+
+
+def test_without_the_list_nothing_is_refused(monkeypatch):
+    monkeypatch.setattr(sink, "_avformat_candidates", lambda: iter(()))
+    sink.ffmpeg_protocols.cache_clear()
+    try:
+        assert sink.ffmpeg_protocols() is None
+        sink.check_protocol("srt://127.0.0.1:9000")
+    finally:
+        sink.ffmpeg_protocols.cache_clear()
