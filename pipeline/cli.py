@@ -253,7 +253,7 @@ def _size(text: str) -> tuple[int, int]:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     resolve_paths(args)
     file_values = load_toml(args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel", "paths")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel", "paths", "progress")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
         if flags.get(table):
             flags[table] = dict(flags[table])
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
     if args.command == "run":
-        return cmd_run(config_from_args(args), err)
+        return cmd_run(config_from_args(args), err, progress=args.progress)
     if args.command == "bench":
         from .bench import bench
 
@@ -315,19 +315,26 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
     return EXIT_USAGE
 
 
-def cmd_run(cfg: RunConfig, err: Console) -> int:
+def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
     from .engine import Pipeline, RunControl
-    from .progress import progress_for
+    from .progress import ProgressReport, progress_for, progress_report
 
     to_stdout = writes_stdout(cfg)
+    report = ProgressReport.open(progress, to_stdout) if progress else None
     control = RunControl()
     _install_signal_handlers(control)
-    pipeline = Pipeline.from_config(cfg, control=control)
+    try:
+        pipeline = Pipeline.from_config(cfg, control=control)
+    except BaseException:
+        if report is not None:
+            report.close()
+        raise
     if PROCESS_STARTED is not None:  # the interpreter and the imports before set-up began
         pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
         pipeline.stats.origin = PROCESS_STARTED
     try:
-        with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
+        with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal), \
+                progress_report(pipeline, report):
             stats = pipeline.run()
     finally:
         # Also when the run ends early with its output kept (a stalled live source, a signal): the

@@ -1,5 +1,5 @@
 """FFmpeg's habits on ``pipeline run``, so that fingers used to ffmpeg work: ``-i IN``, the output as a
-positional after the input, ``-n`` and ``-ss``/``-t``/``-to`` in FFmpeg's time syntax.
+positional after the input, ``-n``, ``-ss``/``-t``/``-to`` in FFmpeg's time syntax and ``-progress``.
 The one-word aliases of existing options (``-vf``, ``-c:v``, ``-f``, ``-v``/``-loglevel``) are declared
 beside their long options in :mod:`pipeline.cli`; the long options stay.
 """
@@ -42,7 +42,7 @@ def add_overwrite_arguments(p) -> None:
 
 
 def add_ffmpeg_arguments(p) -> None:
-    """``-i`` and the span of the input."""
+    """``-i``, the span of the input and ``-progress``."""
     p.add_argument("-i", dest="input", action="append", metavar="INPUT",
                    help="the input, as an option (ffmpeg style): then a positional is the output")
     span = p.add_argument_group("span of the input (ffmpeg's time syntax: seconds, or [HH:]MM:SS[.m])")
@@ -53,6 +53,9 @@ def add_ffmpeg_arguments(p) -> None:
     ends.add_argument("-t", "--duration", type=parse_time, metavar="TIME", help="stop after this much of the input")
     ends.add_argument("-to", "--end", type=parse_time, metavar="TIME",
                       help="stop at this time of the input (counted from its start, as -ss)")
+    p.add_argument("-progress", dest="progress", metavar="URL",
+                   help="write ffmpeg's key=value progress blocks (about once a second, and at the end) to a "
+                        "file, or to pipe:1 (stdout) or pipe:2 (stderr)")
 
 
 def resolve_paths(args: argparse.Namespace) -> None:

@@ -1,5 +1,5 @@
 """FFmpeg's habits on `pipeline run`: -i, a positional output, -vf, -c:v, -f, -n, -v/-loglevel, the time
-syntax of -ss/-t/-to. Parsing is checked in process; each alias once more as a subprocess."""
+syntax of -ss/-t/-to, and -progress. Parsing is checked in process; each alias once more as a subprocess."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from pipeline.cli import build_parser, config_from_args, main
 from pipeline.config import RunConfig
 from pipeline.ffmpeg_args import parse_time
+from pipeline.progress import ProgressReport, clock
 from pipeline.sample import make_clip
 
 FPS, FRAMES = 30, 60
@@ -166,3 +168,77 @@ def test_loglevel_aliases(clip, tmp_path, option):
     quiet = cli(*args, "-y", option, "error", cwd=tmp_path)
     assert shown.returncode == quiet.returncode == 0, shown.stderr + quiet.stderr
     assert "--drop-policy" in shown.stderr and quiet.stderr == ""
+
+
+# -- -progress ---------------------------------------------------------------------------------------
+
+KEYS = ("frame", "fps", "bitrate", "total_size", "out_time_us", "out_time_ms", "out_time", "dup_frames",
+        "drop_frames", "speed", "progress")
+
+
+def blocks(text: str) -> list[dict[str, str]]:
+    """ffmpeg's -progress output: key=value lines, each block ended by a progress= line."""
+    out, block = [], {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        block[key] = value
+        if key == "progress":
+            out.append(block)
+            block = {}
+    assert block == {}, f"trailing lines after the last block: {block}"
+    return out
+
+
+def test_progress_to_a_file(clip, tmp_path):
+    r = cli(clip, "out.mp4", "-q", "-progress", "progress.txt", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    found = blocks((tmp_path / "progress.txt").read_text())
+    last = found[-1]
+    assert tuple(last) == KEYS and last["progress"] == "end"
+    assert all(b["progress"] == "continue" for b in found[:-1])
+    assert int(last["frame"]) == FRAMES and int(last["drop_frames"]) == 0
+    assert int(last["out_time_us"]) == int(last["out_time_ms"]) == FRAMES * 1_000_000 // FPS
+    assert last["out_time"] == "00:00:02.000000"
+    assert int(last["total_size"]) == (tmp_path / "out.mp4").stat().st_size
+    assert last["speed"].endswith("x") and float(last["speed"][:-1]) > 0 and float(last["fps"]) > 0
+
+
+def test_progress_about_once_a_second_on_stdout(clip, tmp_path):
+    # --realtime reads the 2 s clip at its own rate: a block a second while it runs, then the last.
+    r = cli(clip, "out.mp4", "-q", "--realtime", "-progress", "pipe:1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    found = blocks(r.stdout)
+    assert 2 <= len(found) <= 4, r.stdout
+    assert [b["progress"] for b in found] == ["continue"] * (len(found) - 1) + ["end"]
+    frames = [int(b["frame"]) for b in found]
+    assert frames == sorted(frames) and frames[-1] == FRAMES
+    assert all(0 < float(b["out_time_us"]) <= 2_000_000 for b in found)
+
+
+def test_progress_refusals(clip, tmp_path):
+    r = cli(clip, "-o", "-", "-f", "mpegts", "-progress", "pipe:1", cwd=tmp_path)
+    assert r.returncode == 2 and "stdout carries the video" in r.stderr and r.stdout == ""
+    r = cli(clip, "out.mp4", "-progress", "udp://127.0.0.1:9", cwd=tmp_path)
+    assert r.returncode == 2 and "-progress" in r.stderr
+    r = cli(clip, "out.mp4", "-progress", tmp_path / "missing" / "p.txt", cwd=tmp_path)
+    assert r.returncode == 4 and "cannot write -progress" in r.stderr
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_progress_block_format(monkeypatch):
+    lines = []
+    report = ProgressReport(SimpleNamespace(write=lines.append, flush=lambda: None))
+    report.frame_s = 0.04
+    stats = SimpleNamespace(frames_out=250, started=0.0, dropped=3, first_pts_s=1.4, last_pts_s=11.36)
+    monkeypatch.setattr("time.perf_counter", lambda: 5.0)
+    report.write(stats, ended=False)
+    block = blocks(lines[0])[0]
+    assert block["frame"] == "250" and block["fps"] == "50.00" and block["drop_frames"] == "3"
+    assert block["out_time_us"] == "10000000" and block["out_time"] == "00:00:10.000000"
+    assert block["speed"] == "2x" and block["progress"] == "continue" and block["bitrate"] == "N/A"
+
+
+def test_clock_is_ffmpegs_out_time():
+    assert clock(0) == "00:00:00.000000"
+    assert clock(3_723_040_000) == "01:02:03.040000"
+    assert clock(500_000) == "00:00:00.500000"
