@@ -23,8 +23,9 @@ from .startup import PROCESS_STARTED
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key; output exists without -y;
-       --preview where no window can be shown)
+  2    usage or config error (bad option, filter chain, config key; output exists without -y, or
+       with -n; --preview where no window can be shown; a URL whose protocol the installed FFmpeg
+       lacks, e.g. srt:// with PyAV's wheel; a pipe output without -f; -ss past the input's end)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error; a live source that cannot be opened, or that stalled and
        could not be reopened: then the frames done before the stall are kept, playable)
@@ -51,6 +52,15 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
     holds with a warning; --strict makes the first decode error fatal (exit 3).
   SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
     at once without output.
+
+FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
+  Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
+    (decoding starts at the keyframe before -ss, earlier frames are dropped). With -ss the output's
+    timestamps start at 0 there, as ffmpeg -ss before -i; audio is cut to the packet.
+  Pipes: - (or pipe:) is stdin as the input, stdout as the output (needs -f): written directly, and
+    the summary goes to stderr. MP4/MOV on a pipe are written fragmented. stdin is read as fast as it
+    comes (no drops, no seeking, no frame count).
+  -progress FILE|pipe:1|pipe:2: ffmpeg's key=value progress blocks, about once a second and at the end.
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
@@ -79,6 +89,7 @@ allocations) on your own GPU and videos."""
 
 EXAMPLES = """examples:
   pipeline run in.mp4 -o out.mp4 --filters "gblur=sigma=2,eq=contrast=1.2"
+  pipeline run -i in.mp4 -vf hflip -ss 5 -t 10 out.mp4   the same spellings as ffmpeg
   pipeline run in.mp4 --config denoise              a preset: 'pipeline presets' lists them
   pipeline run rtsp://cam.local/stream -o cam.mkv --reconnect 3
   pipeline filters gblur                            what a filter does and takes
