@@ -63,15 +63,17 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     """The PyAV source for ``cfg.input``, decoded on the CPU or with NVDEC (``cfg.decode``); a live one
     is opened in the background (Ctrl-C stays live)."""
     from .source import Source, is_live_input
+    from .span import Span
 
     live = is_live_input(cfg.input, cfg.input_format)
     decode = decoder_for(cfg, backend)
+    span = Span.from_seconds(cfg.start, cfg.duration, cfg.end)
 
     def factory(hwaccel=None) -> Any:
         if hwaccel is not None:
             backend.make_current()  # FFmpeg adopts the calling thread's CUDA context (CuPy's)
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
-                      timeout=cfg.timeout, live=live, hwaccel=hwaccel)
+                      timeout=cfg.timeout, live=live, hwaccel=hwaccel, span=span)
 
     def opened() -> Any:
         if decode == "cpu":
@@ -119,6 +121,17 @@ def is_null_output(cfg: RunConfig) -> bool:
     return cfg.output == "null" or cfg.output_format == "null"
 
 
+def check_protocols(cfg: RunConfig) -> None:
+    """A URL input or output whose protocol the installed FFmpeg lacks (srt:// in PyAV's wheel): exit 2 now,
+    before the filters, the GPU or the input are touched."""
+    from .sink import check_protocol
+
+    if cfg.input:
+        check_protocol(cfg.input, output=False)
+    if cfg.output and not is_null_output(cfg):
+        check_protocol(cfg.output, output=True)
+
+
 @dataclass
 class Parts:
     """A run's built parts, ready for :class:`~pipeline.engine.Pipeline`."""
@@ -138,6 +151,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> Parts:
     What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
     load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
     phases = Phases()
+    check_protocols(cfg)
     chain = make_chain(cfg.filters, cfg.plugins)
     if cfg.preview:
         from .preview import check_display

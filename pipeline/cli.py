@@ -15,6 +15,7 @@ from rich.console import Console
 from . import __version__
 from .config import DECODERS, DROP_POLICIES, RunConfig, build_config, check_device, load_toml, preset_names
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
+from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, resolve_paths
 from .log import LEVELS
 from .log import install as install_log
 from .memory.registry import STRATEGIES
@@ -22,8 +23,9 @@ from .startup import PROCESS_STARTED, steady_malloc
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key; output exists without -y;
-       --preview where no window can be shown)
+  2    usage or config error (bad option, filter chain, config key; output exists without -y, or
+       with -n; --preview where no window can be shown; a URL whose protocol the installed FFmpeg
+       lacks, e.g. srt:// with PyAV's wheel; a pipe output without -f; -ss past the input's end)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error; a live source that cannot be opened, or that stalled and
        could not be reopened: then the frames done before the stall are kept, playable)
@@ -50,6 +52,15 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
     holds with a warning; --strict makes the first decode error fatal (exit 3).
   SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
     at once without output.
+
+FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
+  Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
+    (decoding starts at the keyframe before -ss, earlier frames are dropped). With -ss the output's
+    timestamps start at 0 there, as ffmpeg -ss before -i; audio is cut to the packet.
+  Pipes: - (or pipe:) is stdin as the input, stdout as the output (needs -f): written directly, and
+    the summary goes to stderr. MP4/MOV on a pipe are written fragmented. stdin is read as fast as it
+    comes (no drops, no seeking, no frame count).
+  -progress FILE|pipe:1|pipe:2: ffmpeg's key=value progress blocks, about once a second and at the end.
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
@@ -78,6 +89,7 @@ allocations) on your own GPU and videos."""
 
 EXAMPLES = """examples:
   pipeline run in.mp4 -o out.mp4 --filters "gblur=sigma=2,eq=contrast=1.2"
+  pipeline run -i in.mp4 -vf hflip -ss 5 -t 10 out.mp4   the same spellings as ffmpeg
   pipeline run in.mp4 --config denoise              a preset: 'pipeline presets' lists them
   pipeline run rtsp://cam.local/stream -o cam.mkv --reconnect 3
   pipeline filters gblur                            what a filter does and takes
@@ -89,6 +101,17 @@ EXAMPLES = """examples:
 
 
 class _Parser(argparse.ArgumentParser):
+    intermixed = False  # `run`: its positionals (input, output) anywhere among the options, as ffmpeg takes them
+
+    def parse_known_args(self, args=None, namespace=None):
+        if not self.intermixed:
+            return super().parse_known_args(args, namespace)
+        self.intermixed = False  # parse_known_intermixed_args calls back into this method
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self.intermixed = True
+
     def error(self, message: str):  # one line and the documented code, as for every other error
         prog = self.prog.removeprefix("pipeline").strip()  # "pipeline: error:" is printed already
         raise ConfigError(f"{prog}: {message}" if prog else message)
@@ -118,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="process a video file or live stream", description=RUN_NOTES,
                          epilog=EXIT_CODES,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.intermixed = True
     add_run_arguments(run, d)
     _add_other_commands(sub)
     return parser
@@ -125,11 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     """Every flag defaults to None so that only the flags given override the config file."""
-    p.add_argument("input", help="input video file, stream URL or capture device")
-    p.add_argument("-o", "--output", help="output file or stream URL (default: <input stem>_processed<ext> in the "
-                                          "current directory; a URL input needs -o)")
-    p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
-    p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
+    p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
+                   help="input video file, stream URL, capture device or - (stdin); then, optionally, the output "
+                        "(as -o)")
+    p.add_argument("-o", "--output", help="output file, stream URL or - (stdout, with -f) (default: <input "
+                                          "stem>_processed<ext> in the current directory; a URL input needs -o)")
+    add_overwrite_arguments(p)
+    add_ffmpeg_arguments(p)
+    p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", metavar="PRESET|FILE",
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
@@ -142,7 +169,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
+    p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast)")
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
@@ -157,7 +184,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                    help="Python file registering extra filters, repeatable")
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
-    p.add_argument("--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
+    p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
     p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
     _add_realtime_arguments(p.add_argument_group("real time"), d)
@@ -168,7 +195,7 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("--input-opt", dest="input_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="demuxer/protocol option passed to FFmpeg when opening, repeatable "
                         "(e.g. video_size=1280x720, fflags=nobuffer)")
-    p.add_argument("--format", dest="output_format", metavar="NAME",
+    p.add_argument("-f", "--format", dest="output_format", metavar="NAME",
                    help="output muxer (e.g. mpegts, flv); default: from the output name, or the URL scheme")
     p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="muxer/protocol option for the output, repeatable (e.g. pkt_size=1316)")
@@ -245,8 +272,9 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    resolve_paths(args)
     file_values = load_toml(args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel", "paths", "progress")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
         if flags.get(table):
             flags[table] = dict(flags[table])
@@ -287,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
     if args.command == "run":
-        return cmd_run(config_from_args(args), err)
+        return cmd_run(config_from_args(args), err, progress=args.progress)
     if args.command == "bench":
         from .bench import bench
 
@@ -309,18 +337,26 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
     return EXIT_USAGE
 
 
-def cmd_run(cfg: RunConfig, err: Console) -> int:
+def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
     from .engine import Pipeline, RunControl
-    from .progress import progress_for
+    from .progress import ProgressReport, progress_for, progress_report
 
+    to_stdout = writes_stdout(cfg)
+    report = ProgressReport.open(progress, to_stdout) if progress else None
     control = RunControl()
     _install_signal_handlers(control)
-    pipeline = Pipeline.from_config(cfg, control=control)
+    try:
+        pipeline = Pipeline.from_config(cfg, control=control)
+    except BaseException:
+        if report is not None:
+            report.close()
+        raise
     if PROCESS_STARTED is not None:  # the interpreter and the imports before set-up began
         pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
         pipeline.stats.origin = PROCESS_STARTED
     try:
-        with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
+        with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal), \
+                progress_report(pipeline, report):
             stats = pipeline.run()
     finally:
         # Also when the run ends early with its output kept (a stalled live source, a signal): the
@@ -328,7 +364,7 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         if cfg.stats_json and pipeline.stats.frames_out:
             _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None)
     if not cfg.quiet:
-        out = Console(highlight=False)
+        out = err if to_stdout else Console(highlight=False)  # stdout carries the video: nothing else goes there
         out.print(stats.table())
         if stats.mode != "file" or cfg.latency_budget is not None:
             out.print(stats.hops_table())
@@ -336,6 +372,14 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
                   "(null output: nothing written)")
     return 0
+
+
+def writes_stdout(cfg: RunConfig) -> bool:
+    """``-o -`` (or ``pipe:1``): the video goes to stdout, so the summary goes to stderr."""
+    from .build import is_null_output
+    from .config import pipe_fd
+
+    return not is_null_output(cfg) and pipe_fd(cfg.output, 1) == 1
 
 
 def _write_stats(stats, path: str, err: Console, failing: bool) -> None:

@@ -55,6 +55,10 @@ class RunConfig:
     latency_budget: float | None = None  # ms, decoded to packet out; warn once and count
     preview: bool = False
     nvtx: bool = False
+    # A span of the input (ffmpeg's -ss, -t, -to), seconds counted from the input's start; see pipeline/span.py.
+    start: float | None = None
+    duration: float | None = None
+    end: float | None = None
 
     def __post_init__(self) -> None:
         check_device(self.device)
@@ -74,6 +78,8 @@ class RunConfig:
             raise ConfigError(f"Invalid reconnect ({self.reconnect!r}). Supported values are integers >= 0.")
         if self.latency_budget is not None:
             _check_positive("latency_budget", self.latency_budget)
+        _check_span(self.start, self.duration, self.end)
+        _check_pipe_output(self.output, self.output_format)
 
     def output_path(self) -> Path:
         """The output file: ``-o`` if given, else ``<input stem>_processed<ext>`` in the current directory.
@@ -83,11 +89,15 @@ class RunConfig:
             return Path(self.output)
         if is_url(self.input):
             raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
+        if pipe_fd(self.input) is not None:
+            raise ConfigError("reading from stdin needs -o/--output (a file, a stream URL, or - for stdout)")
         src = Path(self.input)
         return Path.cwd() / f"{src.stem}_processed{src.suffix or '.mp4'}"
 
     def output_target(self) -> Path | str:
         """Where the output goes: a path, or the URL string itself (``Path`` would fold its ``//``)."""
+        if self.output and pipe_fd(self.output, 1) is not None:
+            return f"pipe:{pipe_fd(self.output, 1)}"
         return self.output if self.output and is_url(self.output) else self.output_path()
 
     def replace(self, **changes: Any) -> RunConfig:
@@ -115,6 +125,38 @@ def device_index(device: str) -> int | None:
     """N for ``cuda:N``; None for auto, cuda and cpu."""
     match = _CUDA_INDEX.match(device)
     return int(match.group(1)) if match else None
+
+
+_PIPE = re.compile(r"^pipe:(\d*)$")
+
+
+def pipe_fd(name: str | None, default: int = 0) -> int | None:
+    """``-`` or ``pipe:`` (stdin for an input, stdout for an output: ``default``), ``pipe:N``: the file
+    descriptor FFmpeg's pipe protocol reads or writes; None for any other name."""
+    if name == "-":
+        return default
+    match = _PIPE.match(name or "")
+    if match is None:
+        return None
+    return int(match.group(1)) if match.group(1) else default
+
+
+def _check_span(start: float | None, duration: float | None, end: float | None) -> None:
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ConfigError(f"Invalid {name} ({value!r}). Supported values are numbers of seconds >= 0.")
+    if duration is not None:
+        _check_positive("duration", duration)
+    if duration is not None and end is not None:
+        raise ConfigError("-t/--duration and -to/--end are exclusive: give one")
+    if end is not None and end <= (start or 0):
+        raise ConfigError(f"Invalid end ({end!r}): it must come after the start ({start or 0!r})")
+
+
+def _check_pipe_output(output: str | None, output_format: str | None) -> None:
+    if pipe_fd(output, 1) is not None and not output_format:
+        raise ConfigError(f"{output}: writing to a pipe needs an output format, there is no file name to take it "
+                          "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")
 
 
 def _check_positive(name: str, value: Any) -> None:
@@ -197,6 +239,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),
+    "start": (int, float), "duration": (int, float), "end": (int, float),
 }
 _TABLES = ("encoder_opts", "input_opts", "output_opts")  # KEY = VALUE tables, values kept as strings
 

@@ -481,7 +481,7 @@ class Pipeline:
         if self.sink is None or not hasattr(self.sink, "on_packets"):
             self.stats.first_output(now)  # no encoder: the frame itself is the output
         timings.update(decode=meta.decode_s * 1e3, encode=(now - t0) * 1e3)
-        self.stats.add_frame(timings, (now - meta.decoded_at) * 1e3)
+        self.stats.add_frame(timings, (now - meta.decoded_at) * 1e3, meta.seconds)
         if self.stats.frames_out == WARMUP_FRAMES:
             self.stats.memory_warm = {**self.processor.memory.counters(), **self._decoder_counters(),
                                       "frames": WARMUP_FRAMES}

@@ -1,11 +1,19 @@
-"""The progress bar on a terminal (frames, fps, ETA); nothing when stderr is not a TTY or with -q."""
+"""The progress bar on a terminal (frames, fps, ETA), nothing when stderr is not a TTY or with -q; and
+ffmpeg's ``-progress`` report, for programs."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import time
+from typing import Callable, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .config import is_url, pipe_fd
+from .errors import ConfigError, OutputError
 
 
 @contextlib.contextmanager
@@ -28,3 +36,124 @@ def progress_for(pipeline, console: Console, enabled: bool):
 
         pipeline.on_frame = on_frame
         yield
+
+
+class ProgressReport:
+    """``-progress URL``: ffmpeg's machine-readable progress, ``key=value`` lines in blocks that end with
+    ``progress=continue`` (about once a second) or ``progress=end`` (once, when the run ends).
+
+    ``out_time`` is how much video is written: from the first frame's timestamp to the end of the latest
+    one (ffmpeg's ``out_time_ms`` is in microseconds too, and kept for the tools that read it)."""
+
+    PERIOD_S = 1.0
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.frame_s = 0.0  # one frame's duration: the latest frame counts to its end
+        self.size: Callable[[], int | None] = lambda: None  # bytes written so far, where they can be counted
+        self.last_write = time.perf_counter()
+
+    @classmethod
+    def open(cls, url: str, writes_stdout: bool) -> ProgressReport:
+        return cls(open_progress(url, writes_stdout))
+
+    def bind(self, pipeline) -> ProgressReport:
+        """The run reported on: its frame rate, and its output file's size as it grows."""
+        rate = pipeline.source.info.frame_rate
+        self.frame_s = 1 / float(rate) if rate else 0.0
+        sink = pipeline.sink
+        tmp = getattr(sink, "tmp", None)
+        self.size = file_size(tmp, sink.target if tmp is not None else None)
+        return self
+
+    def update(self, stats) -> None:
+        now = time.perf_counter()
+        if now - self.last_write >= self.PERIOD_S:
+            self.last_write = now
+            self.write(stats, ended=False)
+
+    def write(self, stats, ended: bool) -> None:
+        elapsed = time.perf_counter() - stats.started
+        out_us = self.out_time_us(stats)
+        size = self.size()
+        bitrate = f"{size * 8 / out_us * 1e3:.1f}kbits/s" if size is not None and out_us > 0 else "N/A"
+        lines = (f"frame={stats.frames_out}", f"fps={stats.frames_out / elapsed if elapsed > 0 else 0.0:.2f}",
+                 f"bitrate={bitrate}", f"total_size={size if size is not None else 'N/A'}",
+                 f"out_time_us={out_us}", f"out_time_ms={out_us}", f"out_time={clock(out_us)}",
+                 "dup_frames=0", f"drop_frames={stats.dropped}",
+                 f"speed={out_us / 1e6 / elapsed:.3g}x" if elapsed > 0 else "speed=N/A",
+                 f"progress={'end' if ended else 'continue'}")
+        try:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+        except OSError:  # a reader that went away must not end the run
+            pass
+
+    def out_time_us(self, stats) -> int:
+        if stats.first_pts_s is None or stats.last_pts_s is None:
+            return 0
+        return max(0, round((stats.last_pts_s - stats.first_pts_s + self.frame_s) * 1e6))
+
+    def close(self) -> None:
+        if self.stream not in (sys.stdout, sys.stderr):
+            self.stream.close()
+
+
+def file_size(tmp, target) -> Callable[[], int | None]:
+    """How many bytes the output holds so far: its temporary file, then (renamed) the target; None for a
+    stream, whose bytes are not counted."""
+
+    def size() -> int | None:
+        for path in (tmp, target):
+            try:
+                return os.path.getsize(path) if path is not None else None
+            except OSError:
+                continue
+        return None
+
+    return size
+
+
+def clock(us: int) -> str:
+    """``HH:MM:SS.micro``, as ffmpeg writes ``out_time``."""
+    seconds, micro = divmod(us, 1_000_000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:06d}"
+
+
+def open_progress(url: str, writes_stdout: bool) -> TextIO:
+    """``-progress``'s target: a file (replaced), ``pipe:1`` or ``-`` (stdout), ``pipe:2`` (stderr)."""
+    fd = pipe_fd(url, 1)
+    if fd is not None:
+        if fd == 1 and writes_stdout:
+            raise ConfigError(f"-progress {url}: stdout carries the video (-o -); use pipe:2 or a file")
+        if fd not in (1, 2):
+            raise ConfigError(f"-progress {url}: the pipes are pipe:1 (stdout) and pipe:2 (stderr)")
+        return sys.stdout if fd == 1 else sys.stderr
+    if is_url(url):
+        raise ConfigError(f"-progress {url}: a file, pipe:1 or pipe:2 (URLs are not written to)")
+    try:
+        return open(url, "w", encoding="ascii")
+    except OSError as e:
+        raise OutputError(f"{url}: cannot write -progress: {e.strerror or e}") from e
+
+
+@contextlib.contextmanager
+def progress_report(pipeline, report: ProgressReport | None):
+    """``report`` fed with every frame beside the bar (whose callback it keeps), and a last block at the end."""
+    if report is None:
+        yield
+        return
+    report.bind(pipeline)
+    shown = pipeline.on_frame
+
+    def on_frame(stats):
+        if shown is not None:
+            shown(stats)
+        report.update(stats)
+
+    pipeline.on_frame = on_frame
+    try:
+        yield
+    finally:
+        report.write(pipeline.stats, ended=True)
+        report.close()

@@ -12,20 +12,23 @@ the next run into the same directory removes such leftovers of processes that no
 
 A URL output (``udp://``, ``rtmp://``, ``srt://``...) is a live stream: it is written directly (there is
 nothing to rename), the muxer comes from ``--format`` or else the scheme (MPEG-TS for udp/tcp/srt, FLV
-for rtmp), and connecting is bounded by the timeout.
+for rtmp), and connecting is bounded by the timeout. A pipe (``-o -``, ``pipe:N``) is written directly
+too, with the muxer ``--format`` names; MP4 and MOV are written fragmented there.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import av
 import numpy as np
 
-from .config import is_url
+from .config import is_url, pipe_fd
 from .errors import ConfigError, OutputError
 from .video import FrameMeta, StreamInfo
 
@@ -42,6 +45,64 @@ def url_muxer(url: str, output_format: str | None) -> str:
         raise ConfigError(f"{url}: cannot choose a muxer for {scheme}:// outputs; give one with --format "
                           "(e.g. --format mpegts)")
     return URL_MUXERS[scheme]
+
+
+# -- protocols --------------------------------------------------------------------------------------
+
+# URL schemes handled by a (de)muxer that opens the network itself, not by an FFmpeg protocol.
+URL_FORMATS = frozenset({"rtsp", "rtsps", "sap"})
+
+
+def check_protocol(name: str, output: bool = False) -> None:
+    """Refuse, before anything is opened, a URL whose protocol the FFmpeg PyAV runs on lacks (exit 2),
+    naming the protocols it has. Where that list cannot be read, nothing is refused here."""
+    if not is_url(name):
+        return
+    scheme = name.partition("://")[0].lower()
+    available = ffmpeg_protocols(output)
+    if available is None or scheme in available or scheme in URL_FORMATS:
+        return
+    side = "output" if output else "input"
+    raise ConfigError(f"{name}: the installed FFmpeg (PyAV's) has no {scheme} protocol; its {side} protocols: "
+                      f"{', '.join(available)}, and {', '.join(sorted(URL_FORMATS))} through their (de)muxers "
+                      "(the README's 'Protocols' says how to get an FFmpeg with others)")
+
+
+@functools.cache
+def ffmpeg_protocols(output: bool = False) -> tuple[str, ...] | None:
+    """The protocols of the libavformat PyAV is linked to, for input or output, in FFmpeg's order (PyAV
+    has no API for them: ``avio_enum_protocols`` through ctypes); None where it cannot be found."""
+    enum = _avio_enum_protocols()
+    if enum is None:
+        return None
+    opaque, names = ctypes.c_void_p(None), []
+    while (name := enum(ctypes.byref(opaque), int(output))) is not None:
+        names.append(name.decode())
+    return tuple(names)
+
+
+def _avio_enum_protocols():
+    for path in _avformat_candidates():
+        try:
+            function = ctypes.CDLL(path).avio_enum_protocols
+        except (OSError, AttributeError):
+            continue
+        function.restype = ctypes.c_char_p
+        function.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+        return function
+    return None
+
+
+def _avformat_candidates() -> Iterator[str]:
+    """PyAV's compiled format module first: a symbol looked up through it is found in the libraries it
+    links, wherever they are (a wheel's or the system's). Then a wheel's bundled libraries (``av.libs``,
+    ``*.libs`` or ``av/.dylibs``). Never a system library PyAV may not be using."""
+    module = getattr(av.format, "__file__", None) or ""
+    if not module.endswith(".py"):
+        yield module
+    package = Path(av.__file__).parent
+    for folder in (package.parent / "av.libs", *sorted(package.parent.glob("*.libs")), package / ".dylibs"):
+        yield from sorted(str(p) for p in folder.glob("*avformat*"))
 
 
 # Encoders that run on a GPU's or SoC's media engine: present in PyAV's build whether or not this machine has
@@ -82,6 +143,34 @@ def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
     if target.suffix.lower() in MOV_SUFFIXES and time_base and time_base.denominator < 2**31:
         return {"movie_timescale": str(time_base.denominator)}
     return {}
+
+
+# Muxers that go back to the start to finish the file (the index, moov): on a pipe, which cannot seek, they
+# write fragmented MP4 instead (an empty moov first, then a fragment per keyframe), which players read.
+# delay_moov holds the moov until the first fragment is cut, so that its edit list can say where the
+# picture starts (B-frames start decoding before 0): without it the timestamps would move by that delay.
+SEEKING_MUXERS = {"mp4", "mov", "ipod", "3gp", "3g2", "psp", "f4v"}
+
+
+def pipe_muxer_options(muxer: str, time_base: Fraction | None) -> dict[str, str]:
+    if muxer not in SEEKING_MUXERS:
+        return {}
+    options = {"movflags": "frag_keyframe+empty_moov+delay_moov"}
+    if time_base and time_base.denominator < 2**31:  # as for files: keep the video's clock (_muxer_options)
+        options["movie_timescale"] = str(time_base.denominator)
+    return options
+
+
+def _check_pipe_audio(target, muxer: str, templates) -> None:
+    """AAC without its header (ADTS, as MPEG-TS carries it) gets one from the first packet, which MP4 and
+    Matroska then write back at the start of the file: a pipe cannot go back, so refuse it before the run."""
+    if muxer.split(",")[0] not in SEEKING_MUXERS | {"matroska", "webm"}:
+        return
+    for s in templates:
+        if s.codec_context.name == "aac" and not s.codec_context.extradata_size:
+            raise ConfigError(f"{target}: the input's AAC audio (ADTS, as in MPEG-TS) cannot be copied into "
+                              f"{muxer} on a pipe (the header it needs comes with the first packet); "
+                              "use -f mpegts, or a file output")
 
 
 def remove_stale_partials(target: Path) -> None:
@@ -126,7 +215,8 @@ class Sink:
         self.target = target
         self.low_latency = low_latency
         self.url = is_url(str(target))
-        self.tmp: Path | None = None if self.url else temp_path_for(Path(target))
+        self.pipe = pipe_fd(str(target), 1) is not None  # stdout: written directly too
+        self.tmp: Path | None = None if self.url or self.pipe else temp_path_for(Path(target))
         self.fmt = fmt
         self._next_pts = 0
         self._last_dts: dict[int, int] = {}
@@ -140,6 +230,8 @@ class Sink:
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
             templates = audio.templates if audio else ()
+            if self.pipe:
+                _check_pipe_audio(target, self.container.format.name, templates)
             self.audio = {s.index: self.container.add_stream_from_template(s) for s in templates}
             self._start()
         except BaseException:
@@ -148,6 +240,8 @@ class Sink:
 
     def _open(self, output_format, output_opts, time_base, timeout):
         target = self.target
+        if self.pipe:
+            return self._open_pipe(output_format, output_opts, time_base)
         muxer = url_muxer(target, output_format) if self.url else output_format
         try:
             if self.url:
@@ -165,6 +259,16 @@ class Sink:
             raise OutputError(f"{target}: cannot connect within {timeout:g} s") from e
         except (OSError, av.error.FFmpegError) as e:
             raise OutputError(f"{target}: cannot create output: {e}") from e
+
+    def _open_pipe(self, muxer: str, output_opts: dict[str, str], time_base):
+        """A pipe (``-o -``): the muxer is ``--format`` (the config refuses a pipe without one)."""
+        options = {**pipe_muxer_options(muxer, time_base), **output_opts}
+        try:
+            return av.open(self.target, "w", format=muxer, container_options=options)
+        except ValueError as e:
+            raise ConfigError(f"{self.target}: invalid --format {muxer!r} ({e})") from e
+        except (OSError, av.error.FFmpegError) as e:
+            raise OutputError(f"{self.target}: cannot open for writing: {e}") from e
 
     def _start(self) -> None:
         """Open the encoder and write the header now, not at the first packet: a container that cannot

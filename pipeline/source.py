@@ -13,12 +13,17 @@ read timeouts, so no read blocks for longer than ``timeout``; a read that times 
 the decoder (the frames it holds are kept) and raises :class:`SourceStalled`; the reader thread
 (:mod:`pipeline.live`) then calls :meth:`Source.reopen` or gives up. The decoder uses slice threads
 only: frame threads would hold back one frame per thread, latency a camera feed cannot afford.
+
+stdin (``-``, ``pipe:``) is a stream read as it comes, like a file without seeking or a frame count. A
+span (``-ss``/``-t``/``-to``, :mod:`pipeline.span`) is cut here: frames and audio packets outside it are
+dropped, the ones kept have their timestamps moved as it says.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -29,9 +34,10 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from .config import is_url
+from .config import is_url, pipe_fd
 from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
 from .log import log
+from .span import SKIP, STOP, Span
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
 
 NATIVE_FORMATS = ("yuv420p", "yuvj420p")  # what the kernels take without a conversion
@@ -94,7 +100,7 @@ class Source:
 
     def __init__(self, path: str, *, strict: bool = False,
                  input_format: str | None = None, options: dict[str, str] | None = None,
-                 timeout: float | None = None, live: bool | None = None, hwaccel=None):
+                 timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None):
         self.path = path
         self.hwaccel = hwaccel
         self.layout = "nv12" if hwaccel is not None else "i420"
@@ -113,6 +119,9 @@ class Source:
         try:
             self.video = self._video_stream()
             self.audio_streams = self._audio_streams()
+            self._origin = _start_time(self.container)
+            self._trim = span.bind(self._origin) if span is not None else None
+            self._seek_to_start()
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
             self._clock = _Clock(_frame_step(self.video), _ticks(self.video, MAX_GAP_S))
             self._frames = self._decode()
@@ -139,6 +148,10 @@ class Source:
         return video
 
     def _open(self):
+        fd = pipe_fd(self.path)
+        if fd is not None:  # stdin: a stream, read as it comes; nothing on disk to check
+            return _open_input(f"pipe:{fd}", self.input_format, self.options, self.timeout, local=False,
+                               hwaccel=self.hwaccel)
         if not (self.live or self.input_format or self.options or is_url(self.path) or self.hwaccel):
             return _open(self.path)
         return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
@@ -199,7 +212,21 @@ class Source:
 
     @property
     def expected_frames(self) -> int | None:
-        return self.video.frames or None
+        frames = self.video.frames or None
+        if frames is None or self._trim is None:
+            return frames
+        return self._trim.expected_frames(frames, self.frame_rate, self._origin)
+
+    def _seek_to_start(self) -> None:
+        """With -ss on a file: jump to the keyframe before the start (the frames up to the start are then
+        decoded and dropped). A stream (stdin, a live source) cannot seek: it is decoded from where it is."""
+        target = self._trim.seek_target(self._origin) if self._trim is not None else None
+        if target is None or self.live or pipe_fd(self.path) is not None or not self.video.time_base:
+            return
+        try:
+            self.container.seek(math.floor(target / self.video.time_base), stream=self.video, backward=True)
+        except av.error.FFmpegError as e:  # an input without an index: decoding from the beginning also works
+            log.debug(f"{self.path}: cannot seek ({e}); decoding from the beginning to the start")
 
     def _probe(self) -> tuple[VideoFormat, tuple[int, ...] | None]:
         first = self._first_frame()
@@ -223,6 +250,9 @@ class Source:
             if isinstance(item, DecodedFrame):
                 return item
         errors = f" ({self.decode_errors} packets failed to decode)" if self.decode_errors else ""
+        if self._trim is not None and not errors:
+            raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): "
+                              "the input ends before it starts")
         raise InputError(f"{self.path}: no decodable video frames{errors}")
 
     def items(self, limit: int | None = None) -> Iterator[DecodedFrame | AudioPacket]:
@@ -245,15 +275,34 @@ class Source:
         video = self.video  # this connection's stream: a reopen replaces self.video
         for packet in self._packets():
             if packet.stream is not video:
-                if packet.dts is not None:  # flush packets carry nothing to copy
+                if packet.dts is not None and self._in_span(packet):  # flush packets carry nothing to copy
                     yield AudioPacket(packet)
                 continue
             for frame, decode_s in self._decode_packet(packet):
                 if self.hwaccel is not None and self._index:
                     self._check_device_frame(frame)
+                verdict = self._trim.frame(frame.pts, frame.time_base or video.time_base) if self._trim else None
+                if verdict == STOP:  # the span's end: what follows is not wanted
+                    return
+                if verdict == SKIP:
+                    continue
                 yield DecodedFrame(frame, self._meta(self._index, frame, decode_s))
                 self._index += 1
-        self._check_complete(self._index)
+        if self._trim is None:  # a span's frame count is an estimate
+            self._check_complete(self._index)
+
+    def _in_span(self, packet: av.Packet) -> bool:
+        """An audio packet within -ss/-t/-to, its timestamps moved as the video's are."""
+        if self._trim is None:
+            return True
+        if not self._trim.packet(packet.pts, packet.time_base):
+            return False
+        shift = self._trim.offset(packet.time_base)
+        if shift:
+            if packet.pts is not None:
+                packet.pts -= shift
+            packet.dts -= shift
+        return True
 
     def _packets(self) -> Iterator[av.Packet]:
         """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
@@ -318,7 +367,9 @@ class Source:
                 self.warn(f"{self.path}: frame {index} has timestamp {frame.pts}; "
                             f"moved to {pts} to keep timestamps increasing")
             self.retimed_frames += 1
-        return FrameMeta(index, pts, frame.time_base or self.video.time_base, decode_s=decode_s)
+        time_base = frame.time_base or self.video.time_base
+        shift = self._trim.offset(time_base) if self._trim is not None else 0  # -ss: the output starts at 0
+        return FrameMeta(index, pts - shift, time_base, decode_s=decode_s)
 
     def _check_complete(self, decoded: int) -> None:
         expected = self.expected_frames
@@ -488,3 +539,10 @@ def _check_format(name: str) -> None:
     except ValueError:
         raise ConfigError(f"Invalid input format ({name!r}): FFmpeg has no such demuxer or device "
                           "(`ffmpeg -formats` lists them)") from None
+
+
+def _start_time(container) -> Fraction:
+    """The input's first timestamp, seconds: where -ss/-to count from, as ffmpeg counts them."""
+    start = container.start_time  # microseconds (AV_TIME_BASE), None when unknown
+    return Fraction(start, 1_000_000) if start is not None else Fraction(0)
+

@@ -54,6 +54,9 @@ class RunStats:
     memory: dict[str, Any] = field(default_factory=dict)
     startup_ms: dict[str, float] = field(default_factory=dict)  # set-up phase by phase (see pipeline.startup)
     first_output_at: float | None = None  # perf_counter when the first packet (or frame) came out
+    # Timestamps (seconds) of the first and latest frames out: how much of the video is done (-progress).
+    first_pts_s: float | None = None
+    last_pts_s: float | None = None
     origin: float | None = None  # where time to first frame counts from: the process's start (CLI), else the run's
     # Counters sampled after warm-up, to show what the steady state allocates.
     memory_warm: dict[str, Any] = field(default_factory=dict)
@@ -64,8 +67,12 @@ class RunStats:
     filters: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add_frame(self, timings: dict[str, float], latency_ms: float) -> None:
+    def add_frame(self, timings: dict[str, float], latency_ms: float, pts_s: float | None = None) -> None:
         with self._lock:
+            if pts_s is not None:
+                self.last_pts_s = pts_s
+                if self.first_pts_s is None:
+                    self.first_pts_s = pts_s
             for stage, ms in timings.items():
                 self.stage_ms[stage].append(ms)
             self.latency_ms.append(latency_ms)

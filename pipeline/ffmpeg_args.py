@@ -1,0 +1,78 @@
+"""FFmpeg's habits on ``pipeline run``, so that fingers used to ffmpeg work: ``-i IN``, the output as a
+positional after the input, ``-n``, ``-ss``/``-t``/``-to`` in FFmpeg's time syntax and ``-progress``.
+The one-word aliases of existing options (``-vf``, ``-c:v``, ``-f``, ``-v``/``-loglevel``) are declared
+beside their long options in :mod:`pipeline.cli`; the long options stay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from decimal import Decimal
+
+from .errors import ConfigError
+
+_CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2}(?:\.\d*)?)$")
+_SECONDS = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(s|ms|us)?$")
+_UNITS = {None: Decimal(1), "s": Decimal(1), "ms": Decimal("0.001"), "us": Decimal("0.000001")}
+
+
+def parse_time(text: str) -> float:
+    """FFmpeg's duration syntax, in seconds: ``[HH:]MM:SS[.m...]`` (``01:30``, ``0:01:30.5``) or a number
+    of seconds with an optional unit (``90``, ``1.5``, ``1500ms``, ``250us``)."""
+    value = text.strip()
+    clock = _CLOCK.match(value)
+    if clock is not None:
+        hours, minutes, seconds = clock.groups()
+        if int(minutes) < 60 and Decimal(seconds) < 60:
+            return float(int(hours or 0) * 3600 + int(minutes) * 60 + Decimal(seconds))
+    plain = _SECONDS.match(value)
+    if plain is not None:
+        return float(Decimal(plain.group(1)) * _UNITS[plain.group(2)])
+    raise argparse.ArgumentTypeError(f"invalid time {text!r}: seconds (12.5, 1500ms) or [HH:]MM:SS[.m] "
+                                     "(01:30, 0:01:30.5)")
+
+
+def add_overwrite_arguments(p) -> None:
+    """``-y`` replaces an existing output, ``-n`` never does (exit 2, as without either): one or the other."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
+    group.add_argument("-n", "--no-overwrite", dest="overwrite", action="store_false", default=None,
+                       help="never replace an existing output: exit 2 if it exists (the default without -y)")
+
+
+def add_ffmpeg_arguments(p) -> None:
+    """``-i``, the span of the input and ``-progress``."""
+    p.add_argument("-i", dest="input", action="append", metavar="INPUT",
+                   help="the input, as an option (ffmpeg style): then a positional is the output")
+    span = p.add_argument_group("span of the input (ffmpeg's time syntax: seconds, or [HH:]MM:SS[.m])")
+    span.add_argument("-ss", "--start", type=parse_time, metavar="TIME",
+                      help="start at this time of the input (counted from its start): decoding begins at the "
+                           "keyframe before and frames before TIME are dropped; output timestamps start at 0")
+    ends = span.add_mutually_exclusive_group()
+    ends.add_argument("-t", "--duration", type=parse_time, metavar="TIME", help="stop after this much of the input")
+    ends.add_argument("-to", "--end", type=parse_time, metavar="TIME",
+                      help="stop at this time of the input (counted from its start, as -ss)")
+    p.add_argument("-progress", dest="progress", metavar="URL",
+                   help="write ffmpeg's key=value progress blocks (about once a second, and at the end) to a "
+                        "file, or to pipe:1 (stdout) or pipe:2 (stderr)")
+
+
+def resolve_paths(args: argparse.Namespace) -> None:
+    """The input is ``-i IN`` or the first positional; a positional after it is the output (as ``-o``)."""
+    given = list(getattr(args, "paths", None) or ())
+    inputs = list(args.input) if isinstance(args.input, list) else [args.input] if args.input else []
+    if len(inputs) > 1:
+        raise ConfigError(f"run: one input only; -i was given {len(inputs)} times")
+    if not inputs:
+        if not given:
+            raise ConfigError("run: an input is needed: pipeline run IN [OUT], or pipeline run -i IN [OUT]")
+        inputs.append(given.pop(0))
+    if len(given) > 1:
+        raise ConfigError(f"run: one input and one output; got {' '.join([*inputs, *given])}")
+    if given and args.output is not None:
+        raise ConfigError(f"run: two outputs: {given[0]} and -o {args.output}")
+    args.input = inputs[0]
+    if given:
+        args.output = given[0]
+    args.paths = None

@@ -1,0 +1,244 @@
+"""FFmpeg's habits on `pipeline run`: -i, a positional output, -vf, -c:v, -f, -n, -v/-loglevel, the time
+syntax of -ss/-t/-to, and -progress. Parsing is checked in process; each alias once more as a subprocess."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import av
+import numpy as np
+import pytest
+
+from pipeline.cli import build_parser, config_from_args, main
+from pipeline.config import RunConfig
+from pipeline.ffmpeg_args import parse_time
+from pipeline.progress import ProgressReport, clock
+from pipeline.sample import make_clip
+
+FPS, FRAMES = 30, 60
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("clip") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS)
+
+
+def cli(*args, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu"]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def frames_of(path: Path) -> list[av.VideoFrame]:
+    with av.open(str(path)) as c:
+        return list(c.decode(video=0))
+
+
+def _parse(*argv: str) -> RunConfig:
+    return config_from_args(build_parser().parse_args(["run", *argv]))
+
+
+# -- the time syntax ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("90", 90.0), ("1.5", 1.5), (".5", 0.5), ("2.", 2.0), ("01:30", 90.0), ("1:02:03", 3723.0),
+    ("0:01:30.5", 90.5), ("00:00:00.040", 0.04), ("1500ms", 1.5), ("250us", 0.00025), ("3s", 3.0),
+])
+def test_parse_time_takes_ffmpeg_durations(text, seconds):
+    assert parse_time(text) == pytest.approx(seconds, abs=1e-12)
+
+
+@pytest.mark.parametrize("text", ["", "-1", "1:60", "1:2:60", "abc", "1.5.2", "1h", "1:", ":30"])
+def test_parse_time_refuses_the_rest(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid time"):
+        parse_time(text)
+
+
+# -- aliases map to the long options (in process) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("alias, long", [
+    (["-vf", "hflip"], ["--filters", "hflip"]),
+    (["-c:v", "ffv1"], ["--codec", "ffv1"]),
+    (["-c", "ffv1"], ["--codec", "ffv1"]),
+    (["-f", "matroska"], ["--format", "matroska"]),
+    (["-ss", "1.5"], ["--start", "1.5"]),
+    (["-t", "00:02"], ["--duration", "2"]),
+    (["-to", "0:00:03.5"], ["--end", "3.5"]),
+    (["-n"], ["--no-overwrite"]),
+    (["-y"], ["--overwrite"]),
+])
+def test_alias_gives_the_long_options_config(alias, long):
+    assert _parse("in.mp4", *alias) == _parse("in.mp4", *long)
+
+
+def test_c_and_c_v_are_one_option():
+    assert _parse("in.mp4", "-c:v", "ffv1").codec == _parse("in.mp4", "-c", "ffv1").codec == "ffv1"
+    assert _parse("in.mp4", "-c", "libx264", "-c:v", "ffv1").codec == "ffv1"  # the last one wins, as in ffmpeg
+
+
+@pytest.mark.parametrize("argv", [
+    ["-i", "in.mp4", "out.mkv"],
+    ["in.mp4", "out.mkv"],
+    ["in.mp4", "-vf", "hflip", "out.mkv"],  # the output after options, as ffmpeg takes it
+    ["-vf", "hflip", "-i", "in.mp4", "-t", "1", "out.mkv"],
+    ["-i", "in.mp4", "-o", "out.mkv"],
+    ["in.mp4", "-o", "out.mkv"],
+])
+def test_input_and_output_in_either_style(argv):
+    cfg = _parse(*argv)
+    assert (cfg.input, cfg.output) == ("in.mp4", "out.mkv")
+
+
+def test_n_sets_no_overwrite_over_a_config_file(tmp_path):
+    (toml := tmp_path / "c.toml").write_text("overwrite = true\n")
+    assert _parse("in.mp4", "--config", str(toml)).overwrite is True
+    assert _parse("in.mp4", "--config", str(toml), "-n").overwrite is False
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([], "an input is needed"),
+    (["a.mp4", "b.mp4", "c.mp4"], "one input and one output"),
+    (["-i", "a.mp4", "-i", "b.mp4"], "one input only"),
+    (["a.mp4", "b.mp4", "-o", "c.mp4"], "two outputs"),
+    (["-i", "a.mp4", "b.mp4", "c.mp4"], "one input and one output"),
+    (["a.mp4", "-y", "-n"], "not allowed with"),
+    (["a.mp4", "-t", "1", "-to", "2"], "not allowed with"),
+    (["a.mp4", "-ss", "2", "-to", "1"], "must come after the start"),
+    (["a.mp4", "-ss", "1:75"], "invalid time"),
+    (["a.mp4", "-t", "0"], "Invalid duration"),
+    (["a.mp4", "-v", "loud"], "invalid choice"),
+])
+def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
+    assert main(["run", *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+# -- each alias as a subprocess ----------------------------------------------------------------------
+
+
+def test_ffmpeg_style_command_line(clip, tmp_path):
+    """`pipeline run -i in.mp4 -vf hflip -t 1 out.mp4`, as the README shows it."""
+    r = cli("-i", clip, "-vf", "hflip", "-t", "1", "out.mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert len(frames_of(tmp_path / "out.mp4")) == FPS
+
+
+def test_aliases_write_what_the_long_options_write(clip, tmp_path):
+    short = cli("-i", clip, "-vf", "hflip", "-c:v", "ffv1", "-f", "matroska", "-ss", "0.5", "-t", "1",
+                "-v", "error", "short.bin", cwd=tmp_path)
+    long = cli(clip, "-o", "long.bin", "--filters", "hflip", "--codec", "ffv1", "--format", "matroska",
+               "--start", "0.5", "--duration", "1", "--loglevel", "error", cwd=tmp_path)
+    assert short.returncode == 0 and long.returncode == 0, short.stderr + long.stderr
+    with av.open(str(tmp_path / "short.bin")) as c:
+        assert "matroska" in c.format.name and c.streams.video[0].codec_context.name == "ffv1"
+    a, b = frames_of(tmp_path / "short.bin"), frames_of(tmp_path / "long.bin")
+    assert len(a) == len(b) == FPS
+    assert all(np.array_equal(x.to_ndarray(), y.to_ndarray()) and x.pts == y.pts for x, y in zip(a, b))
+
+
+def test_flip_of_vf_is_applied(clip, tmp_path):
+    plain = cli(clip, "plain.mkv", "-c:v", "ffv1", "-vf", "", "-t", "0.2", "-q", cwd=tmp_path)
+    flipped = cli(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-t", "0.2", "-q", cwd=tmp_path)
+    assert plain.returncode == flipped.returncode == 0, plain.stderr + flipped.stderr
+    a = frames_of(tmp_path / "plain.mkv")[0].to_ndarray(format="rgb24").astype(int)
+    b = frames_of(tmp_path / "flip.mkv")[0].to_ndarray(format="rgb24").astype(int)
+    assert np.abs(a[:, ::-1] - b).mean() < 3 < np.abs(a - b).mean()
+
+
+def test_n_never_replaces_an_existing_output(clip, tmp_path):
+    (tmp_path / "out.mp4").write_bytes(b"keep me")
+    r = cli("-n", "-i", clip, "out.mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 2 and "already exists" in r.stderr
+    assert (tmp_path / "out.mp4").read_bytes() == b"keep me"
+    r = cli("-n", "-y", "-i", clip, "out.mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+
+
+@pytest.mark.parametrize("option", ["-v", "-loglevel", "--loglevel"])
+def test_loglevel_aliases(clip, tmp_path, option):
+    # A notice at info level: --drop-policy on a file is read with block.
+    args = (clip, "out.mp4", "-t", "0.2", "-q", "--drop-policy", "drop-oldest")
+    shown = cli(*args, cwd=tmp_path)
+    quiet = cli(*args, "-y", option, "error", cwd=tmp_path)
+    assert shown.returncode == quiet.returncode == 0, shown.stderr + quiet.stderr
+    assert "--drop-policy" in shown.stderr and quiet.stderr == ""
+
+
+# -- -progress ---------------------------------------------------------------------------------------
+
+KEYS = ("frame", "fps", "bitrate", "total_size", "out_time_us", "out_time_ms", "out_time", "dup_frames",
+        "drop_frames", "speed", "progress")
+
+
+def blocks(text: str) -> list[dict[str, str]]:
+    """ffmpeg's -progress output: key=value lines, each block ended by a progress= line."""
+    out, block = [], {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        block[key] = value
+        if key == "progress":
+            out.append(block)
+            block = {}
+    assert block == {}, f"trailing lines after the last block: {block}"
+    return out
+
+
+def test_progress_to_a_file(clip, tmp_path):
+    r = cli(clip, "out.mp4", "-q", "-progress", "progress.txt", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    found = blocks((tmp_path / "progress.txt").read_text())
+    last = found[-1]
+    assert tuple(last) == KEYS and last["progress"] == "end"
+    assert all(b["progress"] == "continue" for b in found[:-1])
+    assert int(last["frame"]) == FRAMES and int(last["drop_frames"]) == 0
+    assert int(last["out_time_us"]) == int(last["out_time_ms"]) == FRAMES * 1_000_000 // FPS
+    assert last["out_time"] == "00:00:02.000000"
+    assert int(last["total_size"]) == (tmp_path / "out.mp4").stat().st_size
+    assert last["speed"].endswith("x") and float(last["speed"][:-1]) > 0 and float(last["fps"]) > 0
+
+
+def test_progress_about_once_a_second_on_stdout(clip, tmp_path):
+    # --realtime reads the 2 s clip at its own rate: a block a second while it runs, then the last.
+    r = cli(clip, "out.mp4", "-q", "--realtime", "-progress", "pipe:1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    found = blocks(r.stdout)
+    assert 2 <= len(found) <= 4, r.stdout
+    assert [b["progress"] for b in found] == ["continue"] * (len(found) - 1) + ["end"]
+    frames = [int(b["frame"]) for b in found]
+    assert frames == sorted(frames) and frames[-1] == FRAMES
+    assert all(0 < float(b["out_time_us"]) <= 2_000_000 for b in found)
+
+
+def test_progress_refusals(clip, tmp_path):
+    r = cli(clip, "-o", "-", "-f", "mpegts", "-progress", "pipe:1", cwd=tmp_path)
+    assert r.returncode == 2 and "stdout carries the video" in r.stderr and r.stdout == ""
+    r = cli(clip, "out.mp4", "-progress", "udp://127.0.0.1:9", cwd=tmp_path)
+    assert r.returncode == 2 and "-progress" in r.stderr
+    r = cli(clip, "out.mp4", "-progress", tmp_path / "missing" / "p.txt", cwd=tmp_path)
+    assert r.returncode == 4 and "cannot write -progress" in r.stderr
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_progress_block_format(monkeypatch):
+    lines = []
+    report = ProgressReport(SimpleNamespace(write=lines.append, flush=lambda: None))
+    report.frame_s = 0.04
+    stats = SimpleNamespace(frames_out=250, started=0.0, dropped=3, first_pts_s=1.4, last_pts_s=11.36)
+    monkeypatch.setattr("time.perf_counter", lambda: 5.0)
+    report.write(stats, ended=False)
+    block = blocks(lines[0])[0]
+    assert block["frame"] == "250" and block["fps"] == "50.00" and block["drop_frames"] == "3"
+    assert block["out_time_us"] == "10000000" and block["out_time"] == "00:00:10.000000"
+    assert block["speed"] == "2x" and block["progress"] == "continue" and block["bitrate"] == "N/A"
+
+
+def test_clock_is_ffmpegs_out_time():
+    assert clock(0) == "00:00:00.000000"
+    assert clock(3_723_040_000) == "01:02:03.040000"
+    assert clock(500_000) == "00:00:00.500000"

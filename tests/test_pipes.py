@@ -1,0 +1,180 @@
+"""Pipes (`-` and `pipe:` for stdin and stdout) and URLs whose protocol the installed FFmpeg lacks."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import pytest
+
+from pipeline import sink
+from pipeline.config import pipe_fd
+from pipeline.sample import make_clip
+
+FPS, FRAMES = 30, 45
+
+# Writes the clip named by argv[1] to stdout as MPEG-TS, stream copy: a producer as ffmpeg would be.
+PRODUCER = """
+import sys, av
+with av.open(sys.argv[1]) as i, av.open("pipe:1", "w", format="mpegts") as o:
+    streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
+    for p in i.demux():
+        if p.dts is not None:
+            p.stream = streams[p.stream.index]
+            o.mux(p)
+"""
+# Decodes stdin and prints how many video frames it held: a consumer.
+CONSUMER = """
+import av
+with av.open("pipe:0", "r") as c:
+    print(sum(1 for _ in c.decode(video=0)))
+"""
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("pipes") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS)
+
+
+def pipeline_cmd(*args) -> list[str]:
+    return [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu"]
+
+
+def run(*args, stdin: bytes | None = None, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(pipeline_cmd(*args), input=stdin, cwd=cwd, capture_output=True, timeout=60)
+
+
+def ts_bytes(clip: Path) -> bytes:
+    return subprocess.run([sys.executable, "-c", PRODUCER, str(clip)], capture_output=True, check=True).stdout
+
+
+def decoded(data: bytes) -> tuple[int, int, list[Fraction]]:
+    """Video frames, audio packets and the video's timestamps of a stream held in memory."""
+    with av.open(io.BytesIO(data)) as c:
+        audio = sum(1 for p in c.demux(audio=0) if p.dts is not None) if c.streams.audio else 0
+    with av.open(io.BytesIO(data)) as c:
+        times = [Fraction(f.pts) * f.time_base for f in c.decode(video=0)]
+    return len(times), audio, times
+
+
+def test_pipe_names():
+    assert [pipe_fd(n) for n in ("-", "pipe:", "pipe:0", "pipe:3", "pipe:x", "in.mp4", None)] == [0, 0, 0, 3, None,
+                                                                                                  None, None]
+    assert pipe_fd("-", 1) == pipe_fd("pipe:", 1) == pipe_fd("pipe:1") == 1
+
+
+def test_producer_pipeline_consumer(clip, tmp_path):
+    """producer | pipeline run - --input-format mpegts -o - -f mpegts | consumer"""
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, str(clip)], stdout=subprocess.PIPE)
+    middle = subprocess.Popen(pipeline_cmd("-", "--input-format", "mpegts", "-o", "-", "-f", "mpegts"),
+                              stdin=producer.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    consumer = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=middle.stdout, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    producer.stdout.close()  # the next process holds the only copy: it sees the end when the writer does
+    middle.stdout.close()
+    out, err = consumer.communicate(timeout=90)
+    middle_err = middle.stderr.read().decode()
+    assert middle.wait(timeout=30) == 0 and producer.wait(timeout=30) == 0, middle_err
+    assert consumer.returncode == 0, err.decode()
+    assert int(out) == FRAMES
+    assert f"{FRAMES} frames in" in middle_err  # the summary went to stderr
+
+
+def test_stdout_holds_only_the_stream(clip, tmp_path):
+    r = run("-", "-o", "-", "-f", "mpegts", "--stats-json", "stats.json", stdin=ts_bytes(clip), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    data = r.stdout
+    assert len(data) % 188 == 0 and all(data[i] == 0x47 for i in range(0, len(data), 188))  # TS packets only
+    frames, audio, _ = decoded(data)
+    assert frames == FRAMES and audio > 0
+    err = r.stderr.decode()
+    assert f"{FRAMES} frames in" in err and "wrote pipe:1" in err
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    # stdin is a stream read as fast as it comes, not a live source: every frame, no drops
+    assert (stats["mode"], stats["drop_policy"], stats["drops"]["total"]) == ("file", "block", 0)
+
+
+def test_quiet_writes_nothing_but_the_stream(clip, tmp_path):
+    r = run(clip, "-o", "pipe:1", "-f", "matroska", "-q", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr.decode()
+    assert decoded(r.stdout)[0] == FRAMES
+
+
+def test_mp4_on_stdout_is_fragmented(clip, tmp_path):
+    r = run(clip, "-o", "-", "-f", "mp4", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"moof" in r.stdout and r.stdout[4:8] == b"ftyp"
+    frames, audio, times = decoded(r.stdout)
+    assert frames == FRAMES and audio > 0 and times[0] == 0
+
+
+def test_aac_from_mpegts_cannot_go_to_mp4_on_a_pipe(clip, tmp_path):
+    r = run("-", "-o", "-", "-f", "mp4", stdin=ts_bytes(clip), cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == b""
+    assert "ADTS" in r.stderr.decode() and "-f mpegts" in r.stderr.decode()
+
+
+def test_stdin_to_a_file_with_a_span(clip, tmp_path):
+    # stdin cannot seek: the frames before -ss are decoded and dropped; -ss counts from the stream's start.
+    r = run("pipe:", "out.mkv", "-ss", "0.5", "-t", "0.5", "-q", stdin=ts_bytes(clip), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    frames, _, times = decoded((tmp_path / "out.mkv").read_bytes())
+    # The stream starts with its audio, an AAC priming packet (21 ms) before the video, as ffmpeg counts.
+    assert frames == 15 and 0 <= times[0] < Fraction(1, FPS)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("-", "-q"), "reading from stdin needs -o"),
+    (("in.mp4", "-o", "-"), "needs an output format"),
+    (("in.mp4", "-o", "pipe:1"), "needs an output format"),
+])
+def test_pipe_usage_errors(tmp_path, args, words):
+    r = run(*args, stdin=b"", cwd=tmp_path)
+    assert r.returncode == 2 and words in r.stderr.decode() and r.stdout == b""
+
+
+def test_empty_stdin_is_a_bad_input(tmp_path):
+    r = run("-", "-o", "out.mp4", stdin=b"", cwd=tmp_path)
+    assert r.returncode == 3 and not (tmp_path / "out.mp4").exists()
+
+
+# -- protocols ---------------------------------------------------------------------------------------
+
+
+def test_the_wheels_protocols_are_listed():
+    inputs, outputs = sink.ffmpeg_protocols(False), sink.ffmpeg_protocols(True)
+    assert {"file", "tcp", "udp", "pipe", "rtmp", "http"} <= set(inputs)
+    assert {"file", "tcp", "udp", "pipe"} <= set(outputs)
+
+
+@pytest.mark.parametrize("args", [("srt://127.0.0.1:9000", "-o", "out.ts"), ("{clip}", "-o", "srt://127.0.0.1:9000")])
+def test_a_missing_protocol_is_refused_before_anything_opens(clip, tmp_path, args):
+    if "srt" in (sink.ffmpeg_protocols(False) or ()):
+        pytest.skip("this FFmpeg has SRT")
+    r = run(*(a.format(clip=clip) for a in args), cwd=tmp_path)
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "no srt protocol" in err and all(f" {p}," in err for p in ("file", "tcp", "udp"))
+    assert ("output protocols" if args[0] != "srt://127.0.0.1:9000" else "input protocols") in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_known_protocols_and_demuxer_urls_pass():
+    for name in ("udp://0.0.0.0:5000", "rtsp://cam.local/stream", "in.mp4", "meeting12:30.mp4", "-"):
+        sink.check_protocol(name)
+    sink.check_protocol("tcp://host:9000?listen=1", output=True)
+
+
+def test_without_the_list_nothing_is_refused(monkeypatch):
+    monkeypatch.setattr(sink, "_avformat_candidates", lambda: iter(()))
+    sink.ffmpeg_protocols.cache_clear()
+    try:
+        assert sink.ffmpeg_protocols() is None
+        sink.check_protocol("srt://127.0.0.1:9000")
+    finally:
+        sink.ffmpeg_protocols.cache_clear()

@@ -1,0 +1,137 @@
+"""-ss / -t / -to: frame-accurate spans of the input, timestamps as ffmpeg's -ss before -i writes them,
+and the audio cut to the same span (to the packet)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from pipeline.span import KEEP, SKIP, STOP, Span
+from pipeline.sample import make_clip
+
+FPS, FRAMES, GOP = 30, 60, 10
+AAC_PACKET = Fraction(1024, 48000)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    # A keyframe every 10 frames: most starts fall between keyframes, so decoding must begin earlier.
+    return make_clip(tmp_path_factory.mktemp("span") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS,
+                     options={"g": str(GOP)})
+
+
+@pytest.fixture(scope="module")
+def source_frames(clip) -> list[np.ndarray]:
+    with av.open(str(clip)) as c:
+        return [f.to_ndarray().astype(np.float32) for f in c.decode(video=0)]
+
+
+def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu", "-q", "--filters", ""]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def which_frames(path: Path, source: list[np.ndarray]) -> list[int]:
+    """The input frame each output frame is (the nearest: frames differ by motion and their counter)."""
+    with av.open(str(path)) as c:
+        out = [f.to_ndarray().astype(np.float32) for f in c.decode(video=0)]
+    return [int(np.argmin([np.mean((o - s) ** 2) for s in source])) for o in out]
+
+
+def times(path: Path, kind: str = "video") -> list[Fraction]:
+    with av.open(str(path)) as c:
+        stream = c.streams.video[0] if kind == "video" else c.streams.audio[0]
+        if kind == "video":
+            return [Fraction(f.pts) * f.time_base for f in c.decode(stream)]
+        return [Fraction(p.pts) * p.time_base for p in c.demux(stream) if p.dts is not None]
+
+
+# -- the span itself (plain Python) ------------------------------------------------------------------
+
+
+def test_span_from_ffmpeg_options():
+    assert Span.from_seconds() is None
+    assert Span.from_seconds(start=1.5) == Span(1_500_000, None)
+    assert Span.from_seconds(start=1.5, duration=2) == Span(1_500_000, 3_500_000)
+    assert Span.from_seconds(end=2) == Span(None, 2_000_000)
+    assert Span.from_seconds(start=0.1, end=0.3) == Span(100_000, 300_000)  # no float residue
+
+
+def test_trim_decides_at_the_exact_boundaries():
+    tb = Fraction(1, 30)
+    trim = Span.from_seconds(start=0.5, duration=1).bind(Fraction(0))
+    assert [trim.frame(pts, tb) for pts in (14, 15, 44, 45)] == [SKIP, KEEP, KEEP, STOP]
+    assert trim.offset(tb) == 15 and trim.offset(Fraction(1, 48000)) == 24000
+    assert trim.frame(None, tb) == KEEP
+    assert trim.packet(23999, Fraction(1, 48000)) is False and trim.packet(24000, Fraction(1, 48000)) is True
+
+
+def test_trim_counts_from_the_inputs_start():
+    trim = Span.from_seconds(start=1, end=2).bind(Fraction(14, 10))  # MPEG-TS starts at 1.4 s
+    assert trim.begin == Fraction(24, 10) and trim.stop == Fraction(34, 10)
+    assert trim.offset(Fraction(1, 90000)) == 216000
+
+
+def test_only_a_start_moves_timestamps():
+    trim = Span.from_seconds(duration=1).bind(Fraction(0))
+    assert trim.offset(Fraction(1, 30)) == 0 and trim.begin is None
+    assert trim.packet(-1024, Fraction(1, 48000))  # the AAC priming packet before 0 stays
+
+
+def test_seek_only_where_it_saves_decoding():
+    assert Span.from_seconds(start=0.1).bind(Fraction(0)).seek_target(Fraction(0)) is None
+    assert Span.from_seconds(start=2).bind(Fraction(0)).seek_target(Fraction(0)) == 2 - Fraction(3, 23)
+
+
+# -- frame accuracy, end to end ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, first, count, start", [
+    (("-ss", "0.5", "-t", "1"), 15, 30, Fraction(1, 2)),  # between keyframes 10 and 20
+    (("-ss", "00:00.7", "-to", "1.5"), 21, 24, Fraction(7, 10)),
+    (("-ss", "1.25"), 38, 22, Fraction(5, 4)),  # between frames: the next one, 1/60 s after the start
+    (("-ss", "1"), 30, 30, Fraction(1)),
+    (("-t", "0.5"), 0, 15, 0),
+    (("-to", "1.9"), 0, 57, 0),
+])
+def test_span_is_frame_accurate(clip, source_frames, tmp_path, args, first, count, start):
+    r = cli(clip, "out.mp4", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert which_frames(tmp_path / "out.mp4", source_frames) == list(range(first, first + count))
+    # -ss: the output starts at 0 at the start (ffmpeg's -ss before -i); else the input's own times.
+    assert times(tmp_path / "out.mp4") == [Fraction(first + i, FPS) - start for i in range(count)]
+
+
+def test_audio_is_cut_to_the_same_span(clip, tmp_path):
+    r = cli(clip, "out.mp4", "-ss", "0.5", "-t", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    audio = times(tmp_path / "out.mp4", "audio")
+    assert 0 <= audio[0] < AAC_PACKET  # the first packet that starts within the span
+    assert 1 - AAC_PACKET <= audio[-1] < 1
+    assert len(audio) in (46, 47)  # 1 s of 1024-sample packets at 48 kHz
+
+
+def test_start_past_the_end_is_a_usage_error(clip, tmp_path):
+    r = cli(clip, "out.mp4", "-ss", "5", cwd=tmp_path)
+    assert r.returncode == 2 and "no video frames in the span" in r.stderr, r.stderr
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_duration_past_the_end_takes_what_there_is(clip, tmp_path):
+    r = cli(clip, "out.mp4", "-ss", "1.5", "-t", "10", cwd=tmp_path)
+    assert r.returncode == 0 and "ends early" not in r.stderr, r.stderr
+    assert len(times(tmp_path / "out.mp4")) == FRAMES - 45
+
+
+def test_span_through_the_api(clip, tmp_path):
+    import pipeline
+
+    stats = pipeline.run(str(clip), str(tmp_path / "api.mp4"), filters="", device="cpu", start=0.5, duration=0.5)
+    assert stats["frames_out"] == 15
+    assert times(tmp_path / "api.mp4")[0] == 0
