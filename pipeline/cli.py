@@ -94,11 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
-    """Every flag defaults to None so that only the flags given override the config file."""
-    p.add_argument("input", help="input video file, stream URL or capture device")
-    p.add_argument("-o", "--output", help="output file or stream URL (default: <input stem>_processed<ext> in the "
-                                          "current directory; a URL input needs -o)")
+def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = True) -> None:
+    """Every flag defaults to None so that only the flags given override the config file.
+
+    ``single=False``: without the input and -o (``pipeline batch`` has its own)."""
+    if single:
+        p.add_argument("input", help="input video file, stream URL or capture device")
+        p.add_argument("-o", "--output", help="output file or stream URL (default: <input stem>_processed<ext> in "
+                                              "the current directory; a URL input needs -o)")
     p.add_argument("-y", "--overwrite", action="store_true", default=None, help="replace an existing output file")
     p.add_argument("--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", help="TOML config file; flags given here override it")
@@ -165,6 +168,16 @@ def _add_other_commands(sub) -> None:
     fl = sub.add_parser("filters", help="list the filters, or show one")
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
+    _add_batch_command(sub)
+
+
+def _add_batch_command(sub) -> None:
+    from .batch import cli as batch_cli
+
+    ba = sub.add_parser("batch", help="process many files on a Dask cluster (one worker per GPU)",
+                        description=batch_cli.NOTES, epilog=EXIT_CODES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    batch_cli.add_arguments(ba)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -220,6 +233,10 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         return probe.main(args)
     if args.command == "filters":
         return cmd_filters(args)
+    if args.command == "batch":
+        from .batch import cli as batch_cli
+
+        return batch_cli.main(args, err)
     return EXIT_USAGE
 
 
