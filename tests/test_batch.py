@@ -215,6 +215,15 @@ def test_null_output_processes_and_writes_nothing(clips, tmp_path, scheduler, mo
     assert list(tmp_path.iterdir()) == []
 
 
+def test_relative_paths_mean_the_batch_process_directory_not_the_workers(clips, tmp_path, scheduler,
+                                                                         monkeypatch):
+    monkeypatch.chdir(clips)  # the workers were started elsewhere
+    report = run_batch(["clip*.mkv"], os.path.relpath(tmp_path / "out"), filters=CHAIN, device="cpu",
+                       scheduler=scheduler)
+    assert [(r.input, r.status) for r in report.results] == [(c.name, "done") for c in good(clips)]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.mkv")) == [f"{c.stem}_processed.mkv" for c in good(clips)]
+
+
 def test_workers_stay_warm_across_files(clips, tmp_path, scheduler):
     inputs = [str(p) for p in good(clips)]
     run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)

@@ -83,7 +83,7 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
     null = batch.output == "null"
     outputs: list[Path | None] = [None] * len(sources) if null else list(
-        outputs_for(sources, Path(batch.output), batch.suffix))
+        outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
     if not null:
         prepare_directory(Path(batch.output))
     digest = options_hash(cfg)
@@ -122,11 +122,14 @@ def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> 
             notify(r)
         elif out is not None and out.exists() and not cfg.overwrite:
             r.status, r.exit_code = "failed", EXIT_USAGE
-            r.error = f"{out}: already exists and is not complete for this input and options ({reason}); -y replaces it"
+            r.error = (f"{out}: already exists and is not complete for this input and options ({reason}); "
+                       "-y replaces it")
             notify(r)
         else:
-            run_cfg = cfg.replace(input=r.input, output=r.output or "null", quiet=True)
-            jobs.append(Job(r.index, batch_id, r.input, r.output, run_cfg, digest))
+            # Absolute paths (outputs are already): a worker's current directory is its own.
+            source = str(Path(r.input).absolute())
+            run_cfg = cfg.replace(input=source, output=r.output or "null", quiet=True)
+            jobs.append(Job(r.index, batch_id, source, r.output, run_cfg, digest))
     return jobs
 
 
@@ -194,6 +197,7 @@ class Collector:
             result.started -= offset + start
             result.ended -= offset + start
         result.submitted, result.received = previous.submitted, received - start
+        result.input = previous.input  # as given (the worker had it made absolute)
         self.report.results[job.index] = result
         self.notify(result)
 
