@@ -147,15 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
-    """Every flag defaults to None so that only the flags given override the config file."""
-    p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
-                   help="input video file, stream URL, capture device or - (stdin); then, optionally, the output "
-                        "(as -o)")
-    p.add_argument("-o", "--output", help="output file, stream URL or - (stdout, with -f) (default: <input "
-                                          "stem>_processed<ext> in the current directory; a URL input needs -o)")
+def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = True) -> None:
+    """Every flag defaults to None so that only the flags given override the config file.
+
+    ``single=False``: without the input, the output and the span options (``pipeline batch`` has its own)."""
+    if single:
+        p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
+                       help="input video file, stream URL, capture device or - (stdin); then, optionally, the "
+                            "output (as -o)")
+        p.add_argument("-o", "--output", help="output file, stream URL or - (stdout, with -f) (default: <input "
+                                              "stem>_processed<ext> in the current directory; a URL input needs -o)")
     add_overwrite_arguments(p)
-    add_ffmpeg_arguments(p)
+    if single:
+        add_ffmpeg_arguments(p)
     p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", metavar="PRESET|FILE",
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
@@ -227,6 +231,7 @@ def _add_other_commands(sub) -> None:
                     help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
     sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
     _add_sample_command(sub)
+    _add_batch_command(sub)
     be = sub.add_parser("bench", help="compare allocation strategies side by side on one input",
                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
     bench.add_arguments(be)
@@ -271,8 +276,18 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
+def _add_batch_command(sub) -> None:
+    from .batch import cli as batch_cli
+
+    ba = sub.add_parser("batch", help="process many files on a Dask cluster (one worker per GPU)",
+                        description=batch_cli.NOTES, epilog=EXIT_CODES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    batch_cli.add_arguments(ba)
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    resolve_paths(args)
+    if hasattr(args, "paths"):  # pipeline run (pipeline batch names its inputs itself)
+        resolve_paths(args)
     file_values = load_toml(args.config) if args.config else {}
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel", "paths", "progress")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
@@ -334,6 +349,10 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         from .sample import run  # PyAV and OpenCV: only for this command
 
         return run(args)
+    if args.command == "batch":
+        from .batch import cli as batch_cli
+
+        return batch_cli.main(args, err)
     return EXIT_USAGE
 
 

@@ -253,7 +253,7 @@ def test_top_level_help_says_what_the_tool_does():
     text = _normalised(proc.stdout)
     assert _normalised("Run a video through GPU filters") in text and "memorystrategy" in text
     listed = [line.split()[0] for line in proc.stdout.splitlines() if re.match(r"    [a-z]+ ", line)]
-    assert listed == ["run", "filters", "presets", "sample", "bench", "probe", "warmup"]
+    assert listed == ["run", "filters", "presets", "sample", "batch", "bench", "probe", "warmup"]
     assert "engine" not in proc.stdout and "exitcodes:" in text
 
 

@@ -1,0 +1,138 @@
+"""``pipeline batch``: many files on a Dask cluster, with the run options of ``pipeline run``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Iterator
+
+from rich.console import Console
+
+from ..errors import OutputError
+from .inputs import expand_inputs
+from .jobs import FileResult
+from .report import BatchReport, summary_line, table
+from .runner import BatchSettings, StopRequest, execute
+
+NOTES = """Process many files, each as `pipeline run` would, on a Dask cluster: by default one worker
+process per GPU on this machine (each pinned with CUDA_VISIBLE_DEVICES), or CPU workers where no GPU is
+visible; --scheduler joins a cluster of several machines (docs/batch.md). Workers stay up between
+files, so the CUDA context and the compiled kernels are made once per worker.
+
+  Inputs: files, globs (quote them: 'clips/**/*.mp4') and @LIST (a text file, one path or glob per
+    line; blank lines and # comments skipped). Outputs: DIR/<stem><suffix><ext>, or -o null.
+  Resume: a complete output (its marker DIR/.<name>.done.json matches the input's size and time and
+    these options) is skipped; an output that exists but is not complete needs -y to be replaced.
+  A file that fails fails alone: its error is in the table, the others go on. The exit code is the
+    largest of the files' codes (below).
+  Ctrl-C: files in progress are stopped and their outputs removed, queued ones cancelled, finished
+    ones kept; exit 130. A second Ctrl-C exits at once (temporary files are removed by the next run)."""
+
+_BATCH_DESTS = ("inputs", "output_dir", "suffix", "gpus", "workers", "scheduler", "dashboard", "results_json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..cli import add_run_arguments
+    from ..config import RunConfig
+
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="input files, globs, or @LIST (a text file listing inputs, one per line)")
+    p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR",
+                   help="output directory, created if needed; 'null' processes and discards (default: .)")
+    p.add_argument("--suffix", default="_processed",
+                   help="outputs are DIR/<stem><suffix><ext> (default: _processed)")
+    p.add_argument("--json", dest="results_json", metavar="PATH",
+                   help="write per-file results and totals as JSON (docs/batch.md has the schema)")
+    g = p.add_argument_group("cluster")
+    g.add_argument("--gpus", metavar="all|IDS",
+                   help="one worker per GPU: 'all' (default when a GPU is visible) or ids as nvidia-smi "
+                        "shows them, e.g. 0,1 (an id twice: two workers on that GPU)")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="N CPU workers instead (default without a GPU: half the cores)")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="join an existing Dask cluster (tcp://host:8786) instead of starting one here")
+    g.add_argument("--dashboard", metavar="ADDRESS", nargs="?", const=":8787",
+                   help="serve the local scheduler's dashboard (default address :8787; needs bokeh)")
+    add_run_arguments(p, RunConfig(), single=False)
+
+
+def main(args: argparse.Namespace, err: Console) -> int:
+    from ..cli import config_from_args
+
+    run_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _BATCH_DESTS})
+    cfg = config_from_args(run_args)
+    batch = BatchSettings(output=args.output_dir, suffix=args.suffix, gpus=args.gpus, workers=args.workers,
+                          scheduler=args.scheduler, dashboard=args.dashboard)
+    if args.results_json:
+        _check_json_path(Path(args.results_json))
+    sources = expand_inputs(args.inputs)
+    stop = StopRequest()
+    _install_signal_handlers(stop)
+    with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
+        report = execute(sources, cfg, batch, on_result=on_result, stop=stop)
+    if args.results_json:
+        report.write_json(args.results_json)
+    if not cfg.quiet:
+        out = Console(highlight=False)
+        out.print(table(report))
+        out.print(summary_line(report), soft_wrap=True)
+    if report.signum is not None:
+        err.print(f"pipeline: interrupted by {signal.Signals(report.signum).name}; {_stopped(report)}",
+                  markup=False, soft_wrap=True)
+    return report.exit_code
+
+
+def _stopped(report: BatchReport) -> str:
+    c = report.counts()
+    return (f"complete and kept: {c['done'] + c['skipped']}, stopped mid-run (outputs removed): "
+            f"{c['interrupted']}, not started: {c['cancelled']}")
+
+
+def _check_json_path(path: Path) -> None:
+    """The results are written at the end: refuse, before any work, a path that cannot be."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise OutputError(f"{path}: --json cannot be written there (a directory, or its directory is "
+                          "missing or not writable)")
+
+
+def _install_signal_handlers(stop: StopRequest) -> None:
+    """First SIGINT/SIGTERM: stop the batch (exit 130/143). A second one: exit at once, without
+    unwinding (that would wait for the workers); the workers of a local cluster exit with this process."""
+
+    def handler(signum, frame):
+        if stop.event.is_set():
+            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now\n".encode())
+            os._exit(128 + signum)
+        stop(signum)
+        os.write(2, b"pipeline: stopping: files in progress are stopped, queued ones cancelled "
+                    b"(again to exit at once)\n")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def progress(console: Console, total: int, enabled: bool) -> Iterator:
+    """A bar over files on a terminal; yields the callback that advances it (a no-op when disabled)."""
+    if not enabled:
+        yield lambda result: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    columns = (TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    seen: dict[str, int] = {}
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("batch", total=total, counts="")
+
+        def on_result(result: FileResult) -> None:
+            seen[result.status] = seen.get(result.status, 0) + 1
+            counts = ", ".join(f"{n} {status}" for status, n in seen.items())
+            bar.update(task, advance=1, counts=counts)
+
+        yield on_result

@@ -1,0 +1,194 @@
+"""Where a batch runs: its own local Dask cluster (one worker process per GPU, or CPU workers), or an
+existing cluster reached through its scheduler's address.
+
+Each local worker is a ``distributed.Nanny`` given its own environment, so ``CUDA_VISIBLE_DEVICES`` is
+set in the worker process before anything there touches CUDA (the Nanny applies ``env`` in the new
+process before the worker starts; a ``LocalCluster`` gives every worker the same environment, so it
+cannot pin them). CPU workers get an empty ``CUDA_VISIBLE_DEVICES``: they never touch a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..errors import ConfigError, GPUError
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    name: str
+    gpu: str | None  # the CUDA_VISIBLE_DEVICES value it is pinned to; None: a CPU worker
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def default_cpu_workers() -> int:
+    # A run is already several threads (decode, submit, encode, and the codecs' own), so one worker
+    # per core would oversubscribe: half the cores, at least one.
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
+def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[WorkerSpec]:
+    """The local workers for ``--gpus`` / ``--workers`` and ``--device``.
+
+    ``gpus``: ``all`` or a comma-separated list of device ids as ``nvidia-smi`` shows them (an id given
+    twice gets two workers on that GPU). ``workers``: that many CPU workers. Neither: one worker per
+    visible GPU, or CPU workers when no GPU is visible or the device is ``cpu``."""
+    if gpus is not None and workers is not None:
+        raise ConfigError("--gpus and --workers exclude each other: --gpus starts one worker per GPU, "
+                          "--workers N starts N CPU workers")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"Invalid --workers ({workers}). Supported values are integers >= 1.")
+    if device == "cpu":
+        if gpus is not None:
+            raise ConfigError("--gpus with --device cpu: choose one")
+        return cpu_workers(workers or default_cpu_workers())
+    if workers is not None:
+        if device == "cuda":
+            raise ConfigError("--workers starts CPU workers; for --device cuda choose GPUs with --gpus")
+        return cpu_workers(workers)
+    ids = _chosen_gpus(gpus)
+    if ids:
+        return gpu_workers(ids)
+    if device == "cuda":
+        raise GPUError("--device cuda: no GPU visible (nvidia-smi and CuPy found none)")
+    return cpu_workers(default_cpu_workers())
+
+
+def _chosen_gpus(gpus: str | None) -> list[str]:
+    if gpus is None or gpus == "all":
+        ids = visible_gpus()
+        if gpus == "all" and not ids:
+            raise GPUError("--gpus all: no GPU visible (nvidia-smi and CuPy found none)")
+        return ids
+    ids = [g.strip() for g in gpus.split(",")]
+    if not all(ids):
+        raise ConfigError(f"Invalid --gpus ({gpus!r}). Supported values are 'all' or device ids, e.g. 0,1.")
+    return ids
+
+
+def cpu_workers(n: int) -> list[WorkerSpec]:
+    return [WorkerSpec(f"cpu{i}", None, {"CUDA_VISIBLE_DEVICES": ""}) for i in range(n)]
+
+
+def gpu_workers(ids: list[str]) -> list[WorkerSpec]:
+    specs, seen = [], {}
+    for gpu in ids:
+        seen[gpu] = seen.get(gpu, 0) + 1
+        name = f"gpu{gpu}" if seen[gpu] == 1 else f"gpu{gpu}.{seen[gpu] - 1}"
+        specs.append(WorkerSpec(name, gpu, {"CUDA_VISIBLE_DEVICES": gpu}))
+    return specs
+
+
+def visible_gpus() -> list[str]:
+    """Device ids this process may use: those in CUDA_VISIBLE_DEVICES when it is set, else the GPUs
+    ``nvidia-smi`` lists, else the count CuPy sees (asked last: it starts CUDA in this process)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20, check=True).stdout
+            return [line.strip() for line in out.splitlines() if line.strip()]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    from ..gpu.cuda import cupy, gpu_status
+
+    ok, _ = gpu_status()
+    return [str(i) for i in range(cupy().cuda.runtime.getDeviceCount())] if ok else []
+
+
+@contextlib.contextmanager
+def connect(specs: list[WorkerSpec], *, scheduler: str | None = None, processes: bool = True,
+            dashboard: str | None = None) -> Iterator:
+    """A ``distributed.Client`` on the batch's cluster, closed (with a local cluster) on exit."""
+    from distributed import Client
+
+    if scheduler is not None:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as e:
+            raise ConfigError(f"--scheduler {scheduler}: cannot reach the scheduler: {e}") from e
+        with client:
+            yield client
+        return
+    cluster = local_cluster(specs, processes=processes, dashboard=dashboard)
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+def local_cluster(specs: list[WorkerSpec], *, processes: bool = True, dashboard: str | None = None):
+    """A scheduler in this process and one single-threaded worker per spec, on this machine only.
+
+    ``processes=False`` runs the workers as threads of this process (CPU only, for tests of the
+    plumbing: they cannot have an environment each)."""
+    from distributed import Nanny, Scheduler, SpecCluster, Worker
+
+    if not processes and any(s.gpu is not None for s in specs):
+        raise ConfigError("GPU workers need processes of their own (processes=True)")
+    # Dask's own logs stay quiet (CRITICAL): a file's failure is in its result, and a worker's lost
+    # heartbeat while the cluster closes is no news to the person running the batch.
+    common = {"nthreads": 1, "host": "127.0.0.1", "dashboard": False, "silence_logs": logging.CRITICAL,
+              # Nothing of a run is Dask data: a memory limit would only pause or kill a busy worker.
+              "memory_limit": 0}
+    workers = {s.name: {"cls": Nanny if processes else Worker,
+                        "options": {**common, "name": s.name, **({"env": s.env} if processes else {})}}
+               for s in specs}
+    # allowed_failures=0: a file that crashes its worker process fails at once, instead of being
+    # retried on (and crashing) the other workers.
+    # The scheduler serves HTTP (health, metrics) even without a dashboard: on a free local port then.
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "allowed_failures": 0,
+                                               "dashboard": dashboard is not None,
+                                               "dashboard_address": dashboard or "127.0.0.1:0"}}
+    with _sigint_ignored_by_children():
+        return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.CRITICAL,
+                           name="pipeline-batch")
+
+
+@contextlib.contextmanager
+def _sigint_ignored_by_children() -> Iterator[None]:
+    """Worker processes started in here ignore SIGINT: Ctrl-C on a terminal signals the whole process
+    group, and a worker must not die of it mid-file; the batch process stops its runs instead (an
+    ignored signal stays ignored in a spawned child, and Python then leaves it so). A Ctrl-C during
+    these two seconds is lost: nothing has been submitted yet."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: no signal handling to arrange
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def survey(client, rounds: int = 3) -> tuple[dict[str, float], list[dict[str, object]]]:
+    """Each worker's clock offset (its ``time.time()`` minus this process's) and its name, address and
+    pinned GPU. A worker's start and end times of a file are moved onto this process's clock with the
+    offset, to measure the gaps between. A worker on this machine shares its clock: offset 0. Another
+    machine's is estimated as NTP does, from the round trip with the least delay (error: half of it)."""
+    from .worker import worker_facts
+
+    best: dict[str, tuple[float, float]] = {}  # address: (round trip, offset)
+    for _ in range(rounds):
+        t0 = time.time()
+        facts = client.run(worker_facts)
+        t1 = time.time()
+        for address, f in facts.items():
+            offset = 0.0 if f["host"] == socket.gethostname() else f["time"] - (t0 + t1) / 2
+            if address not in best or t1 - t0 < best[address][0]:
+                best[address] = (t1 - t0, offset)
+    workers = [{"name": f["name"], "host": f["host"], "address": address,
+                "cuda_visible_devices": f["cuda_visible_devices"]}
+               for address, f in sorted(facts.items(), key=lambda item: item[1]["name"])]
+    return {address: offset for address, (_, offset) in best.items()}, workers

@@ -1,0 +1,79 @@
+"""The batch's file list: inputs given as paths, globs or ``@list`` files, and where each output goes."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..errors import ConfigError, OutputError
+
+
+def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
+    """Paths in the order given, each once. ``@FILE`` reads FILE: one input per line (a path or a glob,
+    relative to the current directory, as on the command line); blank lines and ``#`` comments are
+    skipped. A glob that matches nothing is refused, as is an empty list. A plain path is kept even
+    when it is missing: that file fails alone, with the input error ``pipeline run`` gives."""
+    paths: list[Path] = []
+    seen: set[Path] = set()
+    for path in _expand(items, depth=0):
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            paths.append(path)
+    if not paths:
+        raise ConfigError("no input files given")
+    return paths
+
+
+def _expand(items: Iterable[str | os.PathLike], depth: int) -> Iterable[Path]:
+    for item in items:
+        text = os.fspath(item)
+        if text.startswith("@") and not Path(text).exists():
+            if depth >= 8:
+                raise ConfigError(f"{text}: @lists nested more than 8 deep (does a list name itself?)")
+            yield from _expand(_read_list(text[1:]), depth + 1)
+        elif glob.has_magic(text) and not Path(text).exists():
+            matches = sorted(glob.glob(text, recursive=True))
+            files = [m for m in matches if not Path(m).is_dir()]
+            if not files:
+                raise ConfigError(f"{text}: no file matches")
+            yield from map(Path, files)
+        else:
+            yield Path(text)
+
+
+def _read_list(name: str) -> list[str]:
+    try:
+        lines = Path(name).read_text().splitlines()
+    except OSError as e:
+        raise ConfigError(f"@{name}: cannot read the input list: {e.strerror or e}") from e
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def output_for(source: Path, directory: Path, suffix: str) -> Path:
+    """``DIR/<stem><suffix><ext>``, the name ``pipeline run`` gives by default, in ``directory``."""
+    return directory / f"{source.stem}{suffix}{source.suffix or '.mp4'}"
+
+
+def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:
+    """Each input's output; two inputs that would write the same file are refused before any work."""
+    outputs = [output_for(s, directory, suffix) for s in sources]
+    owner: dict[Path, Path] = {}
+    for source, out in zip(sources, outputs):
+        if out in owner:
+            raise ConfigError(f"{owner[out]} and {source} would both write {out}; "
+                              "rename one, or run them in separate batches")
+        owner[out] = source
+    return outputs
+
+
+def prepare_directory(directory: Path) -> None:
+    """Create the output directory (and its parents) if needed; refuse one that cannot be written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{directory}: cannot create the output directory: {e.strerror or e}") from e
+    if not os.access(directory, os.W_OK):
+        raise OutputError(f"{directory}: the output directory is not writable")

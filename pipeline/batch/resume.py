@@ -1,0 +1,97 @@
+"""Resuming a batch: which outputs are complete, and the marker that says so.
+
+An output is *complete* when it exists and its marker, ``DIR/.<output name>.done.json``, matches:
+the marker is written only after a successful run, and records the input's size and modification time,
+the hash of the options that shape the output, and the output's own size. A run never leaves a partial
+output (the pipeline writes a temporary file and renames it into place when complete), and the marker
+of an output about to be replaced is removed before its run starts, so a marker never vouches for a
+file it did not see finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..config import RunConfig
+
+MARKER_VERSION = 1
+
+# Fields that cannot change the output's pixels or frames: where it goes, how it is reported, and the
+# memory and queue sizes (the pooled and per-frame paths give the same frames). Every other field,
+# including ones added later, is hashed: an unknown field makes a file be processed again, never skipped.
+_NOT_HASHED = frozenset({
+    "input", "output", "overwrite", "quiet", "stats_json", "debug", "preview", "nvtx", "alloc", "ring_size",
+    "streams", "in_flight", "copy_threads", "arena_headroom", "latency_budget",
+})
+
+
+def options_hash(cfg: RunConfig) -> str:
+    """A short hash of the options that shape an output; plugins count by their contents too."""
+    values: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+                              if f.name not in _NOT_HASHED}
+    values["plugins"] = [[p, _file_digest(p)] for p in cfg.plugins]
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"  # the run itself reports it
+
+
+def marker_path(output: Path) -> Path:
+    return output.with_name(f".{output.name}.done.json")
+
+
+def input_identity(path: Path) -> tuple[int, int] | None:
+    """(size, mtime in ns) of the input, or None when it cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def why_incomplete(source: Path, output: Path, digest: str) -> str | None:
+    """None when ``output`` is a complete output of ``source`` with these options; else the reason."""
+    if not output.exists():
+        return "no output"
+    try:
+        marker = json.loads(marker_path(output).read_text())
+    except (OSError, ValueError):
+        return "no marker of a finished batch run beside it"
+    identity = input_identity(source)
+    if not isinstance(marker, dict) or marker.get("version") != MARKER_VERSION:
+        return "its marker is from another version"
+    if identity is None or [marker.get("input_size"), marker.get("input_mtime_ns")] != list(identity):
+        return "the input changed since"
+    if marker.get("options") != digest:
+        return "it was made with other options"
+    if marker.get("output_size") != output.stat().st_size:
+        return "the output changed since"
+    return None
+
+
+def forget(output: Path) -> None:
+    """Remove the marker before ``output`` is written again: if that run dies after renaming its output
+    into place but before writing the new marker, no marker is left to vouch for the old one."""
+    marker_path(output).unlink(missing_ok=True)
+
+
+def write_marker(output: Path, identity: tuple[int, int] | None, digest: str, frames: int) -> None:
+    """Record a finished output; written to a temporary name and renamed, so it is whole or absent."""
+    if identity is None:
+        return  # the input vanished during the run: nothing to compare with next time
+    marker = marker_path(output)
+    body = {"version": MARKER_VERSION, "input_size": identity[0], "input_mtime_ns": identity[1],
+            "options": digest, "output_size": output.stat().st_size, "frames": frames}
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(body))
+    os.replace(tmp, marker)

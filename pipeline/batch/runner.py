@@ -1,0 +1,235 @@
+"""Running a batch: plan the files (resume), submit one task per file, collect results, stop on request.
+
+The client submits every file at once, largest first (the long ones start early, so the batch does not
+end waiting on one), and collects results as they come. A stop request (Ctrl-C) stops the batch on every
+worker, which drains and stops its file in progress and starts no other, and cancels the files still
+queued at the scheduler; the outputs already complete are kept.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..config import RunConfig
+from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError
+from .cluster import connect, plan_workers, survey
+from .inputs import expand_inputs, outputs_for, prepare_directory
+from .jobs import FileResult, Job
+from .report import BatchReport
+from .resume import options_hash, why_incomplete
+
+OnResult = Callable[[FileResult], None]
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How a batch runs, beside the per-file run options (a :class:`~pipeline.config.RunConfig`)."""
+
+    output: str = "."  # the output directory, or "null": process and discard
+    suffix: str = "_processed"  # outputs are DIR/<stem><suffix><ext>
+    gpus: str | None = None  # "all" or "0,1": one worker per GPU (see cluster.plan_workers)
+    workers: int | None = None  # that many CPU workers
+    scheduler: str | None = None  # tcp://host:8786: an existing cluster instead of a local one
+    processes: bool = True  # False: local workers as threads of this process (CPU only; tests)
+    dashboard: str | None = None  # the local scheduler's dashboard address (":8787"); None: off
+
+
+class StopRequest:
+    """Call it (from a signal handler, another thread) to stop a running batch: files in progress are
+    stopped and their outputs removed, files not started are cancelled, finished outputs are kept."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+
+    def __call__(self, signum: int = 2) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.event.set()
+
+
+def run_batch(inputs: Sequence[str | Path], output: str | Path = ".", *, filters: str | None = None,
+              device: str = "auto", alloc: str = "pool", suffix: str = "_processed", overwrite: bool = False,
+              gpus: str | None = None, workers: int | None = None, scheduler: str | None = None,
+              processes: bool = True, dashboard: str | None = None, on_result: OnResult | None = None,
+              stop: StopRequest | None = None, **options: Any) -> BatchReport:
+    """Process every file of ``inputs`` (paths, globs, ``@list`` files) into ``output`` (a directory, or
+    ``"null"``) on a Dask cluster; a complete output from an earlier batch is skipped.
+
+    ``filters``, ``device``, ``alloc`` and ``options`` are those of :func:`pipeline.run`. ``on_result`` is
+    called with each file's :class:`FileResult` as it is known; ``stop`` stops the batch. Returns the
+    :class:`BatchReport` (``report.exit_code``: the largest of the files' exit codes)."""
+    from ..api import settings as run_settings
+
+    cfg = run_settings("", None, filters, device, alloc, {"overwrite": overwrite, **options})
+    batch = BatchSettings(output=str(output), suffix=suffix, gpus=gpus, workers=workers, scheduler=scheduler,
+                          processes=processes, dashboard=dashboard)
+    return execute(inputs, cfg, batch, on_result=on_result, stop=stop)
+
+
+def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, *,
+            on_result: OnResult | None = None, stop: StopRequest | None = None) -> BatchReport:
+    """The batch of ``inputs`` with run options ``cfg`` (its input and output are set per file)."""
+    check_options(cfg)
+    stop = stop or StopRequest()
+    notify = on_result or (lambda result: None)
+    sources = expand_inputs(inputs)
+    specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
+    null = batch.output == "null"
+    outputs: list[Path | None] = [None] * len(sources) if null else list(
+        outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
+    if not null:
+        prepare_directory(Path(batch.output))
+    digest = options_hash(cfg)
+    report = BatchReport([FileResult(i, str(s), str(o) if o else None) for i, (s, o) in
+                          enumerate(zip(sources, outputs))], settings=_describe(cfg, batch, digest))
+    jobs = plan(report, cfg, digest, notify)
+    if jobs and not stop.event.is_set():
+        with connect(specs, scheduler=batch.scheduler, processes=batch.processes,
+                     dashboard=batch.dashboard) as client:
+            Collector(client, report, stop, notify).run(jobs, own_cluster=batch.scheduler is None)
+    for r in report.results:
+        if r.status == "pending":  # stopped before it was submitted
+            _cancelled(r, stop.signum or 2)
+    report.signum = stop.signum
+    report.finish()
+    return report
+
+
+def check_options(cfg: RunConfig) -> None:
+    if cfg.stats_json:
+        raise ConfigError("--stats-json is one run's; a batch writes its results with --json PATH")
+    if cfg.preview:
+        raise ConfigError("--preview shows one run; batch workers have no window")
+
+
+def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> list[Job]:
+    """Skip complete outputs; refuse, without -y, outputs that exist but are not complete; a job each
+    for the rest."""
+    batch_id = uuid.uuid4().hex[:12]
+    jobs = []
+    for r in report.results:
+        out = Path(r.output) if r.output else None
+        reason = why_incomplete(Path(r.input), out, digest) if out is not None else "not kept"
+        if reason is None:
+            r.status = "skipped"
+            notify(r)
+        elif out is not None and out.exists() and not cfg.overwrite:
+            r.status, r.exit_code = "failed", EXIT_USAGE
+            r.error = (f"{out}: already exists and is not complete for this input and options ({reason}); "
+                       "-y replaces it")
+            notify(r)
+        else:
+            # Absolute paths (outputs are already): a worker's current directory is its own.
+            source = str(Path(r.input).absolute())
+            run_cfg = cfg.replace(input=source, output=r.output or "null", quiet=True)
+            jobs.append(Job(r.index, batch_id, source, r.output, run_cfg, digest))
+    return jobs
+
+
+def _describe(cfg: RunConfig, batch: BatchSettings, digest: str) -> dict[str, Any]:
+    output = batch.output if batch.output == "null" else str(Path(batch.output).resolve())
+    return {"output": output, "suffix": batch.suffix, "scheduler": batch.scheduler or "local",
+            "filters": cfg.filters, "device": cfg.device, "codec": cfg.codec, "options_hash": digest}
+
+
+def _cancelled(r: FileResult, signum: int) -> None:
+    r.status, r.exit_code, r.error = "cancelled", 128 + signum, "cancelled before it started"
+
+
+class Collector:
+    """Submits the jobs and gathers their results into the report, stopping the batch on request."""
+
+    def __init__(self, client, report: BatchReport, stop: StopRequest, notify: OnResult):
+        self.client, self.report, self.stop, self.notify = client, report, stop, notify
+        self.done: queue.Queue = queue.Queue()
+        self.pending: dict[str, tuple[Any, Job]] = {}
+        self.offsets: dict[str, float] = {}
+
+    def run(self, jobs: list[Job], own_cluster: bool = True) -> None:
+        from .worker import PLUGIN, BatchPlugin
+
+        self.client.register_plugin(BatchPlugin(ignore_sigint=own_cluster), name=PLUGIN)
+        self.offsets, self.report.workers = survey(self.client)
+        self._submit(jobs)
+        stopping = False
+        while self.pending:
+            if self.stop.event.is_set() and not stopping:
+                stopping = True
+                self._stop_batch(jobs[0].batch_id)
+            try:
+                future = self.done.get(timeout=0.1)  # short: the stop request is polled between
+            except queue.Empty:
+                continue
+            entry = self.pending.pop(future.key, None)
+            if entry is not None:
+                self._collect(future, entry[1])
+
+    def _submit(self, jobs: list[Job]) -> None:
+        from .worker import process_file
+
+        sizes = {job.index: _size(job.input) for job in jobs}
+        for job in sorted(jobs, key=lambda j: -sizes[j.index]):
+            future = self.client.submit(process_file, job, key=f"pipeline-batch-{job.batch_id}-{job.index}",
+                                        pure=False)
+            self.report.results[job.index].submitted = time.time() - self.report.started
+            self.pending[future.key] = (future, job)
+            future.add_done_callback(self.done.put)  # called on the client's event loop thread
+
+    def _collect(self, future, job: Job) -> None:
+        start = self.report.started
+        previous = self.report.results[job.index]
+        try:
+            result: FileResult = future.result()
+        except Exception as e:  # the worker died during the file (a crash, killed), or lost contact
+            result = FileResult(job.index, job.input, job.output, status="failed", exit_code=EXIT_INTERNAL,
+                                error=f"worker failed while processing it: {type(e).__name__}: {e}")
+        received = time.time()
+        future.release()
+        if result.started is not None:
+            offset = self._offset(result.address)
+            result.started -= offset + start
+            result.ended -= offset + start
+        result.submitted, result.received = previous.submitted, received - start
+        result.input = previous.input  # as given (the worker had it made absolute)
+        self.report.results[job.index] = result
+        self.notify(result)
+
+    def _offset(self, address: str) -> float:
+        if address not in self.offsets:  # a worker that joined the cluster after the batch started
+            offsets, workers = survey(self.client)
+            self.offsets.update(offsets)
+            self.report.workers = workers
+        return self.offsets.get(address, 0.0)
+
+    def _stop_batch(self, batch_id: str) -> None:
+        """Stop the batch's run on every worker first (from then on no file of it starts anywhere),
+        then cancel what the scheduler has not handed to a worker yet. Files a worker holds come back
+        by themselves: stopped mid-run, or cancelled as they were about to start."""
+        from .worker import stop_batch
+
+        signum = self.stop.signum or 2
+        try:
+            self.client.run(stop_batch, batch_id, signum)
+            on_workers = {key for keys in self.client.processing().values() for key in keys}
+        except Exception:  # a worker unreachable: whatever it runs is cut off with the cluster
+            on_workers = set()
+        queued = [(key, f, job) for key, (f, job) in self.pending.items() if key not in on_workers and not f.done()]
+        self.client.cancel([f for _, f, _ in queued])
+        for key, _, job in queued:
+            del self.pending[key]
+            _cancelled(self.report.results[job.index], signum)
+            self.notify(self.report.results[job.index])
+
+
+def _size(path: str) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,241 @@
+"""The worker side of a batch: a state kept for the worker's whole life, and the task run per file.
+
+A worker is one long-lived process (one per GPU by default) that runs one file at a time. It stays up
+between files, so the imported modules, the CUDA context and the compiled kernels (cached per device
+by ``gpu/cuda.py`` and CuPy) are made once and serve every file: only the first file on a worker pays
+for them (its result says ``warm: false``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ..engine import Pipeline, RunControl
+from ..errors import EXIT_INTERNAL, EXIT_OUTPUT, Interrupted, PipelineError
+from ..log import log
+from .jobs import FileResult, Job
+from .resume import forget, input_identity, write_marker
+
+PLUGIN = "pipeline-batch"
+MAX_NOTICES = 20  # per file: a damaged input can warn on every packet; the first ones say enough
+
+
+class WorkerState:
+    """What a worker keeps between files: how many it ran, the device it is bound to, the run in
+    progress (so the client can stop it) and the batches stopped. ``arena`` is where a device arena
+    shared by the worker's runs is to be attached; each run builds its own for now."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.files = 0
+        self.gpu: str | None = None
+        self.arena = None
+        self._stopped: dict[str, int] = {}  # batch id: the signal that stopped it
+        self._current: tuple[Job, RunControl] | None = None
+        self._lock = threading.Lock()
+        self.notices: list[str] = []
+        self.handler = _NoticeHandler(self)
+
+    def begin(self, job: Job, control: RunControl) -> int | None:
+        """Mark ``job`` as running; the signal number instead when its batch was stopped already."""
+        with self._lock:
+            signum = self._stopped.get(job.batch_id)
+            if signum is None:
+                self._current = (job, control)
+                self.notices = []
+            return signum
+
+    def end(self) -> None:
+        with self._lock:
+            self._current = None
+
+    def stop(self, batch_id: str, signum: int) -> int | None:
+        """Stop ``batch_id`` here: its file in progress drains and stops, later ones do not start.
+        Returns the index of the file that was running, if any."""
+        with self._lock:
+            self._stopped[batch_id] = signum
+            if self._current is None or self._current[0].batch_id != batch_id:
+                return None
+            job, control = self._current
+        control.stop(signum)
+        return job.index
+
+    def device_label(self, device: str) -> str:
+        """Where a run that used ``device`` ran: ``cpu``, or the GPU with its PCI bus id."""
+        if device != "cuda":
+            return "cpu"
+        if self.gpu is None:
+            self.gpu = _cuda_label()
+        return self.gpu
+
+    def binding(self) -> str:
+        """What the worker is pinned to, before any run told which device it used."""
+        if self.gpu is not None:
+            return self.gpu
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return "cpu" if visible == "" else f"cuda:{visible}" if visible else ""
+
+
+class _NoticeHandler(logging.Handler):
+    """The run's warnings, kept with its result (a worker's stderr is often on another machine)."""
+
+    def __init__(self, state: WorkerState):
+        super().__init__(logging.WARNING)
+        self._state = state
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self._state.notices) < MAX_NOTICES:
+            self._state.notices.append(record.getMessage())
+
+
+class BatchPlugin(WorkerPlugin):
+    """Gives every worker its :class:`WorkerState`, including workers that join later."""
+
+    # Registered again by each batch on a long-lived cluster: keep the state (and what it will hold).
+    idempotent = True
+
+    def __init__(self, ignore_sigint: bool = False):
+        self.ignore_sigint = ignore_sigint
+
+    def setup(self, worker) -> None:
+        self.state = WorkerState(str(worker.name))
+        log.addHandler(self.state.handler)
+        if self.ignore_sigint and threading.current_thread() is threading.main_thread():
+            # A worker of the batch's own cluster leaves Ctrl-C to the batch process (see cluster.py),
+            # also when its Nanny restarted it after a crash, with the batch's own handler in place.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def teardown(self, worker) -> None:
+        log.removeHandler(self.state.handler)
+
+
+_UNPLUGGED: dict[str, WorkerState] = {}
+
+
+def state_of(worker) -> WorkerState:
+    state = getattr(worker.plugins.get(PLUGIN), "state", None)
+    if state is None:  # the plugin is not there (yet): a state of the module's own, per worker
+        state = _UNPLUGGED.setdefault(str(worker.name), WorkerState(str(worker.name)))
+    return state
+
+
+def process_file(job: Job) -> FileResult:
+    """The task: run one file in this worker, write its resume marker, return what happened."""
+    started = time.time()
+    worker = get_worker()
+    state = state_of(worker)
+    result = FileResult(job.index, job.input, job.output, worker=state.name, address=worker.address)
+    control = RunControl()
+    signum = state.begin(job, control)
+    if signum is not None:
+        result.status, result.exit_code, result.error = "cancelled", 128 + signum, "cancelled before it started"
+    else:
+        try:
+            _run(job, control, state, result)
+        finally:
+            state.end()
+    result.started = started
+    result.ended = time.time()
+    result.task_s = result.ended - started
+    return result
+
+
+def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) -> None:
+    out = Path(job.output) if job.output else None
+    identity = input_identity(Path(job.input))
+    before = _file_identity(out)
+    if out is not None:
+        forget(out)
+    t0 = time.perf_counter()
+    try:
+        stats = Pipeline.from_config(job.config, control=control).run()
+    except BaseException as e:
+        result.seconds = time.perf_counter() - t0
+        _drop_new_output(out, before)
+        _record_failure(result, e)
+        result.gpu = state.binding()
+    else:
+        result.seconds = time.perf_counter() - t0
+        result.status, result.frames, result.fps = "done", stats.frames_out, round(stats.fps, 2)
+        result.gpu = state.device_label(stats.device)
+        if out is not None:
+            _mark_complete(out, identity, job, result)
+    finally:
+        result.warm = state.files > 0
+        result.notices = list(state.notices)
+        state.files += 1
+
+
+def _mark_complete(out: Path, identity: tuple[int, int] | None, job: Job, result: FileResult) -> None:
+    try:
+        write_marker(out, identity, job.options_hash, result.frames)
+    except OSError as e:  # the output is whole, but a next batch could not know it: not complete
+        result.status, result.exit_code = "failed", EXIT_OUTPUT
+        result.error = f"{out}: cannot write its resume marker: {e.strerror or e}"
+
+
+def _record_failure(result: FileResult, error: BaseException) -> None:
+    if isinstance(error, Interrupted):
+        result.status, result.exit_code = "interrupted", error.exit_code
+        result.error = "stopped mid-run; its output removed"
+    elif isinstance(error, PipelineError):
+        result.status, result.exit_code, result.error = "failed", error.exit_code, str(error)
+    elif isinstance(error, Exception):  # a bug: one line, as the command line reports it
+        result.status, result.exit_code = "failed", EXIT_INTERNAL
+        result.error = f"internal error: {type(error).__name__}: {error}"
+    else:
+        raise error  # KeyboardInterrupt, SystemExit: the worker itself is going away
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns) if st is not None else None
+
+
+def _drop_new_output(out: Path | None, before: tuple[int, int] | None) -> None:
+    """A run that failed or was stopped after writing frames finalises its output (the engine keeps the
+    frames done on a stop, a GPU error or a stalled source). In a batch that output is not complete, so
+    it goes; a file that was there before the run and was left alone stays."""
+    if out is None:
+        return
+    now = _file_identity(out)
+    if now is not None and now != before:
+        out.unlink(missing_ok=True)
+
+
+def stop_batch(batch_id: str, signum: int = 2, dask_worker=None) -> int | None:
+    """Run on every worker by the client (``Client.run``) when the batch is stopped."""
+    return state_of(dask_worker).stop(batch_id, signum)
+
+
+def _cuda_label() -> str:
+    """``cuda:<CUDA_VISIBLE_DEVICES> <PCI bus id>``: the device this worker process is pinned to."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    try:
+        from ..gpu.cuda import cupy
+
+        runtime = cupy().cuda.runtime
+        bus = runtime.deviceGetPCIBusId(runtime.getDevice())
+    except Exception:  # the label is a report, never a reason to fail a finished file
+        bus = ""
+    name = f"cuda:{visible}" if visible else "cuda"
+    return f"{name} {bus}".strip()
+
+
+def worker_facts(dask_worker=None) -> dict[str, object]:
+    """Run on every worker when a batch starts (``Client.run``): its clock, name and pinned GPU."""
+    return {"time": time.time(), "host": socket.gethostname(),
+            "name": str(dask_worker.name) if dask_worker is not None else "",
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -1,0 +1,330 @@
+"""``pipeline batch`` and ``pipeline.batch.run_batch``: many files on Dask, CPU workers only.
+
+Most tests share one local cluster of two worker processes (``--scheduler`` to it, as a cluster of
+several machines is joined); the command-line tests start their own, as ``pipeline batch`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import pytest
+
+from pipeline import sample as make_sample
+from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
+from pipeline.batch.cluster import plan_workers
+from pipeline.batch.inputs import expand_inputs, outputs_for
+from pipeline.batch.resume import marker_path, options_hash, why_incomplete
+from pipeline.config import RunConfig
+from pipeline.errors import ConfigError, GPUError
+
+distributed = pytest.importorskip("distributed")
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAIN = "gblur=sigma=1,eq=contrast=1.1"
+FRAMES = 6
+FILE_FIELDS = {"input", "output", "status", "exit_code", "error", "frames", "fps", "seconds", "worker", "gpu",
+               "warm", "notices", "submitted", "started", "ended", "received", "task_s", "start_gap_s",
+               "end_gap_s", "overhead_s", "overhead_fraction"}
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> Path:
+    """Three tiny clips and a file that is no video."""
+    folder = tmp_path_factory.mktemp("batch") / "in"
+    for i in range(3):
+        make_sample.make_clip(folder / f"clip{i}.mkv", width=64, height=64, frames=FRAMES, codec="ffv1",
+                              audio=False, seed=i)
+    (folder / "bad.mkv").write_bytes(b"not a video" * 100)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """Two single-threaded worker processes, up for the whole module (workers stay warm across tests)."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
+                                  silence_logs=logging.ERROR) as cluster:
+        yield cluster.scheduler_address
+
+
+def good(clips: Path) -> list[Path]:
+    return sorted(clips.glob("clip*.mkv"))
+
+
+def by_name(report: BatchReport) -> dict[str, FileResult]:
+    return {Path(r.input).name: r for r in report.results}
+
+
+def frame_count(path: Path) -> int:
+    with av.open(str(path)) as c:
+        return sum(1 for _ in c.decode(video=0))
+
+
+# --- inputs, outputs, workers, resume markers (no cluster) -----------------------------------------------
+
+
+def test_inputs_from_paths_globs_and_lists_in_order_each_once(clips, tmp_path, monkeypatch):
+    monkeypatch.chdir(clips)
+    listing = tmp_path / "list.txt"
+    listing.write_text("# the second clip, then a glob\n\nclip1.mkv\n  clip*.mkv  \n")
+    got = expand_inputs(["clip2.mkv", f"@{listing}", "missing.mkv"])
+    assert got == [Path("clip2.mkv"), Path("clip1.mkv"), Path("clip0.mkv"), Path("missing.mkv")]
+
+
+def test_inputs_refused_a_glob_matching_nothing_a_missing_list_or_nothing(tmp_path):
+    with pytest.raises(ConfigError, match="no file matches"):
+        expand_inputs([str(tmp_path / "*.mp4")])
+    with pytest.raises(ConfigError, match="cannot read the input list"):
+        expand_inputs([f"@{tmp_path / 'none.txt'}"])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    with pytest.raises(ConfigError, match="no input files"):
+        expand_inputs([f"@{empty}"])
+
+
+def test_two_inputs_writing_one_output_are_refused(tmp_path):
+    assert outputs_for([Path("a/x.mp4")], tmp_path, "_p") == [tmp_path / "x_p.mp4"]
+    with pytest.raises(ConfigError, match="would both write"):
+        outputs_for([Path("a/x.mp4"), Path("b/x.mp4")], tmp_path, "_p")
+
+
+def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
+    specs = plan_workers("0,1,1", None, "auto")
+    assert [(s.name, s.env) for s in specs] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
+                                                ("gpu1", {"CUDA_VISIBLE_DEVICES": "1"}),
+                                                ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "1"})]
+    cpu = plan_workers(None, 3, "auto")
+    assert [s.name for s in cpu] == ["cpu0", "cpu1", "cpu2"] and all(s.env == {"CUDA_VISIBLE_DEVICES": ""}
+                                                                      for s in cpu)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU visible: CPU workers by default
+    assert all(s.gpu is None for s in plan_workers(None, None, "auto"))
+    with pytest.raises(GPUError):
+        plan_workers("all", None, "auto")
+    with pytest.raises(ConfigError):
+        plan_workers("0", 2, "auto")
+    with pytest.raises(ConfigError):
+        plan_workers(None, 2, "cuda")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan_workers("all", None, "auto")] == ["3", "5"]
+
+
+def test_options_hash_counts_what_shapes_the_output_only(tmp_path):
+    base = RunConfig(filters=CHAIN)
+    assert options_hash(base) == options_hash(base.replace(ring_size=16, alloc="naive", quiet=True))
+    assert options_hash(base) != options_hash(base.replace(filters="gblur=sigma=2"))
+    assert options_hash(base) != options_hash(base.replace(encoder_opts={"crf": "18"}))
+    plugin = tmp_path / "p.py"
+    plugin.write_text("# one\n")
+    with_plugin = options_hash(base.replace(plugins=(str(plugin),)))
+    plugin.write_text("# two\n")
+    assert options_hash(base.replace(plugins=(str(plugin),))) != with_plugin
+
+
+def test_exit_code_is_the_largest_files_or_the_signals():
+    results = [FileResult(i, f"{i}.mp4", None, status=s, exit_code=c)
+               for i, (s, c) in enumerate([("done", 0), ("failed", 3), ("failed", 5), ("skipped", 0)])]
+    assert BatchReport(results).exit_code == 5
+    assert BatchReport(results[:1]).exit_code == 0
+    assert BatchReport(results, signum=signal.SIGINT).exit_code == 130
+
+
+# --- batches on a cluster --------------------------------------------------------------------------------
+
+
+def test_a_bad_file_fails_alone_and_the_others_are_complete(clips, tmp_path, scheduler):
+    out = tmp_path / "out"
+    report = run_batch([str(clips / "*.mkv")], out, filters=CHAIN, device="cpu", scheduler=scheduler)
+    results = by_name(report)
+    assert results["bad.mkv"].status == "failed" and results["bad.mkv"].exit_code == 3
+    assert "bad.mkv" in results["bad.mkv"].error
+    assert report.exit_code == 3
+    for clip in good(clips):
+        r = results[clip.name]
+        assert (r.status, r.exit_code, r.error, r.frames) == ("done", 0, "", FRAMES)
+        assert r.output == str(out / f"{clip.stem}_processed.mkv") and r.gpu == "cpu"
+        assert r.worker in {w["name"] for w in report.workers}
+        assert frame_count(Path(r.output)) == FRAMES and marker_path(Path(r.output)).exists()
+    assert not (out / "bad_processed.mkv").exists()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".done")) == sorted(
+        [f"{c.stem}_processed.mkv" for c in good(clips)] + [f".{c.stem}_processed.mkv.done.json" for c in good(clips)])
+
+
+def test_results_json_has_every_field_and_sane_overhead(clips, tmp_path, scheduler):
+    report = run_batch([str(p) for p in good(clips)], tmp_path, filters=CHAIN, device="cpu", scheduler=scheduler)
+    path = tmp_path / "results.json"
+    report.write_json(path)
+    data = json.loads(path.read_text())
+    assert data["batch"]["scheduler"] == scheduler and len(data["batch"]["workers"]) == 2
+    totals = data["totals"]
+    assert {"files", "done", "skipped", "failed", "interrupted", "cancelled", "frames", "wall_s",
+            "files_per_minute", "run_s", "overhead_s", "overhead_fraction", "exit_code"} <= set(totals)
+    assert (totals["files"], totals["done"], totals["failed"], totals["exit_code"]) == (3, 3, 0, 0)
+    assert totals["frames"] == 3 * FRAMES and totals["files_per_minute"] > 0
+    for f in data["files"]:
+        assert FILE_FIELDS <= set(f)
+        # one clock (the workers' moved onto the client's); a millisecond of slack for that estimate
+        assert f["submitted"] <= f["started"] + 1e-3 and f["started"] <= f["ended"] <= f["received"] + 1e-3
+        assert f["seconds"] <= f["task_s"] + 1e-4
+        assert 0 <= f["start_gap_s"] < 2 and 0 <= f["end_gap_s"] < 2
+        assert f["overhead_s"] == pytest.approx(f["start_gap_s"] + f["end_gap_s"] + f["task_s"] - f["seconds"],
+                                                abs=1e-4)
+        assert f["overhead_fraction"] == pytest.approx(f["overhead_s"] / f["seconds"], rel=1e-2)
+    assert totals["overhead_fraction"] == pytest.approx(totals["overhead_s"] / totals["run_s"], rel=1e-2)
+
+
+def test_resume_skips_complete_outputs_and_refuses_others_without_y(clips, tmp_path, scheduler):
+    inputs = [str(p) for p in good(clips)]
+    first = run_batch(inputs, tmp_path, filters=CHAIN, device="cpu", scheduler=scheduler)
+    assert [r.status for r in first.results] == ["done"] * 3
+    again = run_batch(inputs, tmp_path, filters=CHAIN, device="cpu", scheduler=scheduler, ring_size=4)
+    assert [r.status for r in again.results] == ["skipped"] * 3 and again.exit_code == 0
+    other = run_batch(inputs, tmp_path, filters="gblur=sigma=2", device="cpu", scheduler=scheduler)
+    assert [(r.status, r.exit_code) for r in other.results] == [("failed", 2)] * 3
+    assert all("other options" in r.error and "-y" in r.error for r in other.results)
+    redo = run_batch(inputs, tmp_path, filters="gblur=sigma=2", device="cpu", scheduler=scheduler, overwrite=True)
+    assert [r.status for r in redo.results] == ["done"] * 3
+    assert why_incomplete(good(clips)[0], Path(redo.results[0].output), options_hash(
+        RunConfig(filters="gblur=sigma=2", device="cpu", overwrite=True))) is None
+
+
+def test_a_changed_input_or_output_is_not_complete(clips, tmp_path, scheduler):
+    src = tmp_path / "clip.mkv"
+    shutil.copy(good(clips)[0], src)
+    report = run_batch([src], tmp_path / "out", filters=CHAIN, device="cpu", scheduler=scheduler)
+    out, digest = Path(report.results[0].output), options_hash(RunConfig(filters=CHAIN, device="cpu"))
+    assert why_incomplete(src, out, digest) is None
+    os.utime(src, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert why_incomplete(src, out, digest) == "the input changed since"
+    marker_path(out).unlink()
+    assert why_incomplete(src, out, digest).startswith("no marker")
+
+
+def test_null_output_processes_and_writes_nothing(clips, tmp_path, scheduler, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = run_batch([str(p) for p in good(clips)], "null", filters=CHAIN, device="cpu", scheduler=scheduler)
+    assert [(r.status, r.output, r.frames) for r in report.results] == [("done", None, FRAMES)] * 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_relative_paths_mean_the_batch_process_directory_not_the_workers(clips, tmp_path, scheduler,
+                                                                         monkeypatch):
+    monkeypatch.chdir(clips)  # the workers were started elsewhere
+    report = run_batch(["clip*.mkv"], os.path.relpath(tmp_path / "out"), filters=CHAIN, device="cpu",
+                       scheduler=scheduler)
+    assert [(r.input, r.status) for r in report.results] == [(c.name, "done") for c in good(clips)]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.mkv")) == [f"{c.stem}_processed.mkv" for c in good(clips)]
+
+
+def test_workers_stay_warm_across_files(clips, tmp_path, scheduler):
+    inputs = [str(p) for p in good(clips)]
+    run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)
+    report = run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)
+    assert all(r.warm for r in report.results)  # same worker processes: nothing set up again
+
+
+def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):
+    report = run_batch([str(p) for p in good(clips)], tmp_path, filters=CHAIN, device="cpu", workers=2,
+                       processes=False)
+    assert [r.status for r in report.results] == ["done"] * 3
+    assert {r.worker for r in report.results} <= {"cpu0", "cpu1"}
+    stop = StopRequest()
+    stop()
+    stopped = run_batch([str(p) for p in good(clips)], tmp_path / "later", filters=CHAIN, device="cpu", workers=2,
+                        processes=False, stop=stop)
+    assert [(r.status, r.exit_code) for r in stopped.results] == [("cancelled", 130)] * 3
+    assert stopped.exit_code == 130 and list((tmp_path / "later").iterdir()) == []
+
+
+# --- the command line ------------------------------------------------------------------------------------
+
+
+def batch_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline", "batch", "--device", "cpu", "--workers", "2", *args]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
+    listing = tmp_path / "inputs.txt"
+    listing.write_text(f"{clips / 'clip*.mkv'}\n{tmp_path / 'missing.mkv'}\n")
+    cmd = batch_command(f"@{listing}", "-o", str(tmp_path / "out"), "--filters", CHAIN, "--json",
+                        str(tmp_path / "r.json"))
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env())
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "4 files: 3 done, 1 failed" in result.stdout and "exit 3" in result.stdout
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [f["status"] for f in data["files"]] == ["done", "done", "done", "failed"]
+    assert data["files"][3]["input"].endswith("missing.mkv") and data["files"][3]["exit_code"] == 3
+    assert data["totals"]["exit_code"] == 3 and data["batch"]["scheduler"] == "local"
+    assert {w["name"] for w in data["batch"]["workers"]} == {"cpu0", "cpu1"}
+
+
+def test_cli_refuses_options_of_a_single_run(clips, tmp_path):
+    cmd = batch_command(str(clips / "clip0.mkv"), "--stats-json", str(tmp_path / "s.json"))
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=child_env())
+    assert result.returncode == 2 and "--json" in result.stderr
+
+
+# --- Ctrl-C ----------------------------------------------------------------------------------------------
+
+SLOW_CHAIN = "gblur=sigma=8,gblur=sigma=8"  # about 25 fps at 640x360 per worker, two workers on two cores
+SLOW_FRAMES = 45
+
+
+@pytest.fixture(scope="module")
+def slow_clips(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("slow")
+    first = make_sample.make_clip(folder / "long0.mp4", width=640, height=360, frames=SLOW_FRAMES, audio=False,
+                                  options={"preset": "ultrafast"})
+    for i in range(1, 5):
+        shutil.copy(first, folder / f"long{i}.mp4")
+    return folder
+
+
+def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
+        time.sleep(0.02)
+
+
+def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(slow_clips, tmp_path):
+    out, results = tmp_path / "out", tmp_path / "r.json"
+    cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--filters", SLOW_CHAIN, "--json", str(results),
+                        "-q")
+    # Its own process group, signalled as a whole as a terminal's Ctrl-C is: the workers must outlive it.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                            start_new_session=True)
+    try:
+        # One file finished, and another one being written (five files of seconds each: not all done).
+        wait_until(lambda: any(out.glob(".*.done.json")), proc, "finished file")
+        wait_until(lambda: any(out.glob(".*.partial-*")), proc, "file in progress")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT" in err and "Traceback" not in err
+    files = json.loads(results.read_text())["files"]
+    statuses = [f["status"] for f in files]
+    assert set(statuses) <= {"done", "interrupted", "cancelled"} and "done" in statuses
+    assert set(statuses) != {"done"}
+    assert not [p for p in out.iterdir() if ".partial-" in p.name]
+    kept = sorted(p for p in out.iterdir() if not p.name.startswith("."))
+    assert kept == sorted(Path(f["output"]) for f in files if f["status"] == "done")
+    for path in kept:  # complete: every frame, and the marker that lets the next batch skip it
+        assert frame_count(path) == SLOW_FRAMES and marker_path(path).exists()
