@@ -7,6 +7,7 @@ bookkeeping is testable on any machine.
 
 from __future__ import annotations
 
+import logging
 import queue
 import weakref
 from dataclasses import dataclass, field
@@ -55,7 +56,8 @@ class HostSlot:
 class HostRing:
     """``size`` buffers of ``nbytes`` each, allocated once; ``acquire`` blocks when all are in use."""
 
-    def __init__(self, size: int, nbytes: int, allocate: Callable[[int], np.ndarray]):
+    def __init__(self, size: int, nbytes: int, allocate: Callable[[int], np.ndarray],
+                 release: Callable[[np.ndarray], None] | None = None):
         if size < 1:
             raise ValueError(f"Invalid ring size ({size}). Supported values are >= 1.")
         self.nbytes = nbytes
@@ -65,6 +67,8 @@ class HostRing:
             self._free.put(slot)
         self.acquires = 0
         self.waits = 0
+        self._release = release  # gives a buffer back to a shared pool on close(); None: nothing to give back
+        self._closed = False
 
     @property
     def bytes_reserved(self) -> int:
@@ -88,3 +92,29 @@ class HostRing:
 
     def free_count(self) -> int:
         return self._free.qsize()
+
+    def close(self) -> None:
+        """Hand the buffers back through ``release`` (to a shared pool), each once its last use has completed.
+
+        Only slots back in the ring go, and not those still lent to a consumer: another ring reusing a
+        buffer under a live view would corrupt that frame, so such a buffer is left out of the pool.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        returned = 0
+        while True:
+            try:
+                slot = self._free.get_nowait()
+            except queue.Empty:
+                break
+            if slot.in_use_elsewhere:
+                continue
+            slot.wait()
+            if self._release is not None:
+                self._release(slot.array)
+            returned += 1
+        if self._release is not None and returned < len(self.slots):
+            logging.getLogger("pipeline").warning(
+                "host ring closed with %d of its %d buffers still in use; they are not returned to the pool",
+                len(self.slots) - returned, len(self.slots))
