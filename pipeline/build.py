@@ -144,9 +144,10 @@ class Parts:
     phases: Phases = field(default_factory=Phases)
 
 
-def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> Parts:
+def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=None) -> Parts:
     """Every part of a run of ``cfg``; ``control`` stops a live source's open. ``source``: one already
-    built (frames from arrays); by default ``cfg.input`` is opened.
+    built (frames from arrays); by default ``cfg.input`` is opened. ``backend``: one already made (runs
+    sharing memory); by default it is made here.
 
     What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
     load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
@@ -166,7 +167,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> Parts:
         check_hardware_encoder(cfg.codec)
     check_stats_path(cfg.stats_json)
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-setup") as pool:
-        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool)
+        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool, backend)
         try:
             sink, memory = _sink_and_memory(cfg, chain, stage, source, backend, null, target, phases, pool)
         except BaseException:
@@ -175,9 +176,16 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> Parts:
     return Parts(source, sink, chain, backend, memory, phases)
 
 
-def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool):
+def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool, backend=None):
     """The backend (context, kernels) and the source; side by side unless NVDEC, which decodes in the
     backend's CUDA context, needs the backend first."""
+    if backend is not None:
+        if backend.name == "cuda":
+            from .processor import prepare_kernels
+
+            with phases("kernels"):
+                prepare_kernels(chain, "i420" if cfg.decode == "cpu" else "nv12", "i420", stage=stage is not None)
+        return (source if source is not None else _open_source(cfg, control, backend, phases)), backend
     if source is None and cfg.decode != "cpu":
         backend = _backend(cfg, chain, stage, phases, None)
         return _open_source(cfg, control, backend, phases), backend

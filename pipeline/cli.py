@@ -13,7 +13,8 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import DECODERS, DROP_POLICIES, RunConfig, build_config, check_device, load_toml, preset_names
+from .config import (DECODERS, DROP_POLICIES, STREAM_LIST, RunConfig, build_config, check_device, load_toml,
+                     preset_names)
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, resolve_paths
 from .log import LEVELS
@@ -286,10 +287,14 @@ def _add_batch_command(sub) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    if hasattr(args, "paths"):  # pipeline run (pipeline batch names its inputs itself)
-        resolve_paths(args)
     file_values = load_toml(args.config) if args.config else {}
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "loglevel", "paths", "progress")}
+    args.stream_list = file_values.pop(STREAM_LIST, None)
+    if args.stream_list and not (getattr(args, "paths", None) or getattr(args, "input", None)):
+        args.input, args.inputs, args.paths = args.stream_list[0]["input"], None, None  # [[streams]] in the config
+    elif hasattr(args, "paths"):  # pipeline run (pipeline batch names its inputs itself)
+        resolve_paths(args)
+    flags = {k: v for k, v in vars(args).items()
+             if k not in ("command", "config", "loglevel", "paths", "progress", "inputs", "stream_list")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
         if flags.get(table):
             flags[table] = dict(flags[table])
@@ -330,7 +335,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
     if args.command == "run":
-        return cmd_run(config_from_args(args), err, progress=args.progress)
+        cfg = config_from_args(args)
+        if args.inputs or args.stream_list:
+            from .many_cli import cmd_run_many
+
+            return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers)
+        return cmd_run(cfg, err, progress=args.progress)
     if args.command == "bench":
         from .bench import bench
 

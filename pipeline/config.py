@@ -214,12 +214,34 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
     values = {}
+    base = Path(os.path.abspath(path)).parent
     for key, value in raw.items():
         name = key.replace("-", "_")
+        if name == "streams" and isinstance(value, list):  # [[streams]]: the inputs of a many-stream run
+            values[STREAM_LIST] = [_stream_entry(path, base, i, entry) for i, entry in enumerate(value)]
+            continue
         if name not in FIELD_NAMES or name == "input":
             raise ConfigError(f"{path}: unknown key {key!r}")
         values[name] = _coerce(path, name, value)
-    return _resolve_paths(values, Path(os.path.abspath(path)).parent)
+    return _resolve_paths(values, base)
+
+
+STREAM_LIST = "stream_list"  # load_toml's key for a [[streams]] list (not a RunConfig field)
+
+
+def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, Any]:
+    """One [[streams]] table: ``input`` (required), ``output``, and any run setting for that stream."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("input"), str):
+        raise ConfigError(f"{path}: [[streams]] entry {index + 1} needs input = \"PATH or URL\"")
+    values = {}
+    for key, value in entry.items():
+        name = key.replace("-", "_")
+        if name not in FIELD_NAMES:
+            raise ConfigError(f"{path}: [[streams]] entry {index + 1}: unknown key {key!r}")
+        values[name] = value if name == "input" else _coerce(path, name, value)
+    if not is_url(values["input"]):
+        values["input"] = str(base / Path(values["input"]).expanduser())
+    return _resolve_paths(values, base)
 
 
 def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:

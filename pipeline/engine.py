@@ -49,7 +49,7 @@ class RunControl:
     def __init__(self):
         self.stop_event = threading.Event()  # graceful: drain and finalise
         self.signum: int | None = None
-        self.pipeline: Pipeline | None = None
+        self.pipelines: list[Pipeline] = []  # several when streams run side by side (pipeline.many)
 
     def stop(self, signum: int | None = None) -> None:
         """Safe from a signal handler: it only sets an event the stages poll."""
@@ -58,8 +58,8 @@ class RunControl:
         self.stop_event.set()
 
     def discard_output(self) -> None:
-        if self.pipeline is not None:
-            self.pipeline.discard_output()
+        for pipeline in list(self.pipelines):
+            pipeline.discard_output()
 
 
 class Pipeline:
@@ -81,7 +81,7 @@ class Pipeline:
         self._owns_memory = memory is None if owns_memory is None else owns_memory
         self.phases = phases or Phases()
         self.control = control or RunControl()
-        self.control.pipeline = self
+        self.control.pipelines.append(self)
         self.stop_event = self.control.stop_event
         self.abort = threading.Event()  # a stage failed: everyone stops
         # The run starts where its set-up started: whole-run figures include it.
@@ -96,6 +96,7 @@ class Pipeline:
         self.on_frame: Callable[[RunStats], None] | None = None
         self._feed = None
         self._copiers = None
+        self._lent: deque = deque()  # output slots the encoder may still hold (its frames wrap them)
         self.preview = None
         self.processor: Processor | None = None
         self.nvtx = nvtx_ranges(self.cfg.nvtx)
@@ -417,7 +418,7 @@ class Pipeline:
                 raise
 
     def _encode_stage(self) -> None:
-        sink, lent = self.sink, deque()
+        sink, lent = self.sink, self._lent
         latency = self.latency
         stats = self.stats
 
@@ -524,12 +525,16 @@ class Pipeline:
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
         self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}
-        self._give_memory_back()
-        trim_heap()
         error = as_pipeline_error(error) if error is not None else self._input_error
-        if consumer_left and error is None:
-            return  # frames(): the caller stopped iterating; nothing to finalise
-        self._end_sink(error)
+        try:
+            if not (consumer_left and error is None):  # frames(): the caller stopped; nothing to finalise
+                self._end_sink(error)
+        finally:
+            # After the sink: a closed encoder holds none of the slots its frames wrapped, so each goes
+            # back whole (to a shared pinned pool, for the next stream).
+            self._return_lent()
+            self._give_memory_back()
+            trim_heap()
 
     def _end_sink(self, error: BaseException | None) -> None:
         done, sink = self.stats.frames_out, self.sink
@@ -559,6 +564,11 @@ class Pipeline:
         if surfaces is None or self.stats.decode != "nvdec":
             return {}
         return {"decoder_surfaces": surfaces.count, "decoder_surface_bytes": surfaces.surface_bytes}
+
+    def _return_lent(self) -> None:
+        out_host = self.processor.memory.out_host if self.processor is not None else None
+        while self._lent and out_host is not None:
+            out_host.release(self._lent.popleft())
 
     def _give_memory_back(self) -> None:
         if self._owns_memory and self._memory is not None:

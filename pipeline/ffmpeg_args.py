@@ -7,6 +7,7 @@ beside their long options in :mod:`pipeline.cli`; the long options stay.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from decimal import Decimal
 
@@ -58,10 +59,23 @@ def add_ffmpeg_arguments(p) -> None:
                         "file, or to pipe:1 (stdout) or pipe:2 (stderr)")
 
 
+def is_output_dir(output: str | None) -> bool:
+    """``-o DIR/`` (or an existing directory) or ``-o null``: the outputs of several inputs."""
+    return output is not None and (output == "null" or output.endswith(("/", os.sep)) or os.path.isdir(output))
+
+
 def resolve_paths(args: argparse.Namespace) -> None:
-    """The input is ``-i IN`` or the first positional; a positional after it is the output (as ``-o``)."""
+    """The input is ``-i IN`` or the first positional; a positional after it is the output (as ``-o``).
+
+    With ``-o DIR/`` or ``-o null`` every positional and every ``-i`` is an input: ``args.inputs`` lists
+    them (several streams in one process, see :mod:`pipeline.many`)."""
     given = list(getattr(args, "paths", None) or ())
     inputs = list(args.input) if isinstance(args.input, list) else [args.input] if args.input else []
+    args.inputs = None
+    if is_output_dir(args.output) and len(inputs) + len(given) > 1:
+        args.inputs = inputs + given
+        args.input, args.paths = args.inputs[0], None
+        return
     if len(inputs) > 1:
         raise ConfigError(f"run: one input only; -i was given {len(inputs)} times")
     if not inputs:

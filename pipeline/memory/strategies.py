@@ -132,10 +132,13 @@ class Memory:
                 host.drain()
 
     def close(self) -> None:
+        """Everything back: the device memory (to the driver, or to a shared arena for a lease) and the
+        host rings (to a shared pinned pool, where they came from one)."""
         self.drain()
-        close = getattr(self.device, "close", None)
-        if close is not None:
-            close()
+        for part in (self.device, *self.hosts):
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
     def counters(self) -> dict[str, Any]:
         hosts = self.hosts

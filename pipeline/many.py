@@ -1,0 +1,218 @@
+"""Many streams in one process: one CUDA context, one device arena and one pinned pool for all of them.
+
+Each stream is a whole pipeline of its own (its CUDA streams, decode, encode, statistics and output),
+run by a thread; what they share is memory. With the pooled strategy every stream borrows its frames
+from one :class:`~pipeline.memory.shared.SharedArena` (size classes over chunks reserved as streams of
+new sizes appear, reused after their events, never freed while the process runs) and its host slots
+from one :class:`~pipeline.memory.shared.PinnedPool` (capped: by default half of the machine's RAM).
+A stream that stops gives its blocks and slots back for the next one, of any size.
+
+Why threads: a stream's stages spend their time where the GIL is released (FFmpeg's decode and
+encode, NVDEC, CUDA copies and launches return at once), so one process drives dozens of streams on
+one GPU; separate processes would each need their own context, arena and pinned pool, which is what
+this module exists to avoid. A slow, stalled or failing stream never blocks the others: each has its
+own bounded queues and drop policy, and its error ends only its own run. The exit code of the whole
+is the worst stream's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import RunConfig
+from .errors import EXIT_INTERNAL, PipelineError
+from .log import log
+
+
+class SharedMemory:
+    """The device arena and pinned pool every stream of a process (on one GPU) borrows from."""
+
+    def __init__(self, device: str, *, pinned_cap: int | None = None, granularity: int | None = None):
+        from .memory.shared import DEFAULT_GRANULARITY, PinnedPool, SharedArena, default_pinned_cap
+
+        if device == "cuda":
+            from .gpu.memory import CudaBacking, pinned_array
+
+            backing, allocate = CudaBacking, pinned_array
+        else:
+            import numpy as np
+
+            from .memory.device_pool import NumpyBacking
+
+            backing, allocate = NumpyBacking, (lambda n: np.empty(n, np.uint8))
+        self.device = device
+        self.arena = SharedArena(backing, granularity=granularity or DEFAULT_GRANULARITY)
+        cap = pinned_cap if pinned_cap is not None else default_pinned_cap()
+        self.pinned = PinnedPool(allocate, max_bytes=cap)
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def memory(self, request) -> Any:
+        """One stream's memory: a lease on the arena and rings from the pinned pool (given back by
+        ``Memory.close`` at the end of its run)."""
+        from .memory.strategies import Memory
+
+        with self._lock:
+            self._count += 1
+            name = f"stream {self._count}"
+        lease = self.arena.lease(name)
+        rings = []
+        try:
+            for nbytes in (request.in_bytes, request.out_bytes):
+                rings.append(self.pinned.ring(request.ring_size, nbytes) if nbytes else None)
+        except BaseException:
+            for ring in rings:
+                if ring is not None:
+                    ring.close()
+            lease.close()
+            raise
+        return Memory("pool", rings[0], rings[1], lease, pinned=self.device == "cuda")
+
+    def counters(self) -> dict[str, Any]:
+        arena = self.arena.counters()
+        pinned = self.pinned.counters()
+        return {**{f"arena_{k}": v for k, v in arena.items()}, **{f"pinned_{k}": v for k, v in pinned.items()}}
+
+    def close(self) -> None:
+        self.arena.close()
+        self.pinned.close()
+
+
+class SharedBackend:
+    """A backend whose pooled runs take their memory from a :class:`SharedMemory` (other strategies,
+    the comparison, keep memory of their own)."""
+
+    def __init__(self, inner, shared: SharedMemory):
+        self._inner, self._shared = inner, shared
+
+    def memory(self, request):
+        if self._inner.strategy.name == "pool":
+            return self._shared.memory(request)
+        return self._inner.memory(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@dataclass
+class StreamResult:
+    input: str
+    output: str
+    exit_code: int = 0
+    error: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ManyResult:
+    streams: list[StreamResult]
+    wall_s: float
+    shared: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        """The worst stream's (an interrupted run's 130/143 ranks above the others' codes)."""
+        return max((s.exit_code for s in self.streams), default=0)
+
+    @property
+    def frames(self) -> int:
+        return sum(s.stats.get("frames_out", 0) for s in self.streams)
+
+    def totals(self) -> dict[str, Any]:
+        return {"streams": len(self.streams), "failed": sum(1 for s in self.streams if s.exit_code),
+                "frames_out": self.frames, "wall_s": round(self.wall_s, 3),
+                "fps": round(self.frames / self.wall_s, 2) if self.wall_s else 0.0,
+                "dropped": sum(s.stats.get("drops", {}).get("total", 0) for s in self.streams),
+                "exit_code": self.exit_code, "shared": self.shared}
+
+
+def output_for(source: str, output: str | None, index: int, taken: set[str]) -> str:
+    """``DIR/<stem>_processed<ext>`` for a directory (``-o DIR/``), ``null`` as it is."""
+    if output in (None, "null"):
+        return "null"
+    stem = Path(source.split("?")[0].rstrip("/")).stem or f"stream{index}"
+    suffix = Path(source.split("?")[0]).suffix or ".mkv"
+    name = f"{stem}_processed{suffix}"
+    if name in taken:  # two inputs of one name in different folders
+        name = f"{stem}_{index}_processed{suffix}"
+    taken.add(name)
+    return str(Path(output) / name)
+
+
+def shared_memory_for(cfg: RunConfig, pinned_cap: int | None = None) -> SharedMemory:
+    """The shared memory of a run of ``cfg``'s device (CUDA, else the CPU backend's host memory)."""
+    from .build import make_backend
+
+    device = "cpu" if cfg.device == "cpu" else make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode).name
+    return SharedMemory(device, pinned_cap=pinned_cap)
+
+
+def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None = None,
+             shared: SharedMemory | None = None, on_start: Callable[[list], None] | None = None) -> ManyResult:
+    """Run one pipeline per config at once, sharing one GPU's memory; ``control`` stops them all.
+
+    ``shared``: memory that outlives this call (a worker running batch after batch keeps its arena
+    warm); by default it is made here and given back at the end."""
+    from .build import build_parts, make_backend
+    from .engine import Pipeline, RunControl
+
+    control = control or RunControl()
+    owned = shared is None
+    shared = shared or shared_memory_for(configs[0], pinned_cap)
+    results = [StreamResult(c.input, c.output or "") for c in configs]
+    pipelines: list = []
+
+    def one(index: int, cfg: RunConfig) -> None:
+        result = results[index]
+        try:
+            backend = SharedBackend(make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode), shared)
+            parts = build_parts(cfg, control=control, backend=backend)
+            pipeline = Pipeline(parts.source, parts.sink, parts.chain, backend, cfg, control=control,
+                                memory=parts.memory, owns_memory=True, phases=parts.phases)
+            pipelines.append(pipeline)
+            stats = pipeline.run()
+            result.stats = stats.to_dict(per_frame=False)
+        except PipelineError as e:
+            result.exit_code, result.error = e.exit_code, str(e)
+        except Exception as e:  # a bug in one stream: reported for it, the others go on
+            result.exit_code, result.error = EXIT_INTERNAL, f"{type(e).__name__}: {e}"
+        if result.error:
+            log.warning(f"{cfg.input}: {result.error}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i, c), name=f"pipeline-stream-{i}", daemon=True)
+               for i, c in enumerate(configs)]
+    for t in threads:
+        t.start()
+    if on_start is not None:
+        on_start(pipelines)
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.1)  # short waits: the main thread takes the signals
+    finally:
+        counters = shared.counters()
+        if owned:
+            shared.close()
+    return ManyResult(results, time.perf_counter() - t0, counters)
+
+
+def configs_for(base: RunConfig, inputs: list[str], output: str | None,
+                per_stream: list[dict[str, Any]] | None = None) -> list[RunConfig]:
+    """One config per input: the base settings, each stream's own overrides, its output."""
+    taken: set[str] = set()
+    configs = []
+    for i, source in enumerate(inputs):
+        overrides = dict((per_stream or [{}] * len(inputs))[i])
+        out = overrides.pop("output", None) or output_for(source, output, i, taken)
+        configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
+    if output not in (None, "null") and not os.path.isdir(output):
+        from .errors import OutputError
+
+        raise OutputError(f"{output}: not a directory (several inputs write DIR/<stem>_processed<ext>)")
+    return configs

@@ -1,0 +1,66 @@
+"""``pipeline run IN1 IN2 ... -o DIR/`` (or ``-o null``, or ``[[streams]]`` in a config): many streams in
+one process, sharing one GPU's memory (:mod:`pipeline.many`), with a summary row per stream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from .config import RunConfig
+from .errors import ConfigError, OutputError
+
+
+def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dict[str, Any]] | None,
+                 err: Console, install_signal_handlers: Callable) -> int:
+    from .engine import RunControl
+    from .many import configs_for, run_many
+
+    if inputs and stream_list:
+        raise ConfigError("give the inputs on the command line or as [[streams]] in the config, not both")
+    if stream_list:
+        inputs = [entry["input"] for entry in stream_list]
+        per_stream = [{k: v for k, v in entry.items() if k != "input"} for entry in stream_list]
+    else:
+        per_stream = None
+    configs = configs_for(cfg, inputs, cfg.output, per_stream)
+    control = RunControl()
+    install_signal_handlers(control)
+    result = run_many(configs, control=control)
+    if cfg.stats_json:
+        _write_json(result, cfg.stats_json)
+    if not cfg.quiet:
+        Console(highlight=False).print(table(result))
+    return result.exit_code
+
+
+def table(result) -> Table:
+    totals = result.totals()
+    t = Table(title=f"pipeline: {totals['streams']} streams, {totals['frames_out']} frames in "
+                    f"{totals['wall_s']:.2f} s ({totals['fps']:.1f} fps in all)", title_justify="left")
+    for name in ("input", "output", "frames", "fps", "dropped", "exit", "error"):
+        t.add_column(name, justify="right" if name in ("frames", "fps", "dropped", "exit") else "left")
+    for s in result.streams:
+        st = s.stats
+        t.add_row(s.input, s.output, str(st.get("frames_out", 0)), f"{st.get('fps', 0.0):.1f}",
+                  str(st.get("drops", {}).get("total", 0)), str(s.exit_code), s.error[:80])
+    shared = totals["shared"]
+    t.caption = (f"shared memory: arena {shared.get('arena_bytes_reserved', 0) / 2**20:.0f} MiB reserved in "
+                 f"{shared.get('arena_chunks', 0)} chunks ({shared.get('arena_device_allocs', 0)} device "
+                 f"allocations), fragmentation {shared.get('arena_fragmentation', 0.0):.2f}; pinned "
+                 f"{shared.get('pinned_bytes_reserved', 0) / 2**20:.0f} MiB")
+    t.caption_justify = "left"
+    return t
+
+
+def _write_json(result, path: str) -> None:
+    body = {"schema_version": 1, "totals": result.totals(),
+            "streams": [{"input": s.input, "output": s.output, "exit_code": s.exit_code, "error": s.error,
+                         "stats": s.stats} for s in result.streams]}
+    try:
+        Path(path).write_text(json.dumps(body, indent=2) + "\n")
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write statistics: {e.strerror or e}") from e

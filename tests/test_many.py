@@ -1,0 +1,106 @@
+"""Many streams in one process sharing one device arena and pinned pool (pipeline.many)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import all_devices
+from helpers import decode, run_cli
+from pipeline import sample as make_sample
+from pipeline.config import RunConfig
+from pipeline.many import configs_for, run_many, shared_memory_for
+
+SIZES = [(96, 64), (160, 96), (128, 128)]
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("many")
+    return [make_sample.make_clip(root / f"clip{w}x{h}.mkv", width=w, height=h, frames=12, fps=30, seed=i,
+                                  codec="ffv1", audio=i == 0) for i, (w, h) in enumerate(SIZES)]
+
+
+def threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_streams_of_three_sizes_give_what_single_runs_give(device, clips, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    base = RunConfig(device=device, codec="ffv1", quiet=True)
+    result = run_many(configs_for(base, [str(c) for c in clips], str(out)))
+    assert result.exit_code == 0 and [s.exit_code for s in result.streams] == [0, 0, 0]
+    for clip, stream in zip(clips, result.streams):
+        single = tmp_path / f"single_{clip.name}"
+        proc = run_cli("run", clip, "-o", single, "--device", device, "-q", "-c", "ffv1")
+        assert proc.returncode == 0, proc.stderr
+        a, b = decode(stream.output), decode(single)
+        assert len(a.frames) == 12 and a.pts == b.pts and a.audio_packets == b.audio_packets
+        for x, y in zip(a.frames, b.frames):
+            np.testing.assert_array_equal(x, y)
+    shared = result.totals()["shared"]
+    assert shared["arena_device_allocs"] >= 1 and shared["arena_bytes_in_use"] == 0
+    assert shared["pinned_bytes_in_use"] == 0  # every ring went back to the pool
+    assert threads() == []
+
+
+def test_a_failing_stream_fails_alone_and_sets_the_exit_code(clips, tmp_path):
+    base = RunConfig(device="cpu", codec="ffv1", quiet=True)
+    missing = str(tmp_path / "missing.mp4")
+    result = run_many(configs_for(base, [str(clips[0]), missing, str(clips[1])], "null"))
+    codes = [s.exit_code for s in result.streams]
+    assert codes == [0, 3, 0] and result.exit_code == 3
+    assert "no such file" in result.streams[1].error
+    assert result.frames == 24
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_the_shared_arena_stops_growing_as_streams_start_and_stop(device, clips):
+    """Cycles of streams of three sizes through one shared memory: after the first cycles, no device
+    allocation and no growth of what is reserved, for device and pinned memory alike."""
+    base = RunConfig(device=device, codec="ffv1", quiet=True, frames=6)
+    shared = shared_memory_for(base)
+    rng = np.random.default_rng(7)
+    seen = []
+    try:
+        for cycle in range(12):
+            chosen = [str(clips[i]) for i in rng.choice(3, size=int(rng.integers(1, 4)), replace=False)]
+            result = run_many(configs_for(base, chosen, "null"), shared=shared)
+            assert result.exit_code == 0
+            counters = shared.counters()
+            seen.append((counters["arena_device_allocs"], counters["arena_bytes_reserved"],
+                         counters["pinned_host_allocs"], counters["pinned_bytes_reserved"]))
+            assert counters["arena_bytes_in_use"] == 0 and counters["pinned_bytes_in_use"] == 0
+    finally:
+        shared.close()
+    warm = seen[4]
+    assert all(s == warm for s in seen[4:]), seen
+
+
+def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    stats = tmp_path / "s.json"
+    proc = run_cli("run", *clips[:2], "-o", f"{out}/", "--device", "cpu", "-c", "ffv1", "--stats-json", stats)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{c.stem}_processed.mkv" for c in clips[:2])
+    assert "2 streams" in proc.stdout
+    data = json.loads(stats.read_text())
+    assert data["totals"]["streams"] == 2 and data["totals"]["frames_out"] == 24
+    config = tmp_path / "streams.toml"
+    config.write_text(f'codec = "ffv1"\n[[streams]]\ninput = "{clips[0]}"\noutput = "{tmp_path / "a.mkv"}"\n'
+                      f'[[streams]]\ninput = "{clips[2]}"\noutput = "{tmp_path / "b.mkv"}"\nfilters = "hflip"\n')
+    proc = run_cli("run", "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert len(decode(tmp_path / "a.mkv").frames) == len(decode(tmp_path / "b.mkv").frames) == 12
+
+
+def test_cli_several_inputs_need_a_directory(clips, tmp_path):
+    proc = run_cli("run", *clips[:3], "--device", "cpu", "-q")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
