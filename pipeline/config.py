@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -54,6 +55,7 @@ class RunConfig:
     nvtx: bool = False
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         _check_choice("device", self.device, DEVICES)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
         _check_min("ring_size", self.ring_size, 2)
@@ -96,6 +98,29 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_url(name: str | None) -> bool:
     """``scheme://...``: handed to FFmpeg as it is, never checked or created as a local path."""
     return bool(name) and _URL.match(name) is not None
+
+
+def _check_finite(cfg: RunConfig) -> None:
+    """NaN and infinity compare false with every bound, so range checks let them through: refuse them
+    first, in every field and in every option table (``crf=nan`` would reach the encoder as NaN)."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"Invalid {f.name} ({value!r}). Supported values are finite numbers.")
+        if isinstance(value, dict):
+            for key, text in value.items():
+                if is_non_finite(text):
+                    raise ConfigError(f"Invalid {f.name} value {key}={text!r}. Supported values are finite numbers.")
+
+
+def is_non_finite(value: Any) -> bool:
+    """A float, or text that parses as one ('nan', 'inf', '-Infinity'), that is not a finite number."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _check_positive(name: str, value: Any) -> None:

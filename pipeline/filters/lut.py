@@ -7,6 +7,7 @@ and uploaded to the device once, on the first frame; each frame is then one kern
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +40,12 @@ def _floats(path: Path, lineno: int, words: list[str], count: int) -> list[float
     if len(words) != count:
         raise ConfigError(f"{path}:{lineno}: expected {count} numbers, got {' '.join(words)!r}")
     try:
-        return [float(w) for w in words]
+        values = [float(w) for w in words]
     except ValueError:
         raise ConfigError(f"{path}:{lineno}: expected numbers, got {' '.join(words)!r}") from None
+    if not all(math.isfinite(v) for v in values):  # NaN would pass the domain check and poison the table
+        raise ConfigError(f"{path}:{lineno}: expected finite numbers, got {' '.join(words)!r}")
+    return values
 
 
 def _size(path: Path, lineno: int, words: list[str]) -> int:

@@ -8,6 +8,7 @@ Frames between filters are planar float32 RGB in [0, 1], shape (3, H, W).
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ class Param:
             value = self.kind(text) if not isinstance(text, self.kind) else text
         except (TypeError, ValueError):
             raise ConfigError(f"{filter_name}: {self.name} must be {self.kind.__name__}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check
+            raise ConfigError(f"{filter_name}: {self.name} must be a finite number, got {text!r}")
         if self.choices and value not in self.choices:
             allowed = ", ".join(str(c) for c in self.choices)
             raise ConfigError(f"{filter_name}: {self.name} must be one of {allowed}; got {value!r}")

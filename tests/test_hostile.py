@@ -1,0 +1,82 @@
+"""Hostile inputs and environments: values, paths, files and libraries that try to break the contract
+(one line on stderr, the documented exit code, no traceback, nothing left behind).
+
+The CLI runs as a subprocess wherever the case can be built from outside, as in test_reliability.py;
+failures that cannot (a CUDA error without a GPU) run in-process with one function replaced.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from make_sample import make_clip
+
+import pipeline
+from pipeline.errors import ConfigError
+
+
+def run_cli(*args, cwd: Path, timeout: float = 60, device: bool = True) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), *(["--device", "cpu"] if device else []), "-q"]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def partials(directory: Path) -> list[Path]:
+    return sorted(directory.glob(".*.partial-*"))
+
+
+def one_error(result, code: int, *words: str) -> str:
+    """The contract: the exit code, exactly one line, no traceback; the line names ``words``."""
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeline: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("hostile") / "clip.mp4", width=64, height=48, frames=6, audio=True)
+
+
+# -- 9. NaN and infinity ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, word", [
+    (("--filters", "eq=contrast=nan"), "contrast"),
+    (("--filters", "gblur=sigma=nan"), "sigma"),
+    (("--filters", "tdenoise=threshold=nan"), "threshold"),
+    (("--filters", "eq=brightness=-inf"), "brightness"),
+    (("--arena-headroom", "nan"), "arena_headroom"),
+    (("--timeout", "inf"), "timeout"),
+    (("--latency-budget", "nan"), "latency_budget"),
+    (("--encoder-opt", "crf=nan"), "crf"),
+], ids=lambda v: v if isinstance(v, str) else "_".join(v))
+def test_non_finite_numbers_exit_2(tmp_path, clip, args, word):
+    out = tmp_path / "out.mp4"
+    one_error(run_cli(clip, "-o", out, *args, cwd=tmp_path), 2, word)
+    assert not out.exists() and partials(tmp_path) == []
+
+
+def test_non_finite_toml_value_exits_2(tmp_path, clip):
+    (config := tmp_path / "c.toml").write_text("arena_headroom = nan\n")
+    one_error(run_cli(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
+
+
+def test_non_finite_cube_row_exits_2(tmp_path, clip):
+    rows = ["0 0 0"] * 7 + ["1e999 0 0"]  # overflows to inf; "nan" is refused as a keyword
+    (cube := tmp_path / "bad.cube").write_text("LUT_3D_SIZE 2\n" + "\n".join(rows) + "\n")
+    one_error(run_cli(clip, "-o", tmp_path / "out.mp4", "--filters", f"lut3d=file={cube.name}", cwd=tmp_path),
+              2, "finite")
+
+
+@pytest.mark.parametrize("options", [{"arena_headroom": float("nan")}, {"timeout": float("inf")},
+                                     {"encoder_opts": {"crf": "nan"}}, {"filters": "hue=degrees=nan"}])
+def test_non_finite_api_options_raise_config_error(tmp_path, clip, options):
+    with pytest.raises(ConfigError, match="finite"):
+        pipeline.run(str(clip), str(tmp_path / "out.mp4"), device="cpu", **options)
+    assert not (tmp_path / "out.mp4").exists()
