@@ -12,6 +12,7 @@ from .checks import check_output, check_stats_path
 from .config import RunConfig
 from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
+from .filters.plugins import plugin_errors_are_config_errors
 from .log import log
 from .memory.registry import strategy as find_strategy
 
@@ -40,7 +41,8 @@ def make_backend(device: str, alloc: str, streams: int):
 def make_chain(filters: str, plugins: tuple[str, ...] = ()) -> list:
     for plugin in plugins:
         load_plugin(plugin)
-    return fuse_pointwise(parse_chain(filters))
+    with plugin_errors_are_config_errors():
+        return fuse_pointwise(parse_chain(filters))
 
 
 def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None):

@@ -20,8 +20,9 @@ from .log import install as install_log
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key; output exists without -y;
-       --preview where no window can be shown)
+  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number;
+       output exists without -y; --preview where no window can be shown; a --plugin file that
+       fails to load)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error; a live source that cannot be opened, or that stalled and
        could not be reopened: then the frames done before the stall are kept, playable)
@@ -30,7 +31,8 @@ EXIT_CODES = """exit codes:
        on the CPU backend, frames whose buffers exceed the available memory)
   130  interrupted (SIGINT): in-flight frames drained, output finalised
   143  terminated (SIGTERM): likewise
-  1    internal error (a bug; --debug shows the traceback)"""
+  1    internal error (a bug; --debug shows the traceback); a --plugin filter failing mid-run
+       (the line names the filter and its file)"""
 
 
 RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied.

@@ -534,8 +534,11 @@ class Pipeline:
 
 def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
     """The frame plan of a run: the source's layout in, the sink's out, ends folded where the backend can."""
-    return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
-                           fold=backend.ops.folds_pointwise, stage=stage is not None)
+    from .filters.plugins import plugin_errors_are_config_errors
+
+    with plugin_errors_are_config_errors():  # a plugin's output_size or scratch_shapes may fail here
+        return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
+                               fold=backend.ops.folds_pointwise, stage=stage is not None)
 
 
 def _slot_dropper(ring, stats: RunStats | None) -> Callable[[WorkItem], None]:

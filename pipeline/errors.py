@@ -57,6 +57,13 @@ class StageError(PipelineError):
         self.stage = stage
 
 
+class PluginError(PipelineError):
+    """A filter loaded with ``--plugin`` failed during the run: the message names the filter and its file.
+    Exit 1, as for a bug, but the bug is the plugin's."""
+
+    exit_code = EXIT_INTERNAL
+
+
 class Interrupted(PipelineError):
     """SIGINT or SIGTERM: in-flight frames were drained and the output finalised."""
 

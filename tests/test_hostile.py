@@ -80,3 +80,59 @@ def test_non_finite_api_options_raise_config_error(tmp_path, clip, options):
     with pytest.raises(ConfigError, match="finite"):
         pipeline.run(str(clip), str(tmp_path / "out.mp4"), device="cpu", **options)
     assert not (tmp_path / "out.mp4").exists()
+
+
+# -- 11. plugins -------------------------------------------------------------------------------------
+
+PLUGIN_FILTER = '''
+import numpy as np
+from pipeline.filters import Filter, Param, register_filter
+
+@register_filter("{name}")
+class Broken(Filter):
+    params = (Param("level", float, 0.5),)
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        {init}
+
+    def cpu(self, src, dst, scratch):
+        {cpu}
+        np.copyto(dst, src)
+'''
+
+
+def write_plugin(directory: Path, name: str, *, init: str = "pass", cpu: str = "pass", top: str = "") -> Path:
+    path = directory / f"{name}.py"
+    path.write_text(top + PLUGIN_FILTER.format(name=name, init=init, cpu=cpu))
+    return path
+
+
+@pytest.mark.parametrize("make, word", [
+    (lambda d: (d / "notes.txt").write_text("Remember: buy milk.\n") and d / "notes.txt", "SyntaxError"),
+    (lambda d: write_plugin(d, "quits", top="import sys\nsys.exit(7)\n"), "sys.exit(7)"),
+    (lambda d: write_plugin(d, "based", top="raise BaseException('odd')\n"), "BaseException"),
+    (lambda d: write_plugin(d, "fails", top="raise ImportError('no module named magic')\n"), "ImportError"),
+], ids=["text-file", "sys-exit", "base-exception", "import-error"])
+def test_a_plugin_failing_to_load_exits_2_naming_it(tmp_path, clip, make, word):
+    plugin = make(tmp_path)
+    result = run_cli(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, cwd=tmp_path)
+    one_error(result, 2, plugin.name, word)
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_a_plugin_failing_while_the_chain_is_built_exits_2_naming_it(tmp_path, clip):
+    plugin = write_plugin(tmp_path, "picky", init="raise ValueError('level is not to my taste')")
+    result = run_cli(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "picky", cwd=tmp_path)
+    one_error(result, 2, "picky.py", "not to my taste")
+
+
+@pytest.mark.parametrize("cpu, word", [("raise RuntimeError('kaput')", "kaput"),
+                                       ("raise SystemExit(3)", "sys.exit(3)")], ids=["raises", "exits"])
+def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, clip, cpu, word):
+    plugin = write_plugin(tmp_path, "flaky", cpu=cpu)
+    out = tmp_path / "out.mp4"
+    result = run_cli(clip, "-o", out, "--plugin", plugin, "--filters", "gblur=sigma=1,flaky", cwd=tmp_path)
+    line = one_error(result, 1, "'flaky'", str(plugin.resolve()), "frame 0", word)
+    assert "internal error" not in line and "bug" not in line
+    assert not out.exists() and partials(tmp_path) == []

@@ -7,11 +7,9 @@ Frames between filters are planar float32 RGB in [0, 1], shape (3, H, W).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import ConfigError
@@ -156,27 +154,3 @@ def _parse_filter(token: str) -> Filter:
             raise ConfigError(f"{name}: {key.strip()} given twice")
         values[key.strip()] = value.strip()
     return cls(**values)
-
-
-_LOADED_PLUGINS: set[Path] = set()
-
-
-def load_plugin(path: str | Path) -> None:
-    """Import a user's Python file; its ``@register_filter`` classes join the registry.
-
-    A file already loaded is not run again (a bench runs the pipeline several times in one process).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"plugin not found: {path}")
-    if path.resolve() in _LOADED_PLUGINS:
-        return
-    spec = importlib.util.spec_from_file_location(f"pipeline_plugin_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except ConfigError:
-        raise
-    except Exception as e:
-        raise ConfigError(f"cannot load plugin {path}: {type(e).__name__}: {e}") from e
-    _LOADED_PLUGINS.add(path.resolve())
