@@ -93,7 +93,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> tuple[
     target = None if null else cfg.output_target()
     if target is not None:
         check_output(cfg.input, target, cfg.overwrite)
-    check_stats_path(cfg.stats_json)
+    check_stats_path(cfg.stats_json, cfg.input, target, cfg.overwrite)
     if source is None:
         stop = control.stop_event if control is not None else None
         source = open_source(cfg, stop, (lambda: control.signum) if control is not None else (lambda: None))

@@ -39,15 +39,33 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
         raise OutputError(f"{target}: directory {parent} is not writable")
 
 
-def check_stats_path(path: str | None) -> None:
-    """The --stats-json file is written after the run: refuse a path that cannot be, before the run."""
+def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,
+                     overwrite: bool = False) -> None:
+    """The --stats-json file is written after the run: refuse, before the run, a path that cannot be
+    written, and one whose writing would destroy something: the input, the output, or (without -y)
+    any existing file. A FIFO or a device (``/dev/stdout``) is written into, nothing is replaced."""
     if not path:
         return
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
+    for other, what in ((source, "input"), (output, "output")):
+        if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
+            raise ConfigError(f"{target}: --stats-json is the {what}; choose another path")
     if target.is_dir():
         raise OutputError(f"{target}: --stats-json is a directory")
+    if target.exists() and target.is_file() and not overwrite:
+        raise ConfigError(f"{target}: --stats-json file already exists (use -y/--overwrite to replace it)")
     if not parent.is_dir():
         raise OutputError(f"{target}: --stats-json directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: --stats-json directory {parent} is not writable")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file: one inode (links included), or the same place once resolved (b not written yet)."""
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False

@@ -121,7 +121,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                    help=f"device arena size as a multiple of the frames in flight (default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
                    help="Python file registering extra filters, repeatable")
-    p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
+    p.add_argument("--stats-json", help="write the run statistics as JSON to this path (an existing file "
+                                        "needs -y; never the input or the output)")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
     p.add_argument("--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
@@ -239,7 +240,8 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
         # Also when the run ends early with its output kept (a stalled live source, a signal): the
         # statistics of the frames done are what one looks at next.
         if cfg.stats_json and pipeline.stats.frames_out:
-            _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None)
+            _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None,
+                         overwrite=cfg.overwrite)
     if not cfg.quiet:
         out = Console(highlight=False)
         out.print(stats.table())
@@ -250,10 +252,18 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
     return 0
 
 
-def _write_stats(stats, path: str, err: Console, failing: bool) -> None:
-    """Write --stats-json; on a run already failing, a write error is a notice, never a new exit code."""
+def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool = False) -> None:
+    """Write --stats-json; on a run already failing, a write error is a notice, never a new exit code.
+    Without -y a file that appeared during the run is kept: the check before the run saw none."""
     try:
-        stats.write_json(path)
+        stats.write_json(path, exclusive=not overwrite)
+    except FileExistsError as e:
+        if failing:
+            err.print(f"pipeline: warning: {path}: appeared during the run; statistics not written",
+                      markup=False, soft_wrap=True)
+            return
+        raise ConfigError(f"{path}: --stats-json file appeared during the run; kept, statistics not written "
+                          "(use -y/--overwrite to replace it)") from e
     except OSError as e:
         if failing:
             err.print(f"pipeline: warning: cannot write {path}: {e.strerror or e}", markup=False, soft_wrap=True)

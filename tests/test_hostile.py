@@ -136,3 +136,61 @@ def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, cli
     line = one_error(result, 1, "'flaky'", str(plugin.resolve()), "frame 0", word)
     assert "internal error" not in line and "bug" not in line
     assert not out.exists() and partials(tmp_path) == []
+
+
+# -- 1. --stats-json is an output too ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["input", "output", "output-hardlink"])
+def test_stats_json_never_overwrites_the_input_or_the_output(tmp_path, clip, which):
+    src = tmp_path / "in.mp4"
+    src.write_bytes(clip.read_bytes())
+    out = tmp_path / "out.mp4"
+    stats = {"input": src, "output": out, "output-hardlink": tmp_path / "link.mp4"}[which]
+    if which == "output-hardlink":
+        out.write_bytes(b"old output")
+        stats.hardlink_to(out)
+    result = run_cli(src, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
+    one_error(result, 2, "--stats-json is the", which.split("-")[0])
+    assert src.read_bytes() == clip.read_bytes()
+    assert partials(tmp_path) == []
+
+
+def test_existing_stats_json_needs_overwrite(tmp_path, clip):
+    stats = tmp_path / "s.json"
+    stats.write_text("precious")
+    out = tmp_path / "out.mp4"
+    one_error(run_cli(clip, "-o", out, "--stats-json", stats, cwd=tmp_path), 2, "already exists", "-y")
+    assert stats.read_text() == "precious" and not out.exists()
+    result = run_cli(clip, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '"frames_out"' in stats.read_text()
+
+
+def test_stats_json_appearing_during_the_run_is_kept(tmp_path, clip, monkeypatch, capsys, restore_signals):
+    from pipeline import cli, engine
+
+    stats = tmp_path / "s.json"
+    real_init = engine.Pipeline.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.on_frame = lambda s: stats.exists() or stats.write_text("another run's")
+
+    monkeypatch.setattr(engine.Pipeline, "__init__", init)
+    code = cli.main(["run", str(clip), "-o", str(tmp_path / "out.mp4"), "--device", "cpu", "-q",
+                     "--stats-json", str(stats)])
+    err = capsys.readouterr().err
+    assert code == 2 and "appeared during the run" in err and len(err.strip().splitlines()) == 1
+    assert stats.read_text() == "another run's"
+
+
+@pytest.fixture
+def restore_signals():
+    """cli.main installs SIGINT/SIGTERM handlers; put pytest's back."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
