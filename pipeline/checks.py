@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .config import is_url
@@ -30,6 +31,10 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
         raise ConfigError(f"{target}: output is the input; choose another -o")
     if target.exists() and target.is_dir():
         raise OutputError(f"{target}: is a directory")
+    kind = special_kind(target)
+    if kind is not None:  # replacing it would destroy a device node or a FIFO (-y on /dev/null as root)
+        raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced "
+                          "(-o null processes without writing)")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
     parent = target.parent if str(target.parent) else Path(".")
@@ -69,3 +74,16 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return False
+
+
+_SPECIAL = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+            (stat.S_ISSOCK, "socket"))
+
+
+def special_kind(path: Path | str) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (symlinks followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), None)

@@ -26,7 +26,8 @@ EXIT_CODES = """exit codes:
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error; a live source that cannot be opened, or that stalled and
        could not be reopened: then the frames done before the stall are kept, playable)
-  4    output or I/O error (directory missing or not writable, write failed, disk full)
+  4    output or I/O error (directory missing or not writable, write failed, disk full; the
+       output is a FIFO or a device: only regular files are replaced)
   5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error;
        on the CPU backend, frames whose buffers exceed the available memory)
   130  interrupted (SIGINT): in-flight frames drained, output finalised

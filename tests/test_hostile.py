@@ -194,3 +194,24 @@ def restore_signals():
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+
+
+# -- 2. outputs that are not regular files -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device-link"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["no-y", "y"])
+def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwrite):
+    import os
+    import stat
+
+    out = tmp_path / "out.mp4"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:  # a link to /dev/null: were it replaced, the link would go, never /dev/null itself
+        out.symlink_to("/dev/null")
+    result = run_cli(clip, "-o", out, "--format", "mp4", *(["-y"] * overwrite), cwd=tmp_path)
+    one_error(result, 4, "not a regular file")
+    mode = os.stat(out).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
+    assert partials(tmp_path) == []
