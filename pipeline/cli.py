@@ -39,7 +39,8 @@ EXIT_CODES = """exit codes:
 RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied.
 
   Output: written to a hidden temporary file beside the target and renamed into place when complete,
-    so the target never holds a partial file; an existing target is replaced only with -y.
+    so the target never holds a partial file; an existing target is replaced only with -y, and
+    without -y neither is one that another process created during the run (exit 2).
   Input: frames that are not 8-bit 4:2:0 (10-bit, 4:4:4, NV12, gray, ...) are converted with a notice,
     an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
     Timestamps are kept (variable frame rate included); one missing, going backwards or jumping by

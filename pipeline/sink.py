@@ -27,6 +27,7 @@ import numpy as np
 
 from .config import is_url
 from .errors import ConfigError, OutputError
+from .outfile import place_output
 from .video import FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
@@ -97,10 +98,11 @@ class Sink:
 
     def __init__(self, target: Path | str, info: StreamInfo, *, codec: str, options: dict[str, str],
                  audio=None, output_format: str | None = None, output_opts: dict[str, str] | None = None,
-                 timeout: float | None = None, low_latency: bool = False):
+                 timeout: float | None = None, low_latency: bool = False, overwrite: bool = False):
         fmt, rate, time_base = info.format, info.frame_rate, info.time_base
         self.target = target
         self.low_latency = low_latency
+        self.overwrite = overwrite  # at the final rename: replace a target that appeared during the run
         self.url = is_url(str(target))
         self.tmp: Path | None = None if self.url else temp_path_for(Path(target))
         self.fmt = fmt
@@ -234,7 +236,7 @@ class Sink:
             self._report(packets)
             self.container.close()
             if self.tmp is not None:
-                os.replace(self.tmp, self.target)
+                place_output(self.tmp, Path(self.target), self.overwrite)
         except OutputError:
             self.abort()
             raise

@@ -215,3 +215,64 @@ def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwri
     mode = os.stat(out).st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
     assert partials(tmp_path) == []
+
+
+# -- 3. the final rename never replaces a file that appeared during the run ---------------------------------
+
+
+def test_two_runs_into_one_output_without_y_one_wins_one_exits_2(tmp_path, clip):
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(out), "--device", "cpu", "-q",
+           "--filters", "gblur=sigma=6,gblur=sigma=6"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert "already exists" in loser or "appeared during the run" in loser
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["no-y", "y"])
+def test_an_output_appearing_during_the_run_is_kept_without_y(tmp_path, clip, monkeypatch, capsys,
+                                                              restore_signals, overwrite):
+    from pipeline import cli, engine
+
+    out = tmp_path / "out.mp4"
+    real_init = engine.Pipeline.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.on_frame = lambda s: out.exists() or out.write_bytes(b"the other run's")
+
+    monkeypatch.setattr(engine.Pipeline, "__init__", init)
+    code = cli.main(["run", str(clip), "-o", str(out), "--device", "cpu", "-q"] + ["-y"] * overwrite)
+    err = capsys.readouterr().err
+    if overwrite:
+        assert code == 0, err
+        assert out.read_bytes() != b"the other run's"
+    else:
+        assert code == 2 and "appeared during the run" in err and len(err.strip().splitlines()) == 1
+        assert out.read_bytes() == b"the other run's"
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("renameat2", ["native", "unsupported", "absent"])
+def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, renameat2):
+    import ctypes
+    import errno
+
+    from pipeline import outfile
+
+    if renameat2 == "unsupported":  # FUSE, 9p: the filesystem refuses the flag; link + unlink instead
+        monkeypatch.setattr(outfile, "_RENAMEAT2", lambda *a: (ctypes.set_errno(errno.EINVAL), -1)[1])
+    elif renameat2 == "absent":  # glibc older than 2.28
+        monkeypatch.setattr(outfile, "_RENAMEAT2", None)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_text("new")
+    dst.write_text("old")
+    with pytest.raises(FileExistsError):
+        outfile.rename_noreplace(src, dst)
+    assert (src.read_text(), dst.read_text()) == ("new", "old")
+    dst.unlink()
+    outfile.rename_noreplace(src, dst)
+    assert dst.read_text() == "new" and not src.exists()

@@ -1,0 +1,76 @@
+"""The last step of a file output: moving the finished temporary file onto the target.
+
+The target is checked before the run, but a run takes time: another process may create the same name
+meanwhile (two runs into one output). Without ``-y`` the move must then fail rather than replace that
+file, atomically: ``renameat2(RENAME_NOREPLACE)``, or where the filesystem lacks it, ``link`` (which
+never replaces) then ``unlink``. With ``-y`` only a regular file (or nothing) is replaced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from pathlib import Path
+
+from .checks import special_kind
+from .errors import ConfigError, OutputError
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+# The filesystem (FUSE without rename2, 9p, NFS) or the kernel cannot do it: try link + unlink instead.
+_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
+
+
+def _renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        function = libc.renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def rename_noreplace(src: Path | str, dst: Path | str) -> None:
+    """Move ``src`` to ``dst`` unless ``dst`` exists (FileExistsError then, both left as they were)."""
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in _UNSUPPORTED:
+            raise OSError(code, os.strerror(code), os.fspath(src), None, os.fspath(dst))
+    _link_then_unlink(src, dst)
+
+
+def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
+    os.link(src, dst)  # never replaces: FileExistsError if dst appeared
+    os.unlink(src)
+
+
+def place_output(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Put the finished ``tmp`` in place of ``target``; on refusal ``tmp`` is removed and the target kept.
+
+    Without ``overwrite``, a target that appeared during the run is a ConfigError (exit 2, as for one that
+    existed before); with it, one that became a FIFO or a device is an OutputError (only regular files are
+    replaced)."""
+    try:
+        if overwrite:
+            kind = special_kind(target)
+            if kind is not None:
+                raise OutputError(f"{target}: became a {kind} during the run; only regular files are replaced")
+            os.replace(tmp, target)
+        else:
+            rename_noreplace(tmp, target)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{target}: appeared during the run (another process wrote it); kept as it is, "
+                          "nothing written (use -y/--overwrite to replace it)") from None
+    except OutputError:
+        tmp.unlink(missing_ok=True)
+        raise
