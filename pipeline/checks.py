@@ -26,6 +26,7 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
     A stream URL is the receiver's business: nothing to check here."""
     if isinstance(target, str):
         return
+    check_name_length(target)
     src = Path(source)
     if target.exists() and not is_url(source) and src.exists() and target.resolve().samefile(src.resolve()):
         raise ConfigError(f"{target}: output is the input; choose another -o")
@@ -53,6 +54,7 @@ def check_stats_path(path: str | None, source: str = "", output: Path | str | No
         return
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
+    check_name_length(target, "--stats-json")
     for other, what in ((source, "input"), (output, "output")):
         if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
             raise ConfigError(f"{target}: --stats-json is the {what}; choose another path")
@@ -87,3 +89,13 @@ def special_kind(path: Path | str) -> str | None:
     except (OSError, ValueError):
         return None
     return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def check_name_length(target: Path, what: str = "output") -> None:
+    """A name longer than the filesystem takes is an output error, not an OSError from deep inside."""
+    from .outfile import name_max
+
+    parent = target.parent if str(target.parent) else Path(".")
+    limit, length = name_max(parent), len(os.fsencode(target.name))
+    if length > limit:
+        raise OutputError(f"{target}: {what} file name too long ({length} bytes; this filesystem takes {limit})")

@@ -41,6 +41,8 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
   Output: written to a hidden temporary file beside the target and renamed into place when complete,
     so the target never holds a partial file; an existing target is replaced only with -y, and
     without -y neither is one that another process created during the run (exit 2).
+  Names: one without scheme:// is a local file whatever it holds ("meeting12:30.mp4" is no
+    protocol); a long output name gets a shortened temporary name.
   Input: frames that are not 8-bit 4:2:0 (10-bit, 4:4:4, NV12, gray, ...) are converted with a notice,
     an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
     Timestamps are kept (variable frame rate included); one missing, going backwards or jumping by

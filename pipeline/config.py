@@ -100,6 +100,13 @@ def is_url(name: str | None) -> bool:
     return bool(name) and _URL.match(name) is not None
 
 
+def file_url(path: str) -> str:
+    """A local path as FFmpeg must be given it, through its ``file:`` protocol: otherwise a name holding a
+    ':' ("meeting12:30.mp4", "C:\\clips\\a.mp4") is read as a protocol ("meeting12") and not found.
+    Always added, so that a file really named "file:x" stays that file."""
+    return "file:" + path
+
+
 def _check_finite(cfg: RunConfig) -> None:
     """NaN and infinity compare false with every bound, so range checks let them through: refuse them
     first, in every field and in every option table (``crf=nan`` would reach the encoder as NaN)."""

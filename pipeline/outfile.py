@@ -1,4 +1,7 @@
-"""The last step of a file output: moving the finished temporary file onto the target.
+"""A file output's temporary name, and the last step: moving the finished temporary file onto the target.
+
+The temporary file sits beside the target (so the move is atomic) and keeps its suffix (so the muxer is
+chosen from it); its name must fit the filesystem's limit however long the target's is.
 
 The target is checked before the run, but a run takes time: another process may create the same name
 meanwhile (two runs into one output). Without ``-y`` the move must then fail rather than replace that
@@ -11,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import os
 from pathlib import Path
 
@@ -21,6 +25,34 @@ _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 # The filesystem (FUSE without rename2, 9p, NFS) or the kernel cannot do it: try link + unlink instead.
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
+
+
+PARTIAL = ".partial-"
+_PID_DIGITS = 7  # pid_max is at most 2**22 on Linux
+
+
+def name_max(directory: Path) -> int:
+    """The longest file name, in bytes, that ``directory``'s filesystem takes."""
+    try:
+        return os.pathconf(directory if str(directory) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def partial_prefix(target: Path) -> str:
+    """``.<stem>.partial-``, the stem shortened (and a digest of it added) when the whole temporary name
+    would pass the limit: a 250-byte output name must still get a temporary file."""
+    stem, suffix = target.stem, target.suffix
+    room = name_max(target.parent) - len(os.fsencode(f".{PARTIAL}{suffix}")) - _PID_DIGITS
+    if len(os.fsencode(stem)) <= room:
+        return f".{stem}{PARTIAL}"
+    digest = "~" + hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]
+    keep = os.fsencode(stem)[: max(0, room - len(digest))].decode(errors="ignore")  # whole characters only
+    return f".{keep}{digest}{PARTIAL}"
+
+
+def temp_path_for(target: Path, pid: int | None = None) -> Path:
+    return target.with_name(f"{partial_prefix(target)}{pid or os.getpid()}{target.suffix}")
 
 
 def _renameat2():

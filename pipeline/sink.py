@@ -25,9 +25,9 @@ from typing import Callable
 import av
 import numpy as np
 
-from .config import is_url
+from .config import file_url, is_url
 from .errors import ConfigError, OutputError
-from .outfile import place_output
+from .outfile import partial_prefix, place_output, temp_path_for
 from .video import FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
@@ -45,9 +45,6 @@ def url_muxer(url: str, output_format: str | None) -> str:
     return URL_MUXERS[scheme]
 
 
-def temp_path_for(target: Path) -> Path:
-    # Same directory, so the final rename is atomic; same suffix, so the muxer is chosen from it.
-    return target.with_name(f".{target.stem}.partial-{os.getpid()}{target.suffix}")
 
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
@@ -63,7 +60,7 @@ def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
 
 def remove_stale_partials(target: Path) -> None:
     """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run)."""
-    prefix, suffix = f".{target.stem}.partial-", target.suffix
+    prefix, suffix = partial_prefix(target), target.suffix
     try:
         names = os.listdir(target.parent if str(target.parent) else ".")
     except OSError:
@@ -133,7 +130,7 @@ class Sink:
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
             remove_stale_partials(Path(target))
             options = {**_muxer_options(Path(target), time_base), **output_opts}
-            return av.open(str(self.tmp), "w", format=muxer, container_options=options)
+            return av.open(file_url(str(self.tmp)), "w", format=muxer, container_options=options)
         except ValueError as e:  # unknown container for this extension, or an unknown --format
             if muxer:
                 raise ConfigError(f"{target}: invalid --format {muxer!r} ({e})") from e

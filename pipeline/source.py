@@ -29,7 +29,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from .config import is_url
+from .config import file_url, is_url
 from .errors import ConfigError, InputError, SourceStalled
 from .log import log
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
@@ -404,7 +404,8 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         _check_format(input_format)
     kwargs = {"timeout": (timeout, timeout)} if timeout else {}
     try:
-        container = av.open(path, "r", format=input_format, container_options=options, **kwargs)
+        container = av.open(_ffmpeg_name(path, input_format, local), "r", format=input_format,
+                            container_options=options, **kwargs)
     except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
         raise InputError(f"{path}: nothing received within {timeout:g} s while opening "
                          "(is the source sending? --timeout sets the limit)") from e
@@ -421,9 +422,21 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     return container
 
 
+def _ffmpeg_name(path: str, input_format: str | None, local: bool) -> str:
+    """A local file through FFmpeg's ``file:`` protocol (a ':' in its name is no protocol); a URL as it
+    is, and a device as it is too: a capture demuxer (v4l2) opens the name itself, without protocols."""
+    if not local or (input_format and av.format.ContainerFormat(input_format, "r").no_file):
+        return path
+    return file_url(path)
+
+
 def _check_local(path: str) -> None:
     p = Path(path)
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as e:  # a name too long for the filesystem, a loop of links
+        raise InputError(f"{path}: cannot open: {e.strerror}") from None
+    if not exists:
         raise InputError(f"{path}: no such file")
     if p.is_dir():
         raise InputError(f"{path}: is a directory")

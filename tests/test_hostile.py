@@ -276,3 +276,60 @@ def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, rena
     dst.unlink()
     outfile.rename_noreplace(src, dst)
     assert dst.read_text() == "new" and not src.exists()
+
+
+# -- 4. names: long ones, and ones holding ':' ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [240, 250, 255])
+def test_output_names_up_to_the_limit_work(tmp_path, clip, length):
+    out = tmp_path / ("n" * (length - 4) + ".mkv")
+    result = run_cli(clip, "-o", out, "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.is_file() and partials(tmp_path) == []
+
+
+def test_an_output_name_past_the_limit_exits_4(tmp_path, clip):
+    out = tmp_path / ("n" * 252 + ".mkv")
+    one_error(run_cli(clip, "-o", out, cwd=tmp_path), 4, "too long", "256 bytes")
+
+
+def test_temporary_names_of_long_targets_fit_and_stay_distinct(tmp_path):
+    from pipeline.outfile import name_max, temp_path_for
+    from pipeline.sink import remove_stale_partials
+
+    a = tmp_path / ("é" * 125 + "a.mp4")  # 255 bytes, two-byte characters: cut on a character boundary
+    b = tmp_path / ("é" * 125 + "b.mp4")
+    ta, tb = temp_path_for(a, 4194304), temp_path_for(b, 4194304)
+    assert ta != tb and max(len(ta.name.encode()), len(tb.name.encode())) <= name_max(tmp_path)
+    assert ta.suffix == ".mp4" and ta.name.startswith(".é")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = temp_path_for(a, int(dead.stdout))
+    stale.write_bytes(b"x")
+    remove_stale_partials(a)
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize("name", ["meeting12:30.mp4", "C:\\clips\\a.mp4", "file:x.mp4", "-dash.mp4"])
+def test_local_names_are_files_never_protocols(tmp_path, clip, name):
+    src = tmp_path / name
+    src.write_bytes(clip.read_bytes())
+    out = tmp_path / ("out" + name.replace("\\", "_"))
+    result = run_cli(f"./{name}" if name.startswith("-") else name, "-o", out.name, "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.is_file() and partials(tmp_path) == []
+
+
+def test_colon_in_the_default_output_name(tmp_path, clip):
+    (tmp_path / "cam1:take2.mp4").write_bytes(clip.read_bytes())
+    result = run_cli("cam1:take2.mp4", "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cam1:take2_processed.mp4").is_file()
+
+
+def test_urls_stay_urls_and_devices_keep_their_names():
+    from pipeline.source import _ffmpeg_name
+
+    assert _ffmpeg_name("udp://0.0.0.0:5000", None, local=False) == "udp://0.0.0.0:5000"
+    assert _ffmpeg_name("/dev/video0", "v4l2", local=True) == "/dev/video0"
+    assert _ffmpeg_name("a:b.mp4", None, local=True) == "file:a:b.mp4"
