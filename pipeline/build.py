@@ -106,6 +106,8 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None) -> tuple[
 
             sink = NullSink()
         else:
+            if control is not None:
+                control.before_output()
             low_latency = source.info.live or cfg.realtime
             sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency)
     except BaseException:

@@ -53,7 +53,8 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
   Damaged input: undecodable packets are skipped and counted, a truncated file gives the frames it
     holds with a warning; --strict makes the first decode error fatal (exit 3).
   SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
-    at once without output.
+    at once without output. During set-up (before the output exists) the first one ends the run at
+    once. Files read while setting up (--config, lut3d) must be regular files, of bounded size.
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
@@ -236,7 +237,11 @@ def cmd_run(cfg: RunConfig, err: Console) -> int:
 
     control = RunControl()
     _install_signal_handlers(control)
-    pipeline = Pipeline.from_config(cfg, control=control)
+    control.interruptible = True  # until the output is about to be created (build_parts)
+    try:
+        pipeline = Pipeline.from_config(cfg, control=control)
+    finally:
+        control.interruptible = False
     try:
         with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal):
             stats = pipeline.run()
@@ -278,7 +283,9 @@ def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool 
 def _install_signal_handlers(control: Any) -> None:
     """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once.
 
-    The first only sets an event (the engine raises Interrupted once the output is final). The second
+    During set-up, before the output exists, the first one ends the run at once (Interrupted raised
+    where the main thread is: nothing to drain, nothing written). Later it only sets an event (the
+    engine raises Interrupted once the output is final). The second
     must not wait for anything (the user is escaping a stuck run): drop the temporary file, leave the
     target as it was, and leave the process without unwinding (os._exit), since unwinding would run
     the engine's clean-up, which waits on the worker threads.
@@ -290,6 +297,9 @@ def _install_signal_handlers(control: Any) -> None:
             os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n".encode())
             os._exit(128 + signum)
         control.stop(signum)
+        if control.interruptible:
+            control.interruptible = False
+            raise Interrupted(signum, "no output written")
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

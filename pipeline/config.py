@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .memory.registry import STRATEGIES
+from .textfile import read_text
 
 DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
@@ -146,17 +147,14 @@ def _check_min(name: str, value: int, low: int) -> None:
 
 
 FIELD_NAMES = {f.name for f in fields(RunConfig)}
+MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines: anything near this is not one
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a config file; keys may use dashes or underscores; an unknown key is an error naming it."""
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {path}: {e}") from e
+        raw = tomllib.loads(read_text(path, MAX_CONFIG_BYTES, "config file"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
     values = {}

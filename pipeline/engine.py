@@ -48,6 +48,16 @@ class RunControl:
         self.stop_event = threading.Event()  # graceful: drain and finalise
         self.signum: int | None = None
         self.pipeline: Pipeline | None = None
+        # Set-up, before any output exists: a signal handler may end it at once (raise Interrupted)
+        # instead of waiting for a step that reads or computes for long.
+        self.interruptible = False
+
+    def before_output(self) -> None:
+        """Called by the set-up just before it creates the output: from here on a stop is a graceful
+        one (the run sees the event), and one requested already ends the set-up now."""
+        self.interruptible = False
+        if self.stop_event.is_set():
+            raise Interrupted(self.signum or 2, "no output written")
 
     def stop(self, signum: int | None = None) -> None:
         """Safe from a signal handler: it only sets an event the stages poll."""

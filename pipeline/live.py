@@ -257,14 +257,21 @@ def open_in_background(factory: Callable[[], Source], stop: threading.Event,
 
     thread = threading.Thread(target=run, name="pipeline-open", daemon=True)
     thread.start()
-    while thread.is_alive():
-        thread.join(0.05)
-        if stop.is_set():
-            with lock:
-                if "source" not in result and "error" not in result:
-                    result["abandoned"] = True
-                    raise Interrupted(signum() or 2, "no output written")
-            break
+    try:
+        while thread.is_alive():
+            thread.join(0.05)
+            if stop.is_set():
+                with lock:
+                    if "source" not in result and "error" not in result:
+                        raise Interrupted(signum() or 2, "no output written")
+                break
+    except BaseException:  # also an Interrupted raised by a signal handler while waiting here
+        with lock:
+            result["abandoned"] = True
+            source = result.pop("source", None)
+        if source is not None:
+            source.close()
+        raise
     with lock:
         if "error" in result:
             raise result["error"]  # type: ignore[misc]

@@ -333,3 +333,46 @@ def test_urls_stay_urls_and_devices_keep_their_names():
     assert _ffmpeg_name("udp://0.0.0.0:5000", None, local=False) == "udp://0.0.0.0:5000"
     assert _ffmpeg_name("/dev/video0", "v4l2", local=True) == "/dev/video0"
     assert _ffmpeg_name("a:b.mp4", None, local=True) == "file:a:b.mp4"
+
+
+# -- 5. set-up: files that never end or never answer, and a stop while it runs --------------------------------
+
+
+@pytest.mark.parametrize("what", ["dev-zero", "fifo", "too-large", "directory"])
+@pytest.mark.parametrize("option", ["lut3d", "config"])
+def test_setup_files_are_regular_and_bounded(tmp_path, clip, what, option):
+    import os
+
+    path = {"dev-zero": Path("/dev/zero"), "fifo": tmp_path / "pipe.cube", "too-large": tmp_path / "huge.cube",
+            "directory": tmp_path}[what]
+    if what == "fifo":
+        os.mkfifo(path)  # no writer: opening it for reading would wait for one forever
+    elif what == "too-large":
+        with open(path, "wb") as f:
+            f.truncate(600 << 20)  # sparse: the size is checked before anything is read
+    args = ("--filters", f"lut3d=file={path}") if option == "lut3d" else ("--config", path)
+    result = run_cli(clip, "-o", tmp_path / "out.mp4", *args, cwd=tmp_path, timeout=30)
+    words = {"dev-zero": "not a regular file", "fifo": "not a regular file", "too-large": "the limit is",
+             "directory": "is a directory"}[what]
+    one_error(result, 2, str(path), words)
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_one_signal_ends_a_set_up_step_that_takes_long(tmp_path, clip, signame, code):
+    import signal
+    import time
+
+    plugin = tmp_path / "slow.py"
+    plugin.write_text("import time\ntime.sleep(60)\n")  # any long step of set-up: a plugin, a huge LUT
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(out), "--device", "cpu", "-q",
+           "--plugin", str(plugin)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == code, err
+    assert err.strip() == f"pipeline: interrupted by {signame}; no output written"
+    assert not out.exists() and partials(tmp_path) == []

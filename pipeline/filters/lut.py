@@ -14,12 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
+from ..textfile import read_text
 from ..gpu.cuda import cupy, f32, i32, launch_2d
 from ..gpu.kernels import kernel
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
 MAX_SIZE = 256
+# A 256-point table written with 6 decimals is about 480 MiB; past this, a file is not a LUT (/dev/zero).
+MAX_FILE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -61,12 +64,7 @@ def _size(path: Path, lineno: int, words: list[str]) -> int:
 def parse_cube(path: str | Path) -> CubeLut:
     """Read a .cube 3D LUT; every problem is a :class:`ConfigError` naming the file and line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(f"lut3d: file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"lut3d: cannot read {path}: {e}") from e
+    text = read_text(path, MAX_FILE_BYTES, "lut3d")
     size, title, rows = None, "", []
     lo, hi = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
     for lineno, line in enumerate(text.splitlines(), 1):

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import ConfigError, PipelineError, PluginError
+from ..errors import ConfigError, Interrupted, PipelineError, PluginError
 from .registry import FILTERS
 
 _LOADED_PLUGINS: set[Path] = set()
@@ -37,7 +37,7 @@ def load_plugin(path: str | Path) -> None:
     before = set(FILTERS)
     try:
         _exec(path)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):  # the user's stop, not the plugin's failure
         raise
     except BaseException as e:  # SystemExit too: a plugin does not decide how the run ends
         for name in set(FILTERS) - before:
