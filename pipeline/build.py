@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .checks import check_output, check_stats_path
-from .config import RunConfig
+from .checks import check_output, check_stats_path, special_kind
+from .config import RunConfig, is_url
 from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .filters.plugins import plugin_errors_are_config_errors
@@ -49,7 +49,8 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     """The PyAV source for ``cfg.input``; a live one is opened in the background (Ctrl-C stays live)."""
     from .source import Source, is_live_input
 
-    live = is_live_input(cfg.input, cfg.input_format)
+    waits = waits_for_writer(cfg.input, cfg.input_format)
+    live = waits or is_live_input(cfg.input, cfg.input_format)
 
     def factory() -> Any:
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
@@ -61,7 +62,16 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
 
     from .live import open_in_background
 
-    return open_in_background(factory, stop or threading.Event(), signum)
+    # A URL's open is bounded by FFmpeg's own timeout; a FIFO's open(2) and first reads are not.
+    return open_in_background(factory, stop or threading.Event(), signum, deadline=cfg.timeout if waits else None,
+                              name=cfg.input)
+
+
+def waits_for_writer(name: str, input_format: str | None = None) -> bool:
+    """A local FIFO, character device or socket (not a capture device): its open and reads wait for a
+    writer, possibly forever, so it is read as a live source (every wait bounded by --timeout)."""
+    return (not is_url(name) and input_format is None
+            and special_kind(name) in ("FIFO", "character device", "socket"))
 
 
 def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):

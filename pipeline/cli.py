@@ -58,7 +58,8 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
-    device (--input-format v4l2 /dev/video0). Opening and every read are bounded by --timeout; a source
+    device (--input-format v4l2 /dev/video0); a local FIFO or character device too (waiting for a
+    writer is bounded by --timeout; add --drop-policy block to keep every frame). Opening and every read are bounded by --timeout; a source
     silent that long (or whose video stops while audio flows) is stalled: with --reconnect N it is
     reopened up to N times per outage (back-off 0.5, 1, 2, 4, 8 s), then the run ends with exit 3 and
     the frames done kept. The end of a stream (the sender closed it) ends the run normally. A URL

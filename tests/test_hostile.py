@@ -376,3 +376,96 @@ def test_one_signal_ends_a_set_up_step_that_takes_long(tmp_path, clip, signame, 
     assert proc.returncode == code, err
     assert err.strip() == f"pipeline: interrupted by {signame}; no output written"
     assert not out.exists() and partials(tmp_path) == []
+
+
+# -- 6. a FIFO or a device as the input ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path) -> Path:
+    import os
+
+    os.mkfifo(path := tmp_path / "in.fifo")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ts_clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("ts") / "clip.ts", width=64, height=48, frames=30, audio=False)
+
+
+def feed(fifo: Path, data: bytes, hold: float = 0.0):
+    """A writer in a thread: ``data`` into the FIFO, then the write end held open ``hold`` seconds."""
+    import threading
+    import time
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write(data)
+            f.flush()
+            time.sleep(hold)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_fifo_with_no_writer_ends_at_the_timeout(tmp_path, fifo):
+    import time
+
+    t0 = time.monotonic()
+    result = run_cli(fifo, "-o", tmp_path / "out.mkv", "--timeout", "1", cwd=tmp_path, timeout=30)
+    one_error(result, 3, "in.fifo", "--timeout")
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_ends_a_wait_for_a_fifo_writer(tmp_path, fifo, signame, code):
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "pipeline", "run", str(fifo), "-o", str(tmp_path / "out.mkv"), "--device", "cpu",
+           "-q"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert err.strip() == f"pipeline: interrupted by {signame}; no output written"
+    assert partials(tmp_path) == []
+
+
+def test_a_fifo_is_read_to_its_end(tmp_path, fifo, ts_clip):
+    writer = feed(fifo, ts_clip.read_bytes())
+    out = tmp_path / "out.mkv"
+    result = run_cli(fifo, "-o", out, "--drop-policy", "block", "--filters", "", cwd=tmp_path)
+    writer.join(5)
+    assert result.returncode == 0, result.stderr
+    import av
+
+    with av.open(str(out)) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 30
+
+
+def test_a_signal_during_a_stalled_fifo_keeps_the_frames_done(tmp_path, fifo, ts_clip):
+    import signal
+    import time
+
+    writer = feed(fifo, ts_clip.read_bytes(), hold=30)  # then silent, the write end still open
+    out = tmp_path / "out.mkv"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(fifo), "-o", str(out), "--device", "cpu", "-q",
+           "--drop-policy", "block", "--filters", "", "--timeout", "10"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not partials(tmp_path):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(2)  # every frame written so far is through; the reader now waits in a read
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 5
+    assert "holds the" in err and len(err.strip().splitlines()) == 1
+    assert out.is_file() and partials(tmp_path) == []
+    del writer
