@@ -135,18 +135,17 @@ def check_host_memory(cfg: RunConfig, plan) -> None:
         f = plan.in_format
         raise GPUError(
             f"{cfg.input}: out of memory: {f.width}x{f.height} frames need {_gib(needed)} "
-            f"({needed} bytes: {cfg.in_flight} in flight, {cfg.ring_size} ring slots each way), "
+            f"({needed} bytes: the frame's buffers, {cfg.ring_size} ring slots each way), "
             f"{_gib(available)} is available; lower --in-flight/--ring-size or the resolution"
         )
 
 
 def memory_needed(cfg: RunConfig, plan) -> int:
-    """The arena and host rings the run reserves: the same sums the memory strategies make."""
-    from .memory.device_pool import arena_capacity
+    """The arena and host rings the CPU run touches: the sums its memory strategy makes (which commits
+    them up front), not the CUDA arena's frames in flight, which the CPU never has outstanding."""
+    from .cpu import host_bytes_needed
 
-    request = plan.request(cfg)
-    arena = arena_capacity(request.frame_bytes, request.in_flight, request.headroom, request.state_bytes)
-    return arena + cfg.ring_size * (request.in_bytes + request.out_bytes)
+    return host_bytes_needed(plan.request(cfg))
 
 
 def available_memory() -> int | None:

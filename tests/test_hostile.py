@@ -469,3 +469,47 @@ def test_a_signal_during_a_stalled_fifo_keeps_the_frames_done(tmp_path, fifo, ts
     assert "holds the" in err and len(err.strip().splitlines()) == 1
     assert out.is_file() and partials(tmp_path) == []
     del writer
+
+
+# -- 7. host memory: what is touched is what is counted, and it is taken up front -----------------------------
+
+
+def _plan_and_request(width: int, height: int, **settings):
+    from pipeline.config import RunConfig
+    from pipeline.filters import fuse_pointwise, parse_chain
+    from pipeline.processor import FramePlan
+    from pipeline.video import Colour, VideoFormat
+
+    cfg = RunConfig(**settings)
+    plan = FramePlan.build(VideoFormat(width, height, Colour()), fuse_pointwise(parse_chain(cfg.filters)))
+    return cfg, plan
+
+
+def test_the_cpu_check_counts_one_frame_of_arena_not_the_frames_in_flight():
+    from pipeline.build import memory_needed
+
+    cfg, plan = _plan_and_request(8192, 8192)
+    needed = memory_needed(cfg, plan)
+    rings = cfg.ring_size * 2 * plan.specs[plan.input].nbytes
+    assert plan.frame_bytes < needed - rings <= 1.3 * plan.frame_bytes  # one frame, with the headroom
+    assert needed < 5 * 2**30  # it was 13 GiB: in_flight x headroom frames the CPU never has outstanding
+
+
+def test_the_cpu_memory_is_what_the_check_counted_and_is_taken_at_once():
+    from pipeline.build import available_memory, memory_needed
+    from pipeline.cpu import CpuBackend
+    from pipeline.memory.registry import strategy
+
+    cfg, plan = _plan_and_request(2048, 2048, filters="gblur=sigma=2")
+    needed = memory_needed(cfg, plan)
+    before = available_memory()
+    if before is None or before < 4 * needed:
+        pytest.skip("needs /proc/meminfo and some free memory")
+    memory = CpuBackend(strategy("pool")).memory(plan.request(cfg))
+    try:
+        reserved = memory.device.arena.capacity + sum(h.bytes_reserved for h in memory.hosts)
+        assert reserved == needed
+        # Taken now, not at first use: the next run's check sees it gone.
+        assert before - available_memory() > 0.7 * needed
+    finally:
+        memory.close()
