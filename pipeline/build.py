@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .checks import check_output, check_stats_path, special_kind
+from .checks import as_pipeline_error, check_output, check_stats_path, special_kind
 from .config import RunConfig, is_url
 from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
@@ -27,7 +27,13 @@ def make_backend(device: str, alloc: str, streams: int):
         if ok:
             from .gpu.backend import CudaBackend
 
-            return CudaBackend(strategy, streams)
+            try:
+                return CudaBackend(strategy, streams)
+            except Exception as e:  # a CUDA failure while creating streams and events: exit 5, one line
+                error = as_pipeline_error(e)
+                if error is e:
+                    raise
+                raise error from e
         if device == "cuda":
             raise GPUError(f"--device cuda: {reason}")
         log.info(f"no usable CUDA GPU ({reason}); running on the CPU")

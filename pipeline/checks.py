@@ -7,16 +7,17 @@ import stat
 from pathlib import Path
 
 from .config import is_url
-from .errors import ConfigError, GPUError, OutputError, PipelineError
+from .errors import ConfigError, OutputError, PipelineError
 
 
 def as_pipeline_error(error: BaseException) -> BaseException:
+    """Ours as it is; any CuPy error (at set-up or mid-run) as a GPUError with what the device had free."""
     if isinstance(error, PipelineError):
         return error
-    if isinstance(error, MemoryError) and "cupy" in type(error).__module__:
-        return GPUError(f"out of device memory: {error}")
     if type(error).__module__.startswith(("cupy", "cupy_backends")):
-        return GPUError(f"CUDA error: {error}")
+        from .gpu.failures import cuda_error
+
+        return cuda_error(error)
     return error
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
+from .checks import as_pipeline_error
 from .config import DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .log import LEVELS
@@ -28,8 +29,9 @@ EXIT_CODES = """exit codes:
        could not be reopened: then the frames done before the stall are kept, playable)
   4    output or I/O error (directory missing or not writable, write failed, disk full; the
        output is a FIFO or a device: only regular files are replaced)
-  5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error;
-       on the CPU backend, frames whose buffers exceed the available memory)
+  5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error,
+       at set-up or mid-run, with what was needed and what was free; on the CPU backend, frames
+       whose buffers exceed the available memory)
   130  interrupted (SIGINT): in-flight frames drained, output finalised
   143  terminated (SIGTERM): likewise
   1    internal error (a bug; --debug shows the traceback); a --plugin filter failing mid-run
@@ -210,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: still one line, the traceback only with --debug
         if debug:
             traceback.print_exc()
+        mapped = as_pipeline_error(e)  # a CUDA failure wherever it surfaced is still exit 5, not a bug
+        if isinstance(mapped, PipelineError):
+            err.print(f"pipeline: error: {mapped}", markup=False, soft_wrap=True)
+            return mapped.exit_code
         where = f" while processing {args.input}" if getattr(args, "input", None) else ""
         err.print(f"pipeline: internal error{where}: {type(e).__name__}: {e} (--debug shows the traceback)",
                   markup=False, soft_wrap=True)

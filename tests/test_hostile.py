@@ -513,3 +513,132 @@ def test_the_cpu_memory_is_what_the_check_counted_and_is_taken_at_once():
         assert before - available_memory() > 0.7 * needed
     finally:
         memory.close()
+
+
+# -- 8. CUDA failures: exit 5, one line with what was needed and what was free --------------------------------
+
+FAKE_CUPY = '''
+"""A stand-in for CuPy with one device that fails where FAIL (an environment variable) says."""
+import os
+import types
+
+
+class CUDARuntimeError(RuntimeError):
+    def __init__(self, status, message):
+        self.status = status
+        super().__init__(message)
+
+
+class OutOfMemoryError(MemoryError):
+    pass
+
+
+FAIL = os.environ.get("FAKE_CUPY_FAIL", "")
+
+
+def _malloc(nbytes):
+    if FAIL == "malloc":
+        raise CUDARuntimeError(2, "cudaErrorMemoryAllocation: out of memory")
+    return 4096
+
+
+runtime = types.SimpleNamespace(
+    CUDARuntimeError=CUDARuntimeError, getDeviceCount=lambda: 1, getDevice=lambda: 0,
+    memGetInfo=lambda: (512 << 20, 80 << 30), malloc=_malloc, free=lambda ptr: None,
+    memcpyHostToDevice=1, memcpyDeviceToHost=2, memcpyAsync=lambda *a: None)
+
+
+class Stream:
+    def __init__(self, non_blocking=False):
+        if FAIL == "stream":
+            raise CUDARuntimeError(999, "cudaErrorUnknown: unknown error")
+        self.ptr = 1
+
+    def __del__(self):
+        self.ptr  # CuPy's own __del__ reads what a failed __init__ never set: AttributeError
+
+    def synchronize(self):
+        pass
+
+
+Stream.null = object.__new__(Stream)
+Stream.null.ptr = 0
+
+
+class Event:
+    done = True
+
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+cuda = types.SimpleNamespace(runtime=runtime, Stream=Stream, Event=Event, get_elapsed_time=lambda a, b: 0.0,
+                             memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError))
+'''
+
+
+@pytest.fixture
+def fake_cupy(tmp_path) -> Path:
+    (fake := tmp_path / "fakecupy").mkdir()
+    (fake / "cupy.py").write_text(FAKE_CUPY)
+    return fake
+
+
+def run_with_fake_cupy(fake: Path, fail: str, clip: Path, cwd: Path) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "FAKE_CUPY_FAIL": fail,
+           "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")] + sys.path)}
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(cwd / "out.mp4"), "--device", "cuda", "-q"]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_cuda_failure_at_set_up_is_exit_5_and_half_built_objects_print_nothing(tmp_path, clip, fake_cupy):
+    result = run_with_fake_cupy(fake_cupy, "stream", clip, tmp_path)
+    line = one_error(result, 5, "CUDA error while creating CUDA streams", "512 MiB free of 81,920 MiB")
+    assert "Exception ignored" not in result.stderr and "__del__" not in result.stderr, line
+    assert partials(tmp_path) == []
+
+
+def test_out_of_device_memory_for_the_arena_names_needed_and_free(tmp_path, clip, fake_cupy):
+    result = run_with_fake_cupy(fake_cupy, "malloc", clip, tmp_path)
+    one_error(result, 5, "out of device memory: the device arena needs", "MiB, 512 MiB free of 81,920 MiB")
+    assert not (tmp_path / "out.mp4").exists() and partials(tmp_path) == []
+
+
+def test_cupy_errors_mid_run_become_gpu_errors_with_the_free_memory(monkeypatch):
+    from pipeline.checks import as_pipeline_error
+    from pipeline.errors import GPUError
+    from pipeline.gpu import cuda as gpu_cuda
+
+    fake = types_module(FAKE_CUPY)
+    monkeypatch.setattr(gpu_cuda, "cupy", lambda: fake)
+    oom = fake.OutOfMemoryError("Out of memory allocating 268,435,456 bytes (allocated so far: 0 bytes).")
+    error = as_pipeline_error(oom)
+    assert isinstance(error, GPUError) and error.exit_code == 5
+    assert "needs 256 MiB, 512 MiB free of 81,920 MiB" in str(error)
+    launch = as_pipeline_error(fake.CUDARuntimeError(719, "cudaErrorLaunchFailure: unspecified launch failure"))
+    assert isinstance(launch, GPUError) and "cudaErrorLaunchFailure" in str(launch) and "512 MiB free" in str(launch)
+    assert as_pipeline_error(ValueError("ours")).__class__ is ValueError  # not every error is CUDA's
+
+
+def types_module(source: str):
+    """``source`` as a module named cupy (its classes then say they come from CuPy, as the real ones do)."""
+    import types
+
+    module = types.ModuleType("cupy")
+    exec(compile(source, "cupy.py", "exec"), module.__dict__)
+    return module
+
+
+def test_cupy_destructor_noise_goes_to_the_debug_log(capsys):
+    from pipeline.gpu.failures import quiet_half_built_objects
+
+    fake = types_module(FAKE_CUPY)
+    quiet_half_built_objects()
+    half = object.__new__(fake.Stream)  # as after a failed __init__
+    del half
+    assert "Exception ignored" not in capsys.readouterr().err

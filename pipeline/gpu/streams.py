@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cuda import cupy
+from .failures import creating
 
 _MARKS = ("start", "uploaded", "filtered", "done")
 
@@ -48,16 +49,17 @@ class CudaOps:
     def __init__(self, streams: int, default_stream: bool = False):
         cp = cupy()
         # The naive strategy runs on the legacy default stream, as code that never thinks about streams does.
-        self.streams = [cp.cuda.Stream.null] if default_stream else [
+        self.streams = [cp.cuda.Stream.null] if default_stream else creating("creating CUDA streams", lambda: [
             cp.cuda.Stream(non_blocking=True) for _ in range(streams)
-        ]
-        self._current_event = cp.cuda.Event()
+        ])
+        self._current_event = creating("creating CUDA events", cp.cuda.Event)
         self._memcpy = cp.cuda.runtime.memcpyAsync
         self._h2d, self._d2h = cp.cuda.runtime.memcpyHostToDevice, cp.cuda.runtime.memcpyDeviceToHost
 
     def context(self, index: int) -> CudaContext:
         cp = cupy()
-        return CudaContext(index, self.streams[index % len(self.streams)], {m: cp.cuda.Event() for m in _MARKS})
+        events = creating("creating CUDA events", lambda: {m: cp.cuda.Event() for m in _MARKS})
+        return CudaContext(index, self.streams[index % len(self.streams)], events)
 
     def scope(self, ctx: CudaContext):
         return ctx.stream
