@@ -118,7 +118,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
     p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
-                   help="encoder option, repeatable (e.g. crf=18, preset=veryfast)")
+                   help="encoder option, repeatable (e.g. crf=18, preset=veryfast); one the encoder does not "
+                        "use is an error")
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
@@ -146,7 +147,8 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("--format", dest="output_format", metavar="NAME",
                    help="output muxer (e.g. mpegts, flv); default: from the output name, or the URL scheme")
     p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
-                   help="muxer/protocol option for the output, repeatable (e.g. pkt_size=1316)")
+                   help="muxer option for the output, repeatable (e.g. movflags=+faststart); one the muxer "
+                        "does not use is an error; protocol options go in the URL (udp://host:port?pkt_size=1316)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help=f"live sources: open and read timeout, and the stall watchdog (default: {d.timeout})")
     p.add_argument("--reconnect", type=int, metavar="N",

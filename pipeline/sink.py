@@ -25,6 +25,7 @@ from typing import Callable
 import av
 import numpy as np
 
+from .avlib import unused_muxer_options
 from .config import file_url, is_url
 from .errors import ConfigError, OutputError
 from .outfile import partial_prefix, place_output, temp_path_for
@@ -56,6 +57,27 @@ def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
     if target.suffix.lower() in MOV_SUFFIXES and time_base and time_base.denominator < 2**31:
         return {"movie_timescale": str(time_base.denominator)}
     return {}
+
+
+def _check_muxer_options(target, muxer: str, options: dict[str, str]) -> None:
+    """An --output-opt the muxer would not use is refused (FFmpeg would only leave it unused: a typo
+    such as movflag=faststart ran with exit 0). Protocol options never reach the protocol here."""
+    unused = unused_muxer_options(muxer, options) if options else []
+    if unused:
+        listed = ", ".join(f"{k}={options[k]}" for k in unused)
+        raise ConfigError(f"{target}: the {muxer} muxer does not use {listed} (misspelled? `ffmpeg -h muxer={muxer}` "
+                          "lists its options; protocol options go in the URL, e.g. udp://host:port?pkt_size=1316)")
+
+
+def _check_encoder_options(target, codec_context, options: dict[str, str]) -> None:
+    """An --encoder-opt the encoder did not consume is refused: after opening, PyAV leaves exactly those
+    in ``codec_context.options`` (a typo such as cfr=18 ran with exit 0 at the encoder's defaults)."""
+    unused = [k for k in options if k in codec_context.options]
+    if unused:
+        name = codec_context.name
+        listed = ", ".join(f"{k}={options[k]}" for k in unused)
+        raise ConfigError(f"{target}: the {name} encoder does not use {listed} (misspelled? "
+                          f"`ffmpeg -h encoder={name}` lists its options)")
 
 
 def remove_stale_partials(target: Path) -> None:
@@ -111,12 +133,14 @@ class Sink:
         self.on_packets: Callable[[list[float | None]], None] | None = None
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         try:
+            _check_muxer_options(target, self.container.format.name, output_opts or {})
             self.video = self._add_video(codec, options, rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
             templates = audio.templates if audio else ()
             self.audio = {s.index: self.container.add_stream_from_template(s) for s in templates}
             self._start()
+            _check_encoder_options(target, self.video.codec_context, options)
         except BaseException:
             self.abort()
             raise

@@ -642,3 +642,33 @@ def test_cupy_destructor_noise_goes_to_the_debug_log(capsys):
     half = object.__new__(fake.Stream)  # as after a failed __init__
     del half
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+# -- 10. options the encoder or the muxer would not use ---------------------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--encoder-opt", "cfr=18"), ("libx264 encoder does not use cfr=18",)),
+    (("-c", "mpeg4", "--encoder-opt", "crf=18"), ("mpeg4 encoder does not use crf=18",)),
+    (("--output-opt", "movflag=+faststart"), ("mp4 muxer does not use movflag=+faststart",)),
+], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo"])
+def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
+    out = tmp_path / "out.mp4"
+    one_error(run_cli(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
+    assert not out.exists() and partials(tmp_path) == []
+
+
+def test_options_that_are_used_pass(tmp_path, clip):
+    out = tmp_path / "out.mp4"
+    result = run_cli(clip, "-o", out, "--encoder-opt", "crf=30", "--encoder-opt", "g=12",
+                     "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = out.read_bytes()
+    assert data.find(b"moov") < data.find(b"mdat")  # faststart was applied
+
+
+def test_muxer_option_lookup():
+    from pipeline.avlib import unused_muxer_options
+
+    assert unused_muxer_options("matroska", ["cluster_size_limit", "fflags", "movflags"]) == ["movflags"]
+    assert unused_muxer_options("mpegts", ["mpegts_flags", "pkt_size"]) == ["pkt_size"]
