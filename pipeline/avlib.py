@@ -1,4 +1,5 @@
-"""What PyAV does not expose of FFmpeg, read from the FFmpeg libraries PyAV itself loaded (ctypes).
+"""What PyAV does not expose of FFmpeg (read from the libraries PyAV itself loaded, through ctypes), and
+FFmpeg's log routed through the project's logger.
 
 Which options a muxer takes: FFmpeg's ``avformat_write_header`` leaves the options it did not use in
 the dictionary it was given, but PyAV drops that dictionary (and passes none to the output protocol),
@@ -6,16 +7,32 @@ so an unknown ``--output-opt`` key used to vanish without a word. The same looku
 (``init_muxer``: the generic AVFormatContext options, then the muxer's private ones) tells which keys a
 muxer will use. Where the libraries cannot be found (a PyAV built against a system FFmpeg), nothing is
 refused: the check says it cannot tell.
+
+The log: PyAV discards FFmpeg's lines by default, and some libraries print to stderr themselves (x264's
+"invalid preset", x265's and SVT-AV1's banners), breaking the one-line promise. FFmpeg's lines (warnings
+and errors, everything with ``--loglevel debug``) go to the ``pipeline`` logger at debug level; the
+libraries' own prints are captured around the encoder's opening (:func:`captured_stderr`). Lines from
+a context being watched (:func:`watch`: a demuxer, a decoder) are also kept for the one who watches.
+PyAV's log callback takes the GIL from FFmpeg's threads: below the threshold it returns before, and
+the source drains its decoder before closing it, so no thread is left logging while the GIL holder
+waits for it (PyAV#751).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
+import logging
 import os
+import tempfile
+import threading
+from typing import Iterator
 
 import av
+
+from .log import log
 
 _AV_OPT_SEARCH_CHILDREN = 1
 _AV_OPT_SEARCH_FAKE_OBJ = 2
@@ -74,3 +91,119 @@ def unused_muxer_options(muxer: str, keys) -> list[str] | None:
     generic = fmt.avformat_get_class()
     return [k for k in keys
             if not _has_option(generic, k, 0) and not _has_option(private, k, _AV_OPT_SEARCH_CHILDREN)]
+
+
+class _ToPipelineLog(logging.Handler):
+    """PyAV's ``libav.<context>`` records: kept for watchers, then sent to the pipeline logger at debug."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        context = record.name.removeprefix("libav.")
+        message = record.getMessage()
+        for w in list(_WATCHES):
+            if context in w.contexts and record.levelno >= logging.WARNING:
+                w.add(context, message)
+        log.debug(f"ffmpeg: [{context}] {message}")
+
+
+_WATCHES: set[Watch] = set()
+_ROUTED: list[int] = []
+
+
+def route_ffmpeg_log() -> None:
+    """FFmpeg's warnings and errors (all its lines when the pipeline logger is at debug) into the pipeline
+    logger, at debug. Idempotent; the threshold follows the pipeline logger's level each time."""
+    threshold = av.logging.VERBOSE if log.isEnabledFor(logging.DEBUG) else av.logging.WARNING
+    if _ROUTED == [threshold]:
+        return
+    libav = logging.getLogger("libav")
+    if not any(isinstance(h, _ToPipelineLog) for h in libav.handlers):
+        libav.addHandler(_ToPipelineLog())
+    libav.setLevel(logging.DEBUG)  # PyAV's own threshold filters; this one must not
+    libav.propagate = False  # never a second copy on stderr through the root logger
+    av.logging.set_level(threshold)
+    _ROUTED[:] = [threshold]
+
+
+class Watch:
+    """Warnings and errors FFmpeg logged from the contexts named (``mpegts``, ``h264``...), in order."""
+
+    def __init__(self, contexts):
+        self.contexts = frozenset(contexts)
+        self.lines: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def add(self, context: str, message: str) -> None:
+        with self._lock:
+            if len(self.lines) < 1000:  # a damaged file can log per packet: the first ones say enough
+                self.lines.append((context, message))
+
+    def take(self) -> list[tuple[str, str]]:
+        with self._lock:
+            lines, self.lines = self.lines, []
+        return lines
+
+    def close(self) -> None:
+        _WATCHES.discard(self)
+
+
+def watch(contexts) -> Watch:
+    route_ffmpeg_log()
+    w = Watch(contexts)
+    _WATCHES.add(w)
+    return w
+
+
+def quiet_encoder(name: str, options: dict[str, str]) -> dict[str, str]:
+    """``options`` plus what keeps an encoder's own banner off stderr, unless the pipeline logs at debug
+    or the user set it: x265's log-level, SVT-AV1's SVT_LOG (read once, at its first use)."""
+    options = dict(options)
+    if log.isEnabledFor(logging.DEBUG):
+        return options
+    if name == "libx265" and "log-level" not in options.get("x265-params", ""):
+        options["x265-params"] = ":".join(p for p in (options.get("x265-params"), "log-level=error") if p)
+    elif name == "libsvtav1":
+        os.environ.setdefault("SVT_LOG", "1")  # errors only
+    return options
+
+
+# Libraries that print to stderr themselves, and the start of their lines.
+_LIBRARY_PREFIXES = ("x264 [", "x265 [", "Svt[", "SVT [", "[SVT", "Svt ")
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[list[str]]:
+    """Lines written to file descriptor 2 inside the block (by C libraries too), instead of the terminal.
+    Library lines are logged at debug after the block; anything else is written back as it came."""
+    lines: list[str] = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to protect
+        yield lines
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines.extend(capture.read().decode("utf-8", "replace").splitlines())
+            _release(lines)
+
+
+def _release(lines: list[str]) -> None:
+    others = []
+    for line in lines:
+        if line.startswith(_LIBRARY_PREFIXES):
+            log.debug(line.strip())
+        elif line.strip():
+            others.append(line)
+    if others:
+        os.write(2, ("\n".join(others) + "\n").encode())
+
+
+def library_errors(lines: list[str]) -> str:
+    """The error lines a library printed, for the one-line message (x264's "invalid preset 'x'")."""
+    return "; ".join(line.split("]:", 1)[-1].strip() for line in lines
+                     if line.startswith(_LIBRARY_PREFIXES) and "error" in line.lower())

@@ -25,7 +25,7 @@ from typing import Callable
 import av
 import numpy as np
 
-from .avlib import unused_muxer_options
+from .avlib import captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options
 from .config import file_url, is_url
 from .errors import ConfigError, OutputError
 from .outfile import partial_prefix, place_output, temp_path_for
@@ -119,6 +119,7 @@ class Sink:
                  audio=None, output_format: str | None = None, output_opts: dict[str, str] | None = None,
                  timeout: float | None = None, low_latency: bool = False, overwrite: bool = False):
         fmt, rate, time_base = info.format, info.frame_rate, info.time_base
+        route_ffmpeg_log()
         self.target = target
         self.low_latency = low_latency
         self.overwrite = overwrite  # at the final rename: replace a target that appeared during the run
@@ -168,15 +169,18 @@ class Sink:
     def _start(self) -> None:
         """Open the encoder and write the header now, not at the first packet: a container that cannot
         hold a stream (PCM audio in MP4) or a bad encoder option is refused before any frame is done."""
+        printed: list[str] = []
         try:
-            self.container.start_encoding()
+            with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
+                self.container.start_encoding()
         except OSError as e:
             raise OutputError(f"{self.target}: cannot create output: {e}") from e
         except (ValueError, av.error.FFmpegError) as e:
             streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
+            said = library_errors(printed)
             raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
-                              f"with these options ({e}); try another output extension (.mkv) or "
-                              "--encoder-opt") from e
+                              f"with these options ({e}{'; ' + said if said else ''}); try another output "
+                              "extension (.mkv) or --encoder-opt") from e
 
     def _add_video(self, codec, options, rate, time_base):
         try:
@@ -185,7 +189,7 @@ class Sink:
             raise ConfigError(f"unknown or unavailable encoder {codec!r}: {e}") from e
         stream.width, stream.height = self.fmt.width, self.fmt.height
         stream.pix_fmt = "yuv420p"
-        stream.options = dict(options)
+        stream.options = quiet_encoder(stream.codec_context.name, options)
         # Frame threads hold back one frame per thread (24 at 16 cores: 0.4 s at 60 fps), and FFmpeg's
         # libx264 wrapper picks them over x264's own sliced threads (tune=zerolatency) whenever
         # thread_type includes FRAME. Live and paced runs want each packet out at once: slices only.

@@ -29,6 +29,7 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from .avlib import route_ffmpeg_log
 from .config import file_url, is_url
 from .errors import ConfigError, InputError, SourceStalled
 from .log import log
@@ -88,6 +89,7 @@ class Source:
                  input_format: str | None = None, options: dict[str, str] | None = None,
                  timeout: float | None = None, live: bool | None = None):
         self.path = path
+        route_ffmpeg_log()
         self._held: list[tuple[int, str]] | None = []  # notices while opening: shown only if the input is usable
         self.strict = strict
         self.live = is_live_input(path, input_format) if live is None else live
@@ -330,6 +332,7 @@ class Source:
             self._warned_convert = True
 
     def close(self) -> None:
+        _drain(self.video)
         self.container.close()
 
 
@@ -380,6 +383,18 @@ def _display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
         return None
     values = tuple(int(v) for v in np.frombuffer(bytes(data), np.int32))
     return values if len(values) == 9 else None
+
+
+def _drain(video) -> None:
+    """Let the decoder's frame threads finish before the decoder is freed: PyAV frees it holding the GIL
+    and waits for them, and one logging meanwhile would wait for the GIL (FFmpeg's log is routed)."""
+    cc = getattr(video, "codec_context", None)
+    if cc is None or not cc.is_open:
+        return
+    try:
+        cc.decode(None)  # a flush packet; the GIL is released while the threads finish
+    except (av.error.FFmpegError, ValueError):
+        pass  # a decoder in error has nothing left to finish
 
 
 def check_frame_size(path: str, width: int, height: int) -> None:

@@ -672,3 +672,52 @@ def test_muxer_option_lookup():
 
     assert unused_muxer_options("matroska", ["cluster_size_limit", "fflags", "movflags"]) == ["movflags"]
     assert unused_muxer_options("mpegts", ["mpegts_flags", "pkt_size"]) == ["pkt_size"]
+
+
+# -- 19. libraries' own log lines -------------------------------------------------------------------------
+
+
+def test_a_bad_preset_is_one_line_with_x264s_own_words(tmp_path, clip):
+    result = run_cli(clip, "-o", tmp_path / "out.mkv", "--encoder-opt", "preset=bogus", cwd=tmp_path)
+    one_error(result, 2, "invalid preset 'bogus'")
+
+
+@pytest.mark.parametrize("codec", ["libx265", "libsvtav1"])
+def test_encoder_banners_stay_off_stderr(tmp_path, clip, codec):
+    import av
+
+    if codec not in av.codecs_available:
+        pytest.skip(f"{codec} is not in this PyAV build")
+    out = tmp_path / "out.mkv"
+    result = run_cli(clip, "-o", out, "-c", codec, "--frames", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    debug = run_cli(clip, "-o", out, "-y", "-c", codec, "--frames", "3", "--loglevel", "debug", cwd=tmp_path)
+    assert debug.returncode == 0, debug.stderr
+    lines = debug.stderr.splitlines()
+    assert any(line.startswith("pipeline: ffmpeg: [") for line in lines)  # FFmpeg's own lines, when asked
+
+
+def test_ffmpeg_lines_are_debug_lines_of_the_pipeline_logger(caplog):
+    import logging
+
+    import av
+
+    from pipeline.avlib import route_ffmpeg_log
+
+    route_ffmpeg_log()
+    with caplog.at_level(logging.DEBUG, logger="pipeline"):
+        av.logging.log(av.logging.WARNING, "demo", "a warning from FFmpeg")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.DEBUG, "ffmpeg: [demo] a warning from FFmpeg")]
+
+
+def test_captured_stderr_passes_other_writers_through(capfd):
+    import os
+
+    from pipeline.avlib import captured_stderr
+
+    with captured_stderr() as lines:
+        os.write(2, b"x265 [info]: HEVC encoder version 4.2\nsomebody else's line\n")
+    assert lines == ["x265 [info]: HEVC encoder version 4.2", "somebody else's line"]
+    assert capfd.readouterr().err == "somebody else's line\n"
