@@ -32,6 +32,7 @@ from typing import Iterator
 
 import av
 
+from .config import file_url
 from .log import log
 
 _AV_OPT_SEARCH_CHILDREN = 1
@@ -101,7 +102,7 @@ class _ToPipelineLog(logging.Handler):
         message = record.getMessage()
         for w in list(_WATCHES):
             if context in w.contexts and record.levelno >= logging.WARNING:
-                w.add(context, message)
+                w.add(context, record.levelno, message)
         log.debug(f"ffmpeg: [{context}] {message}")
 
 
@@ -125,19 +126,20 @@ def route_ffmpeg_log() -> None:
 
 
 class Watch:
-    """Warnings and errors FFmpeg logged from the contexts named (``mpegts``, ``h264``...), in order."""
+    """Warnings and errors FFmpeg logged from the contexts named (``mpegts``, ``h264``...), in order:
+    (context, Python logging level, message)."""
 
     def __init__(self, contexts):
         self.contexts = frozenset(contexts)
-        self.lines: list[tuple[str, str]] = []
+        self.lines: list[tuple[str, int, str]] = []
         self._lock = threading.Lock()
 
-    def add(self, context: str, message: str) -> None:
+    def add(self, context: str, level: int, message: str) -> None:
         with self._lock:
             if len(self.lines) < 1000:  # a damaged file can log per packet: the first ones say enough
-                self.lines.append((context, message))
+                self.lines.append((context, level, message))
 
-    def take(self) -> list[tuple[str, str]]:
+    def take(self) -> list[tuple[str, int, str]]:
         with self._lock:
             lines, self.lines = self.lines, []
         return lines
@@ -207,3 +209,23 @@ def library_errors(lines: list[str]) -> str:
     """The error lines a library printed, for the one-line message (x264's "invalid preset 'x'")."""
     return "; ".join(line.split("]:", 1)[-1].strip() for line in lines
                      if line.startswith(_LIBRARY_PREFIXES) and "error" in line.lower())
+
+
+def ffmpeg_name(path: str, input_format: str | None, local: bool) -> str:
+    """A local file through FFmpeg's ``file:`` protocol (a ':' in its name is no protocol); a URL as it
+    is, and a device as it is too: a capture demuxer (v4l2) opens the name itself, without protocols."""
+    if not local or (input_format and av.format.ContainerFormat(input_format, "r").no_file):
+        return path
+    return file_url(path)
+
+
+def drain_decoder(video) -> None:
+    """Let the decoder's frame threads finish before the decoder is freed: PyAV frees it holding the GIL
+    and waits for them, and one logging meanwhile would wait for the GIL (see route_ffmpeg_log)."""
+    cc = getattr(video, "codec_context", None)
+    if cc is None or not cc.is_open:
+        return
+    try:
+        cc.decode(None)  # a flush packet; the GIL is released while the threads finish
+    except (av.error.FFmpegError, ValueError):
+        pass  # a decoder in error has nothing left to finish

@@ -53,7 +53,9 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
     rotation (display matrix), so players show it turned as they showed the input. Geometry filters
     (crop, flips, transpose) therefore work on the picture as stored, before that rotation.
   Damaged input: undecodable packets are skipped and counted, a truncated file gives the frames it
-    holds with a warning; --strict makes the first decode error fatal (exit 3).
+    holds with a warning (in every container: what the demuxer met on the way is reported); errors
+    the decoder concealed are counted as corrupt frames; --strict makes the first decode error, or
+    a damaged or cut-short input, fatal (exit 3), and decodes with slice threads.
   SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
     at once without output. During set-up (before the output exists) the first one ends the run at
     once. Files read while setting up (--config, lut3d) must be regular files, of bounded size.

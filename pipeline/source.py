@@ -29,8 +29,9 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from .avlib import route_ffmpeg_log
-from .config import file_url, is_url
+from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
+from .config import is_url
+from .damage import DamageLog
 from .errors import ConfigError, InputError, SourceStalled
 from .log import log
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
@@ -102,12 +103,14 @@ class Source:
         self.container = self._open()
         try:
             self.video = self._video_stream()
+            self._damage = DamageLog(path, self.container.format.name, self.video.codec_context.name)
             self.audio_streams = self._audio_streams()
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
             self._clock = _Clock(_frame_step(self.video), _ticks(self.video, MAX_GAP_S))
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
+            self._close_damage_log()
             self.container.close()
             raise  # its one line says it all; the warnings held back would only repeat it
         held, self._held = self._held, None
@@ -123,7 +126,8 @@ class Source:
         video = videos[0]
         if video.codec_context is None:
             raise InputError(f"{self.path}: no decoder for the video stream (unknown or unsupported codec)")
-        video.thread_type = "SLICE" if self.live else "AUTO"
+        # --strict: slice threads, so that a decoder error is the packet's own, not a later one's.
+        video.thread_type = "SLICE" if self.live or self.strict else "AUTO"
         return video
 
     def _open(self):
@@ -229,6 +233,7 @@ class Source:
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
         for packet in self._packets():
+            self._damage.packet(packet)
             if packet.stream is not video:
                 if packet.dts is not None:  # flush packets carry nothing to copy
                     yield AudioPacket(packet)
@@ -274,6 +279,7 @@ class Source:
             # PyAV >= 17.1 returns the good frames of a packet and drops the error that followed them.
             frames = packet.decode()
         except av.error.FFmpegError as e:
+            self._damage.decoder_errors()  # what it logged about this packet is this error
             self._bad_data(f"undecodable packet at pts {packet.pts}", e)
             self.decode_errors += 1
             return []
@@ -282,7 +288,16 @@ class Source:
             if frame.is_corrupt:
                 self._bad_data(f"corrupt frame at pts {frame.pts}")
                 self.corrupt_frames += 1
+        self._concealed(packet, frames)
         return [(frame, dt) for frame in frames]
+
+    def _concealed(self, packet: av.Packet, frames: list) -> None:
+        """Errors the decoder logged and concealed: the packet did not fail and, with slice threads, no
+        frame is even flagged corrupt. Counted as a corrupt frame (fatal with --strict)."""
+        errors = self._damage.decoder_errors()
+        if errors and not any(frame.is_corrupt for frame in frames):
+            self._bad_data(f"decoder error at pts {packet.pts} ({errors[0]})")
+            self.corrupt_frames += 1
 
     def _bad_data(self, what: str, error: Exception | None = None) -> None:
         if self.strict:
@@ -302,9 +317,16 @@ class Source:
 
     def _check_complete(self, decoded: int) -> None:
         expected = self.expected_frames
+        why = self._damage.ended_early()  # in every container: what the demuxer met on the way
         if decoded and expected and decoded + self.decode_errors < expected:
-            self.warn(f"{self.path}: input ends early: {decoded} of {expected} frames decoded "
-                        "(truncated file?)")
+            why = f"input ends early: {decoded} of {expected} frames decoded (truncated file?)" + (
+                f"; {why}" if why else "")
+        elif why:
+            why = f"input damaged or cut short ({decoded} frames decoded): {why}"
+        if why and self.strict:
+            raise InputError(f"{self.path}: {why} (--strict)")
+        if why:
+            self.warn(f"{self.path}: {why}")
 
     # -- into the host ring -----------------------------------------------------------------------
 
@@ -332,8 +354,14 @@ class Source:
             self._warned_convert = True
 
     def close(self) -> None:
-        _drain(self.video)
+        drain_decoder(self.video)
+        self._close_damage_log()
         self.container.close()
+
+    def _close_damage_log(self) -> None:
+        damage = getattr(self, "_damage", None)
+        if damage is not None:
+            damage.close()
 
 
 class _Clock:
@@ -385,18 +413,6 @@ def _display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
     return values if len(values) == 9 else None
 
 
-def _drain(video) -> None:
-    """Let the decoder's frame threads finish before the decoder is freed: PyAV frees it holding the GIL
-    and waits for them, and one logging meanwhile would wait for the GIL (FFmpeg's log is routed)."""
-    cc = getattr(video, "codec_context", None)
-    if cc is None or not cc.is_open:
-        return
-    try:
-        cc.decode(None)  # a flush packet; the GIL is released while the threads finish
-    except (av.error.FFmpegError, ValueError):
-        pass  # a decoder in error has nothing left to finish
-
-
 def check_frame_size(path: str, width: int, height: int) -> None:
     if width < 2 or height < 2:
         raise InputError(f"{path}: frame size {width}x{height} is too small")
@@ -419,7 +435,7 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         _check_format(input_format)
     kwargs = {"timeout": (timeout, timeout)} if timeout else {}
     try:
-        container = av.open(_ffmpeg_name(path, input_format, local), "r", format=input_format,
+        container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
                             container_options=options, **kwargs)
     except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
         raise InputError(f"{path}: nothing received within {timeout:g} s while opening "
@@ -435,14 +451,6 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         container.close()
         raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
     return container
-
-
-def _ffmpeg_name(path: str, input_format: str | None, local: bool) -> str:
-    """A local file through FFmpeg's ``file:`` protocol (a ':' in its name is no protocol); a URL as it
-    is, and a device as it is too: a capture demuxer (v4l2) opens the name itself, without protocols."""
-    if not local or (input_format and av.format.ContainerFormat(input_format, "r").no_file):
-        return path
-    return file_url(path)
 
 
 def _check_local(path: str) -> None:

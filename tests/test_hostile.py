@@ -328,11 +328,11 @@ def test_colon_in_the_default_output_name(tmp_path, clip):
 
 
 def test_urls_stay_urls_and_devices_keep_their_names():
-    from pipeline.source import _ffmpeg_name
+    from pipeline.avlib import ffmpeg_name
 
-    assert _ffmpeg_name("udp://0.0.0.0:5000", None, local=False) == "udp://0.0.0.0:5000"
-    assert _ffmpeg_name("/dev/video0", "v4l2", local=True) == "/dev/video0"
-    assert _ffmpeg_name("a:b.mp4", None, local=True) == "file:a:b.mp4"
+    assert ffmpeg_name("udp://0.0.0.0:5000", None, local=False) == "udp://0.0.0.0:5000"
+    assert ffmpeg_name("/dev/video0", "v4l2", local=True) == "/dev/video0"
+    assert ffmpeg_name("a:b.mp4", None, local=True) == "file:a:b.mp4"
 
 
 # -- 5. set-up: files that never end or never answer, and a stop while it runs --------------------------------
@@ -721,3 +721,78 @@ def test_captured_stderr_passes_other_writers_through(capfd):
         os.write(2, b"x265 [info]: HEVC encoder version 4.2\nsomebody else's line\n")
     assert lines == ["x265 [info]: HEVC encoder version 4.2", "somebody else's line"]
     assert capfd.readouterr().err == "somebody else's line\n"
+
+
+# -- 17. damage that raises nothing: truncated MKV and MPEG-TS, concealed decoder errors ----------------------
+
+
+@pytest.fixture(scope="module")
+def containers(tmp_path_factory):
+    from helpers import remux
+
+    d = tmp_path_factory.mktemp("containers")
+    src = make_clip(d / "src.mp4", width=160, height=96, frames=30, audio=True)
+    return {suffix: remux(src, d / f"clip{suffix}") for suffix in (".mkv", ".ts")}
+
+
+@pytest.mark.parametrize("suffix, cut, words", [
+    (".mkv", 0.6, "File ended prematurely"),
+    (".ts", 0.6, "not a whole number of transport packets"),
+])
+def test_truncated_files_warn_in_every_container_and_fail_with_strict(tmp_path, containers, suffix, cut, words):
+    data = containers[suffix].read_bytes()
+    size = int(len(data) * cut)
+    size -= 1 if suffix == ".ts" and size % 188 == 0 else 0  # cut inside a packet
+    src = tmp_path / f"cut{suffix}"
+    src.write_bytes(data[:size])
+    out = tmp_path / "out.mkv"
+    result = run_cli(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning" in result.stderr and "cut short" in result.stderr and words in result.stderr
+    assert out.is_file()
+    out.unlink()
+    one_error(run_cli(src, "-o", out, "--strict", cwd=tmp_path), 3, "--strict")  # its cut frame, or the cut
+
+
+def test_complete_files_get_no_warning(tmp_path, containers):
+    for suffix, src in containers.items():
+        result = run_cli(src, "-o", tmp_path / f"out{suffix}.mkv", cwd=tmp_path)
+        assert result.returncode == 0 and result.stderr == "", (suffix, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def concealed(tmp_path_factory):
+    """A few flipped bytes in the H.264 payload: the decoder conceals them and logs, no packet fails."""
+    import random
+
+    d = tmp_path_factory.mktemp("concealed")
+    data = bytearray(make_clip(d / "clean.mp4", width=320, height=180, frames=60, audio=False).read_bytes())
+    start, end = data.find(b"mdat") + 5000, data.find(b"moov") - 5000
+    rng = random.Random(4)
+    for _ in range(5):
+        data[rng.randrange(start, end)] ^= 0xFF
+    (path := d / "concealed.mp4").write_bytes(bytes(data))
+    return path
+
+
+def test_concealed_decoder_errors_are_reported_and_fatal_with_strict(tmp_path, concealed):
+    import json
+
+    out, stats = tmp_path / "out.mp4", tmp_path / "s.json"
+    result = run_cli(concealed, "-o", out, "--stats-json", stats, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning" in result.stderr
+    assert json.loads(stats.read_text())["corrupt_frames"] > 0
+    line = one_error(run_cli(concealed, "-o", tmp_path / "strict.mp4", "--strict", cwd=tmp_path), 3, "--strict")
+    assert "decoder error" in line or "corrupt frame" in line
+
+
+def test_strict_decodes_with_slice_threads(clip):
+    from pipeline.source import Source
+
+    for strict, expected in ((True, "SLICE"), (False, "AUTO")):
+        source = Source(str(clip), strict=strict)
+        try:
+            assert source.video.thread_type.name == expected
+        finally:
+            source.close()
