@@ -59,6 +59,19 @@ def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
     return {}
 
 
+def i420_frame(i420: np.ndarray, fmt, zero_copy: bool) -> av.VideoFrame:
+    """A yuv420p frame over ``i420`` (wrapped when ``zero_copy``), or copied into a frame of its own when
+    PyAV cannot wrap it: ``from_numpy_buffer`` takes the height as a multiple of 4 (rows // 6 * 4), so a
+    frame 2 rows high came out 0 rows high (encoding failed) and one 54 rows high 52 (silently rescaled)."""
+    if fmt.height % 4 == 0:
+        return av.VideoFrame.from_numpy_buffer(i420 if zero_copy else i420.copy(), format="yuv420p")
+    frame = av.VideoFrame(fmt.width, fmt.height, "yuv420p")
+    for plane, source in zip(frame.planes, fmt.planes(i420.reshape(-1))):
+        rows, cols = source.shape
+        np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:rows, :cols] = source
+    return frame
+
+
 def _check_muxer_options(target, muxer: str, options: dict[str, str]) -> None:
     """An --output-opt the muxer would not use is refused (FFmpeg would only leave it unused: a typo
     such as movflag=faststart ran with exit 0). Protocol options never reach the protocol here."""
@@ -205,7 +218,7 @@ class Sink:
 
     def write_video(self, i420: np.ndarray, meta: FrameMeta) -> None:
         """Encode one I420 frame; ``i420`` must already have the shape ``fmt.shape`` (it is wrapped, not copied)."""
-        frame = av.VideoFrame.from_numpy_buffer(i420 if self.zero_copy else i420.copy(), format="yuv420p")
+        frame = i420_frame(i420, self.fmt, self.zero_copy)
         colour = self.fmt.colour
         frame.colorspace, frame.color_range = colour.colorspace, colour.color_range
         if meta.pts is None:
