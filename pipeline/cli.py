@@ -118,7 +118,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
+    p.add_argument("-c", "--codec", help=f"video encoder, any PyAV has (default: {d.codec}); one that cannot "
+                                         "take the frames exits 2 saying why")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast); one the encoder does not "
                         "use is an error")

@@ -17,6 +17,11 @@ class PipelineError(Exception):
 
     exit_code = 1
 
+    def with_target(self, target) -> PipelineError:
+        """The same error, its message prefixed with the file or URL it concerns."""
+        self.args = (f"{target}: {self}",)
+        return self
+
 
 class ConfigError(PipelineError, ValueError):
     """Bad command line, config file or filter chain."""

@@ -25,11 +25,14 @@ from typing import Callable
 import av
 import numpy as np
 
-from .avlib import captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options
+from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options,
+                    watch)
 from .config import file_url, is_url
+from .encoders import containers_for, pixel_format, refusal, video_encoder
+from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .outfile import partial_prefix, place_output, temp_path_for
-from .video import FrameMeta, StreamInfo
+from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
 URL_MUXERS = {"udp": "mpegts", "tcp": "mpegts", "srt": "mpegts", "rtp": "rtp_mpegts", "rtmp": "flv",
@@ -140,6 +143,8 @@ class Sink:
         self.tmp: Path | None = None if self.url else temp_path_for(Path(target))
         self.fmt = fmt
         self._next_pts = 0
+        self._encoded = 0  # frames the encoder took
+        self._encoder_said = None
         self._last_dts: dict[int, int] = {}
         self.audio_dropped = 0
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
@@ -183,36 +188,56 @@ class Sink:
         """Open the encoder and write the header now, not at the first packet: a container that cannot
         hold a stream (PCM audio in MP4) or a bad encoder option is refused before any frame is done."""
         printed: list[str] = []
+        cc = self.video.codec_context
+        said = watch({cc.name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
         try:
             with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
                 self.container.start_encoding()
-        except OSError as e:
-            raise OutputError(f"{self.target}: cannot create output: {e}") from e
-        except (ValueError, av.error.FFmpegError) as e:
+        except (OSError, ValueError, av.error.FFmpegError) as e:
+            if "avcodec_open2" in str(e):  # the encoder's refusal (a hardware one's absence is an OSError)
+                reasons = [m for _, level, m in said.take() if level >= 40] + [library_errors(printed)]
+                what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"
+                raise refusal(cc.name, e, "; ".join(r for r in reasons if r), what).with_target(self.target) from e
+            if isinstance(e, OSError):
+                raise OutputError(f"{self.target}: cannot create output: {e}") from e
             streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
-            said = library_errors(printed)
             raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
-                              f"with these options ({e}{'; ' + said if said else ''}); try another output "
-                              "extension (.mkv) or --encoder-opt") from e
+                              f"with these options ({e}); try another output extension (.mkv) or "
+                              "--output-opt") from e
+        except BaseException:
+            said.close()
+            raise
+        self._encoder_said = said  # kept until the first frame is taken: its refusal has reasons too
 
     def _add_video(self, codec, options, rate, time_base):
+        encoder = video_encoder(codec)
         try:
             stream = self.container.add_stream(codec, rate=rate or Fraction(30))
         except (ValueError, av.error.FFmpegError) as e:
-            raise ConfigError(f"unknown or unavailable encoder {codec!r}: {e}") from e
+            muxer, fits = self.container.format.name, containers_for(encoder.name)
+            raise ConfigError(f"{self.target}: the {muxer} muxer cannot hold {encoder.name} video"
+                              + (f"; these can: {', '.join(fits)}" if fits else f" ({e})")) from e
         stream.width, stream.height = self.fmt.width, self.fmt.height
-        stream.pix_fmt = "yuv420p"
+        stream.pix_fmt = pixel_format(stream.codec_context.codec)  # converted by swscale when not yuv420p
         stream.options = quiet_encoder(stream.codec_context.name, options)
         # Frame threads hold back one frame per thread (24 at 16 cores: 0.4 s at 60 fps), and FFmpeg's
         # libx264 wrapper picks them over x264's own sliced threads (tune=zerolatency) whenever
         # thread_type includes FRAME. Live and paced runs want each packet out at once: slices only.
         stream.thread_type = "SLICE" if self.low_latency else "AUTO"
-        if time_base:  # keep the input's clock so every pts survives unchanged (VFR included)
-            stream.time_base = time_base
-            stream.codec_context.time_base = time_base
+        # The input's clock where the encoder and muxer take it, so every pts survives (VFR included).
+        tb = encoder_time_base(stream.codec_context.codec, Fraction(rate or 30), time_base,
+                               self.container.format.flags)
+        if tb:
+            stream.time_base = tb
+            stream.codec_context.time_base = tb
+            if tb != time_base:
+                stream.codec_context.framerate = 1 / tb
         colour = self.fmt.colour
         cc = stream.codec_context
-        cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
+        if stream.pix_fmt.startswith(("yuv", "nv")):  # the input's tags describe YUV, not RGB or a palette
+            cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
+            if stream.pix_fmt.startswith("yuvj"):
+                cc.color_range = AVCOL_RANGE_JPEG
         cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
         return stream
 
@@ -221,17 +246,33 @@ class Sink:
         frame = i420_frame(i420, self.fmt, self.zero_copy)
         colour = self.fmt.colour
         frame.colorspace, frame.color_range = colour.colorspace, colour.color_range
-        if meta.pts is None:
-            frame.pts, frame.time_base = self._next_pts, self.video.codec_context.time_base
-        else:
-            frame.pts, frame.time_base = meta.pts, meta.time_base
+        frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:
             packets = self.video.encode(frame)
         except av.error.FFmpegError as e:
+            if self._encoded == 0:  # the encoder refuses our frames themselves (a size it cannot code)
+                cc = self.video.codec_context
+                reasons = "; ".join(m for _, level, m in self._encoder_said.take() if level >= 30)
+                raise refusal(cc.name, e, reasons, f"{cc.width}x{cc.height} {cc.pix_fmt} frames").with_target(
+                    self.target) from e
             raise OutputError(f"{self.target}: encoding failed: {e}") from e
+        if self._encoded == 0:
+            self._encoder_said.close()
+        self._encoded += 1
         self._mux(packets)
         self._report(packets)
+
+    def _timestamp(self, meta: FrameMeta) -> tuple[int, Fraction]:
+        """The frame's pts in the encoder's time base when that is coarser than the input's (MPEG-2,
+        AVI): rounded, and kept increasing, since two input frames may fall on one tick."""
+        tb = self.video.codec_context.time_base
+        if meta.pts is None:
+            return self._next_pts, tb
+        if meta.time_base is None or Fraction(meta.time_base) == tb:
+            return meta.pts, meta.time_base
+        pts = round(Fraction(meta.pts) * Fraction(meta.time_base) / tb)
+        return (max(pts, self._next_pts) if self._encoded else pts), tb
 
     def _report(self, packets) -> None:
         if self.on_packets is not None and packets:
@@ -284,6 +325,8 @@ class Sink:
 
     def abort(self) -> None:
         """Drop the partial output: the target is left as it was."""
+        if getattr(self, "_encoder_said", None) is not None:
+            self._encoder_said.close()
         try:
             self.container.close()
         except Exception:

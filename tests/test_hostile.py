@@ -832,3 +832,104 @@ def test_a_height_of_4n_plus_2_is_not_rescaled(tmp_path):
         ya, yb = (f.to_ndarray()[:54].astype(np.int16) for f in (a, b))  # the Y plane
         diff = np.abs(ya - yb)
         assert diff.mean() < 0.5 and diff.max() <= 4  # colour round trip only; 52 rows stretched to 54: 10, 128
+
+
+# -- 15. every video encoder PyAV has either works or says why ------------------------------------------------
+
+
+def _video_encoders() -> list[str]:
+    import av
+
+    names = []
+    for name in sorted(av.codecs_available):
+        try:
+            if av.Codec(name, "w").type == "video":
+                names.append(name)
+        except Exception:  # a decoder only
+            continue
+    return names
+
+
+def _encoder_params():
+    from pipeline.encoders import is_hardware
+
+    return [pytest.param(n, marks=pytest.mark.skip(reason="hardware encoder: needs its device and driver; "
+                                                          "see test_hardware_encoders_exit_2_when_unavailable"))
+            if is_hardware(n) else n for n in _video_encoders()]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("tiny") / "tiny.mp4", width=64, height=48, frames=5, audio=False)
+
+
+def _run_in_process(args, capsys) -> tuple[int, list[str]]:
+    from pipeline import cli
+
+    code = cli.main(["run", *map(str, args), "--device", "cpu", "-q"])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("encoder", _encoder_params())
+def test_every_video_encoder_works_or_exits_2_saying_why(tmp_path, tiny, encoder, capsys, restore_signals):
+    """In-process (the whole list in a few seconds; every one was also run as its own process once)."""
+    import av
+
+    from pipeline.encoders import containers_for
+
+    fits = containers_for(av.Codec(encoder, "w").name, (".mkv", ".nut", ".mov", ".avi"))
+    out = tmp_path / f"out{fits[0] if fits else '.mkv'}"
+    code, lines = _run_in_process([tiny, "-o", out, "-c", encoder], capsys)
+    assert code in (0, 2), lines
+    if code == 2:
+        assert len(lines) == 1 and lines[0].startswith("pipeline: error: "), lines
+        assert encoder in lines[0] or av.Codec(encoder, "w").name in lines[0], lines
+        assert not out.exists()
+    else:
+        assert lines == []
+        assert len(_frames(out)) == 5
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("encoder", [n for n in _video_encoders() if n.endswith(("_nvenc", "_vaapi", "_qsv",
+                                     "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan"))])
+def test_hardware_encoders_exit_2_when_unavailable(tmp_path, tiny, encoder, capsys, restore_signals):
+    from pipeline.encoders import containers_for
+
+    suffix = (containers_for(encoder, (".mkv", ".nut", ".mov", ".avi")) or [".mkv"])[0]
+    code, lines = _run_in_process([tiny, "-o", tmp_path / f"out{suffix}", "-c", encoder], capsys)
+    assert code in (0, 2), lines
+    if code == 2:
+        assert len(lines) == 1 and encoder in lines[0] and "not available here" in lines[0], lines
+
+
+def test_mpeg2_gets_a_frame_rate_it_takes_and_keeps_the_timing(tmp_path, tiny):
+    out = tmp_path / "out.mkv"
+    result = run_cli(tiny, "-o", out, "-c", "mpeg2video", cwd=tmp_path)  # the input's time base is 1/15360
+    assert result.returncode == 0, result.stderr
+    frames = _frames(out)
+    assert len(frames) == 5
+    times = [float(f.pts * f.time_base) for f in frames]
+    assert times == pytest.approx([i / 30 for i in range(5)], abs=2e-3)
+
+
+@pytest.mark.parametrize("encoder, pix_fmt", [("mjpeg", "yuvj420p"), ("prores_ks", "yuv422p10le"),
+                                              ("png", "rgb24"), ("huffyuv", "yuv422p"), ("gif", None)])
+def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder, pix_fmt):
+    import av
+    import numpy as np
+
+    from pipeline.encoders import containers_for
+
+    out = tmp_path / f"out{containers_for(av.Codec(encoder, 'w').name, ('.mkv', '.nut', '.mov'))[0]}"
+    result = run_cli(tiny, "-o", out, "-c", encoder, "--filters", "", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(out)) as c:
+        if pix_fmt:
+            assert c.streams.video[0].codec_context.pix_fmt == pix_fmt
+    a, b = (f.to_ndarray(format="rgb24").astype(int) for f in (_frames(tiny)[0], _frames(out)[0]))
+    assert abs(a.mean() - b.mean()) < 4  # the picture, converted, not a green or dark one
+
+
+def test_an_audio_codec_as_the_video_codec_exits_2(tmp_path, tiny):
+    one_error(run_cli(tiny, "-o", tmp_path / "out.mp4", "-c", "aac", cwd=tmp_path), 2, "aac is an audio encoder")
