@@ -49,6 +49,8 @@ RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), enc
     an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
     Timestamps are kept (variable frame rate included); one missing, going backwards or jumping by
     over a minute (damage, a wrap) is moved so that they keep increasing.
+  Streams: the first video stream is processed (a notice names it and the others, not copied);
+    interlaced video is processed and written as progressive frames, with a notice.
   Rotation: kept, not applied. Pixels are processed as stored and the output carries the input's
     rotation (display matrix), so players show it turned as they showed the input. Geometry filters
     (crop, flips, transpose) therefore work on the picture as stored, before that rotation.

@@ -32,6 +32,7 @@ from av.video.reformatter import VideoReformatter
 from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
 from .config import is_url
 from .damage import DamageLog
+from .inputnotes import interlaced, other_video_streams
 from .errors import ConfigError, InputError, SourceStalled
 from .log import log
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
@@ -126,6 +127,8 @@ class Source:
         video = videos[0]
         if video.codec_context is None:
             raise InputError(f"{self.path}: no decoder for the video stream (unknown or unsupported codec)")
+        if (note := other_video_streams(self.path, list(videos), video)) and self._held is not None:
+            self.notice(note)  # once: not again at each reconnection
         # --strict: slice threads, so that a decoder error is the packet's own, not a later one's.
         video.thread_type = "SLICE" if self.live or self.strict else "AUTO"
         return video
@@ -198,6 +201,8 @@ class Source:
         check_frame_size(self.path, w, h)
         if w % 2 or h % 2:
             self.notice(f"{self.path}: odd frame size {w}x{h}; the last column/row is dropped for 4:2:0")
+        if note := interlaced(self.path, first.frame, self.video.codec_context.field_order):
+            self.notice(note)
         colour_range = first.frame.color_range
         if first.frame.format.name == "yuvj420p" and colour_range == 0:
             colour_range = AVCOL_RANGE_JPEG

@@ -933,3 +933,47 @@ def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder
 
 def test_an_audio_codec_as_the_video_codec_exits_2(tmp_path, tiny):
     one_error(run_cli(tiny, "-o", tmp_path / "out.mp4", "-c", "aac", cwd=tmp_path), 2, "aac is an audio encoder")
+
+
+# -- 18. what the output does not keep is said; AVI states the right rate --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_streams_interlaced(tmp_path_factory) -> Path:
+    """Two video streams, the first interlaced (x264 with interlaced=1: frames flagged top field first)."""
+    import av
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("fields") / "two.mkv"
+    with av.open(str(path), "w") as c:
+        first = c.add_stream("libx264", rate=25, options={"x264-params": "interlaced=1:tff=1"})
+        second = c.add_stream("mpeg4", rate=25)
+        for s, (w, h) in ((first, (64, 48)), (second, (32, 32))):
+            s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        for i in range(5):
+            for s in (first, second):
+                frame = av.VideoFrame.from_ndarray(np.full((s.height, s.width, 3), 40 * i, np.uint8), format="rgb24")
+                frame.pts = i
+                c.mux(s.encode(frame))
+        for s in (first, second):
+            c.mux(s.encode(None))
+    return path
+
+
+def test_extra_video_streams_and_interlacing_are_said(tmp_path, two_streams_interlaced):
+    result = run_cli(two_streams_interlaced, "-o", tmp_path / "out.mkv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "2 video streams; processing #0 (h264 64x48); not in the output: #1 mpeg4 32x32" in result.stderr
+    assert "interlaced video (top field first); processed and written as progressive" in result.stderr
+    assert len(_frames(tmp_path / "out.mkv")) == 5
+
+
+def test_avi_states_the_input_frame_rate(tmp_path, clip):
+    import av
+
+    out = tmp_path / "out.avi"
+    result = run_cli(clip, "-o", out, cwd=tmp_path)  # clip: 30 fps in a 1/15360 time base
+    assert result.returncode == 0, result.stderr
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].average_rate == 30
+    assert len(_frames(out)) == 6
