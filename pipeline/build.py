@@ -86,7 +86,7 @@ def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):
 
     return Sink(target, info, codec=cfg.codec, options=cfg.encoder_opts, audio=audio,
                 output_format=cfg.output_format, output_opts=cfg.output_opts, timeout=cfg.timeout,
-                low_latency=low_latency, overwrite=cfg.overwrite)
+                low_latency=low_latency, overwrite=cfg.overwrite, audio_mode=cfg.audio)
 
 
 def is_null_output(cfg: RunConfig) -> bool:

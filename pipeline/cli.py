@@ -13,7 +13,7 @@ from rich.console import Console
 
 from . import __version__
 from .checks import as_pipeline_error
-from .config import DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
+from .config import AUDIO_MODES, DEVICES, DROP_POLICIES, RunConfig, build_config, load_toml
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .log import LEVELS
 from .memory.registry import STRATEGIES
@@ -38,7 +38,8 @@ EXIT_CODES = """exit codes:
        (the line names the filter and its file)"""
 
 
-RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied.
+RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied (or
+encoded where the container cannot take its codec; see --audio).
 
   Output: written to a hidden temporary file beside the target and renamed into place when complete,
     so the target never holds a partial file; an existing target is replaced only with -y, and
@@ -125,6 +126,10 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig) -> None:
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast); one the encoder does not "
                         "use is an error")
+    p.add_argument("--audio", choices=AUDIO_MODES,
+                   help=f"the input's audio (default: {d.audio}): copy where the container takes the codec, "
+                        "else encode to its usual one (Opus for WebM, AAC for MP4) with a notice; encode; none")
+    p.add_argument("-an", dest="audio", action="store_const", const="none", help="no audio (same as --audio none)")
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")

@@ -19,6 +19,7 @@ DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 # "auto": block for a file read as fast as possible (every frame comes out), drop-oldest for a live or
 # paced source (it cannot wait, so the freshest frames go through and latency stays bounded).
 DROP_POLICIES = ("auto", "block", "drop-oldest", "drop-newest")
+AUDIO_MODES = ("copy", "encode", "none")  # what the output does with the input's audio (pipeline.audio_out)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class RunConfig:
     latency_budget: float | None = None  # ms, decoded to packet out; warn once and count
     preview: bool = False
     nvtx: bool = False
+    audio: str = "copy"  # copy where the container takes the codec, else encode; or encode; or none
 
     def __post_init__(self) -> None:
         _check_finite(self)
@@ -68,6 +70,7 @@ class RunConfig:
         if self.arena_headroom < 1.0:
             raise ConfigError(f"Invalid arena_headroom ({self.arena_headroom}). Supported values are >= 1.0.")
         _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
+        _check_choice("audio", self.audio, AUDIO_MODES)
         _check_positive("timeout", self.timeout)
         if not isinstance(self.reconnect, int) or isinstance(self.reconnect, bool) or self.reconnect < 0:
             raise ConfigError(f"Invalid reconnect ({self.reconnect!r}). Supported values are integers >= 0.")
@@ -173,6 +176,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),
+    "audio": (str,),
 }
 _TABLES = ("encoder_opts", "input_opts", "output_opts")  # KEY = VALUE tables, values kept as strings
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options,
                     watch)
+from .audio_out import AudioOut
 from .config import file_url, is_url
 from .encoders import containers_for, pixel_format, refusal, video_encoder
 from .encoders import time_base as encoder_time_base
@@ -133,7 +134,8 @@ class Sink:
 
     def __init__(self, target: Path | str, info: StreamInfo, *, codec: str, options: dict[str, str],
                  audio=None, output_format: str | None = None, output_opts: dict[str, str] | None = None,
-                 timeout: float | None = None, low_latency: bool = False, overwrite: bool = False):
+                 timeout: float | None = None, low_latency: bool = False, overwrite: bool = False,
+                 audio_mode: str = "copy"):
         fmt, rate, time_base = info.format, info.frame_rate, info.time_base
         route_ffmpeg_log()
         self.target = target
@@ -145,8 +147,7 @@ class Sink:
         self._next_pts = 0
         self._encoded = 0  # frames the encoder took
         self._encoder_said = None
-        self._last_dts: dict[int, int] = {}
-        self.audio_dropped = 0
+        self.audio_out: AudioOut | None = None
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
         self.on_packets: Callable[[list[float | None]], None] | None = None
@@ -157,7 +158,7 @@ class Sink:
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
             templates = audio.templates if audio else ()
-            self.audio = {s.index: self.container.add_stream_from_template(s) for s in templates}
+            self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
             _check_encoder_options(target, self.video.codec_context, options)
         except BaseException:
@@ -280,26 +281,12 @@ class Sink:
                              for p in packets])
 
     def write_audio(self, packet: av.Packet) -> bool:
-        """Copy one packet; False if dropped as damaged: its dts went backwards, or the muxer refused
-        its content (invalid data, an unsupported header: any FFmpeg error but an OSError, which is a
-        write error). Losing that packet beats failing the whole run on the input's fault."""
-        out = self.audio.get(packet.stream.index)
-        if out is None:
-            return False
-        dts, last = packet.dts, self._last_dts.get(out.index)  # in the input's time base: mux rescales
-        if last is not None and dts <= last:
-            self.audio_dropped += 1
-            return False
-        packet.stream = out
-        try:
-            self.container.mux([packet])
-        except OSError as e:
-            raise OutputError(f"{self.target}: write failed: {e}") from e
-        except av.error.FFmpegError:
-            self.audio_dropped += 1
-            return False
-        self._last_dts[out.index] = dts
-        return True
+        """Copy (or encode, see :mod:`pipeline.audio_out`) one packet; False if dropped as damaged."""
+        return self.audio_out.write(packet)
+
+    @property
+    def audio_dropped(self) -> int:
+        return self.audio_out.dropped if self.audio_out is not None else 0
 
     def _mux(self, packets) -> None:
         try:
@@ -313,6 +300,7 @@ class Sink:
             packets = self.video.encode(None)
             self._mux(packets)
             self._report(packets)
+            self.audio_out.flush()
             self.container.close()
             if self.tmp is not None:
                 place_output(self.tmp, Path(self.target), self.overwrite)

@@ -977,3 +977,56 @@ def test_avi_states_the_input_frame_rate(tmp_path, clip):
     with av.open(str(out)) as c:
         assert c.streams.video[0].average_rate == 30
     assert len(_frames(out)) == 6
+
+
+# -- 14. audio the container cannot hold; --audio copy|encode|none ----------------------------------------------
+
+
+def _audio(path: Path) -> tuple[list[str], float]:
+    """The output's audio codecs and the first audio stream's duration in seconds (by its packets)."""
+    import av
+
+    with av.open(str(path)) as c:
+        codecs = [s.codec_context.name for s in c.streams.audio]
+        if not codecs:
+            return codecs, 0.0
+        packets = [p for p in c.demux(audio=0) if p.pts is not None]
+        end = max(float((p.pts + p.duration) * p.time_base) for p in packets)
+        return codecs, end - min(float(p.pts * p.time_base) for p in packets)
+
+
+def test_aac_into_webm_is_encoded_as_opus_with_a_notice(tmp_path, clip):
+    out = tmp_path / "out.webm"
+    result = run_cli(clip, "-o", out, "-c", "libvpx", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"pipeline: {out}: audio stream #1 (aac) cannot go into webm; encoded as libopus"]
+    codecs, seconds = _audio(out)
+    assert codecs == ["opus"] and seconds == pytest.approx(_audio(clip)[1], abs=0.05)
+
+
+@pytest.mark.parametrize("args, suffix, expected", [
+    (("--audio", "none"), ".mp4", []),
+    (("-an",), ".webm", []),
+    (("--audio", "encode"), ".mp4", ["aac"]),
+    (("--audio", "encode"), ".mkv", ["aac"]),  # Matroska keeps the input's codec
+    (("--audio", "copy"), ".ts", ["aac"]),
+], ids=["none", "an", "encode-mp4", "encode-mkv", "copy-ts"])
+def test_audio_modes(tmp_path, clip, args, suffix, expected):
+    out = tmp_path / f"out{suffix}"
+    video = ("-c", "libvpx") if suffix == ".webm" else ()
+    result = run_cli(clip, "-o", out, *video, *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    codecs, seconds = _audio(out)
+    assert codecs == expected
+    if expected:
+        assert seconds == pytest.approx(_audio(clip)[1], abs=0.05)
+
+
+def test_audio_mode_from_toml_and_a_bad_one(tmp_path, clip):
+    (config := tmp_path / "c.toml").write_text('audio = "none"\n')
+    out = tmp_path / "out.mp4"
+    assert run_cli(clip, "-o", out, "--config", config, cwd=tmp_path).returncode == 0
+    assert _audio(out)[0] == []
+    one_error(run_cli(clip, "-o", tmp_path / "x.mp4", "--audio", "mute", cwd=tmp_path), 2, "--audio")
