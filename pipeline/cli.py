@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         label = "" if isinstance(e, Interrupted) else "error: "  # a stop on request is no error
-        err.print(f"pipeline: {label}{e}", markup=False, soft_wrap=True)
+        err.print(f"pipeline: {label}{_one_line(e)}", markup=False, soft_wrap=True)
         return e.exit_code
     except KeyboardInterrupt:  # before the handlers are installed: nothing was written yet
         err.print("pipeline: interrupted", markup=False)
@@ -226,12 +226,17 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         mapped = as_pipeline_error(e)  # a CUDA failure wherever it surfaced is still exit 5, not a bug
         if isinstance(mapped, PipelineError):
-            err.print(f"pipeline: error: {mapped}", markup=False, soft_wrap=True)
+            err.print(f"pipeline: error: {_one_line(mapped)}", markup=False, soft_wrap=True)
             return mapped.exit_code
         where = f" while processing {args.input}" if getattr(args, "input", None) else ""
-        err.print(f"pipeline: internal error{where}: {type(e).__name__}: {e} (--debug shows the traceback)",
-                  markup=False, soft_wrap=True)
+        err.print(f"pipeline: internal error{where}: {type(e).__name__}: {_one_line(e)} (--debug shows the "
+                  "traceback)", markup=False, soft_wrap=True)
         return EXIT_INTERNAL
+
+
+def _one_line(error: BaseException) -> str:
+    """The message on one line: a library's text may hold newlines (FFmpeg's "Valid sizes are ...")."""
+    return " ".join(str(error).split())
 
 
 def _dispatch(args: argparse.Namespace, err: Console) -> int:

@@ -289,3 +289,10 @@ def test_cupy_destructor_noise_goes_to_the_debug_log(capsys):
     half = object.__new__(fake.Stream)  # as after a failed __init__
     del half
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_an_error_message_with_newlines_is_printed_on_one_line(tmp_path, clip):
+    plugin = write_plugin(tmp_path, "chatty", cpu="raise RuntimeError('first line\\nsecond line')")
+    line = one_error(run_cli(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "chatty",
+                             cwd=tmp_path), 1)
+    assert "first line second line" in line
