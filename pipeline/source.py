@@ -111,6 +111,7 @@ class Source:
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
+            drain_decoder(getattr(self, "video", None))  # probing may have left frame threads at work
             self._close_damage_log()
             self.container.close()
             raise  # its one line says it all; the warnings held back would only repeat it
