@@ -100,13 +100,16 @@ class _ToPipelineLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         context = record.name.removeprefix("libav.")
         message = record.getMessage()
-        for w in list(_WATCHES):
+        with _WATCHES_LOCK:  # FFmpeg logs from any thread while watches come and go
+            watches = list(_WATCHES)
+        for w in watches:
             if context in w.contexts and record.levelno >= logging.WARNING:
                 w.add(context, record.levelno, message)
         log.debug(f"ffmpeg: [{context}] {message}")
 
 
 _WATCHES: set[Watch] = set()
+_WATCHES_LOCK = threading.Lock()
 _ROUTED: list[int] = []
 
 
@@ -145,13 +148,15 @@ class Watch:
         return lines
 
     def close(self) -> None:
-        _WATCHES.discard(self)
+        with _WATCHES_LOCK:
+            _WATCHES.discard(self)
 
 
 def watch(contexts) -> Watch:
     route_ffmpeg_log()
     w = Watch(contexts)
-    _WATCHES.add(w)
+    with _WATCHES_LOCK:
+        _WATCHES.add(w)
     return w
 
 
