@@ -25,9 +25,9 @@ from typing import Callable
 import av
 import numpy as np
 
+from .audio_out import AudioOut
 from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options,
                     watch)
-from .audio_out import AudioOut
 from .config import file_url, is_url
 from .encoders import containers_for, pixel_format, refusal, video_encoder
 from .encoders import time_base as encoder_time_base
@@ -48,8 +48,6 @@ def url_muxer(url: str, output_format: str | None) -> str:
         raise ConfigError(f"{url}: cannot choose a muxer for {scheme}:// outputs; give one with --format "
                           "(e.g. --format mpegts)")
     return URL_MUXERS[scheme]
-
-
 
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
@@ -265,7 +263,7 @@ class Sink:
         self._report(packets)
 
     def _timestamp(self, meta: FrameMeta) -> tuple[int, Fraction]:
-        """The frame's pts in the encoder's time base when that is coarser than the input's (MPEG-2,
+        """The frame's pts in the encoder's time base where that is not the input's (1/rate for MPEG-2 or
         AVI): rounded, and kept increasing, since two input frames may fall on one tick."""
         tb = self.video.codec_context.time_base
         if meta.pts is None:

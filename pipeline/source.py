@@ -32,8 +32,8 @@ from av.video.reformatter import VideoReformatter
 from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
 from .config import is_url
 from .damage import DamageLog
-from .inputnotes import interlaced, other_video_streams
 from .errors import ConfigError, InputError, SourceStalled
+from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
 
