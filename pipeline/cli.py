@@ -21,18 +21,22 @@ from .log import install as install_log
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number;
-       output exists without -y; --preview where no window can be shown; a --plugin file that
-       fails to load)
+  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number; an
+       encoder or muxer option nobody uses; an encoder that refuses the frames or whose hardware
+       is absent, a container that cannot hold them; a config or LUT file that is not regular or
+       too large; output or --stats-json file exists without -y, or appeared during the run;
+       --preview where no window can be shown; a --plugin file that fails to load)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
-       with --strict, any decode error; a live source that cannot be opened, or that stalled and
-       could not be reopened: then the frames done before the stall are kept, playable)
-  4    output or I/O error (directory missing or not writable, write failed, disk full; the
-       output is a FIFO or a device: only regular files are replaced)
+       with --strict, any decode error or a damaged or cut-short input; a live source, FIFO or
+       device that cannot be opened within --timeout, or that stalled and could not be reopened:
+       then the frames done before the stall are kept, playable)
+  4    output or I/O error (directory missing or not writable, write failed, disk full, a name too
+       long for the filesystem; the output is a FIFO or a device: only regular files are replaced)
   5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error,
        at set-up or mid-run, with what was needed and what was free; on the CPU backend, frames
        whose buffers exceed the available memory)
-  130  interrupted (SIGINT): in-flight frames drained, output finalised
+  130  interrupted (SIGINT): in-flight frames drained, output finalised (during set-up: at once,
+       nothing written)
   143  terminated (SIGTERM): likewise
   1    internal error (a bug; --debug shows the traceback); a --plugin filter failing mid-run
        (the line names the filter and its file)"""
