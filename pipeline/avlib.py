@@ -104,7 +104,7 @@ class _ToPipelineLog(logging.Handler):
             watches = list(_WATCHES)
         for w in watches:
             if context in w.contexts and record.levelno >= logging.WARNING:
-                w.add(context, record.levelno, message)
+                w.add(context, record.levelno, message, record.thread)
         log.debug(f"ffmpeg: [{context}] {message}")
 
 
@@ -130,22 +130,27 @@ def route_ffmpeg_log() -> None:
 
 class Watch:
     """Warnings and errors FFmpeg logged from the contexts named (``mpegts``, ``h264``...), in order:
-    (context, Python logging level, message)."""
+    (context, Python logging level, message); :attr:`threads` has the id of the thread that logged each."""
 
     def __init__(self, contexts):
         self.contexts = frozenset(contexts)
         self.lines: list[tuple[str, int, str]] = []
+        self.threads: list[int | None] = []
         self._lock = threading.Lock()
 
-    def add(self, context: str, level: int, message: str) -> None:
+    def add(self, context: str, level: int, message: str, thread: int | None = None) -> None:
         with self._lock:
             if len(self.lines) < 1000:  # a damaged file can log per packet: the first ones say enough
                 self.lines.append((context, level, message))
+                self.threads.append(thread)
+
+    def take_with_threads(self) -> list[tuple[str, int, str, int | None]]:
+        with self._lock:
+            lines, threads, self.lines, self.threads = self.lines, self.threads, [], []
+        return [(*line, thread) for line, thread in zip(lines, threads)]
 
     def take(self) -> list[tuple[str, int, str]]:
-        with self._lock:
-            lines, self.lines = self.lines, []
-        return lines
+        return [line[:3] for line in self.take_with_threads()]
 
     def close(self) -> None:
         with _WATCHES_LOCK:

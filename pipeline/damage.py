@@ -10,6 +10,7 @@ flags, so that a damaged input always gets a warning, and ``--strict`` fails on 
 from __future__ import annotations
 
 import os
+import threading
 
 from .avlib import watch
 
@@ -25,18 +26,25 @@ class DamageLog:
         self._watch = watch({demuxer, decoder})
         self.demuxer_errors: list[str] = []
         self.corrupt_packets = 0
+        self._reader: int | None = None  # the thread that demuxes: a muxer of the same name logs elsewhere
 
     def packet(self, packet) -> None:
+        self._reader = threading.get_ident()
         if getattr(packet, "is_corrupt", False):
             self.corrupt_packets += 1
 
     def decoder_errors(self) -> list[str]:
-        """The decoder's error lines since the last call (the demuxer's are kept for :meth:`ended_early`)."""
+        """The decoder's error lines since the last call (the demuxer's are kept for :meth:`ended_early`).
+        A demuxer line counts only from the thread that reads the input: an MPEG-TS output's muxer is
+        named "mpegts" too, and writes from the encode thread."""
         found = []
-        for context, level, message in self._watch.take():
+        for context, level, message, thread in self._watch.take_with_threads():
             if level < ERROR:
                 continue
-            (found if context == self.decoder else self.demuxer_errors).append(message)
+            if context == self.decoder:
+                found.append(message)
+            elif thread is None or self._reader is None or thread == self._reader:
+                self.demuxer_errors.append(message)
         return found
 
     def ended_early(self) -> str | None:

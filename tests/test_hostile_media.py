@@ -170,6 +170,22 @@ def test_concealed_decoder_errors_are_reported_and_fatal_with_strict(tmp_path, c
     assert "decoder error" in line or "corrupt frame" in line
 
 
+def test_a_muxer_of_the_demuxers_name_is_not_the_inputs_damage():
+    import threading
+
+    from pipeline.damage import DamageLog
+
+    damage = DamageLog("in.ts", "mpegts", "h264")
+    try:
+        damage.packet(object())  # this thread reads the input
+        damage._watch.add("mpegts", 40, "dts < pcr, TS is invalid", threading.get_ident() + 1)  # the TS output
+        assert damage.ended_early() is None
+        damage._watch.add("mpegts", 40, "Packet corrupt", threading.get_ident())
+        assert damage.ended_early() == "the mpegts demuxer reported: Packet corrupt"
+    finally:
+        damage.close()
+
+
 def test_strict_decodes_with_slice_threads(clip):
     from pipeline.source import Source
 
