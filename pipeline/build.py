@@ -10,10 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .checks import check_output, check_stats_path
-from .config import RunConfig, device_index
+from .checks import as_pipeline_error, check_output, check_stats_path, special_kind
+from .config import RunConfig, device_index, is_url
 from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
+from .filters.plugins import plugin_errors_are_config_errors
 from .log import log
 from .memory.registry import strategy as find_strategy
 from .startup import Phases
@@ -33,7 +34,13 @@ def make_backend(device: str, alloc: str, streams: int, decode: str = "cpu"):
         if ok:
             from .gpu.backend import CudaBackend
 
-            return CudaBackend(strategy, streams, index or 0)
+            try:
+                return CudaBackend(strategy, streams, index or 0)
+            except Exception as e:  # a CUDA failure while creating streams and events: exit 5, one line
+                error = as_pipeline_error(e)
+                if error is e:
+                    raise
+                raise error from e
         if device != "auto" or decode == "nvdec":
             raise GPUError(f"--{f'device {device}' if device != 'auto' else 'decode nvdec'}: {reason}")
         log.info(f"no usable CUDA GPU ({reason}); running on the CPU")
@@ -47,7 +54,8 @@ def make_backend(device: str, alloc: str, streams: int, decode: str = "cpu"):
 def make_chain(filters: str, plugins: tuple[str, ...] = ()) -> list:
     for plugin in plugins:
         load_plugin(plugin)
-    return fuse_pointwise(parse_chain(filters))
+    with plugin_errors_are_config_errors():
+        return fuse_pointwise(parse_chain(filters))
 
 
 def decoder_for(cfg: RunConfig, backend) -> str:
@@ -65,7 +73,8 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     from .source import Source, is_live_input
     from .span import Span
 
-    live = is_live_input(cfg.input, cfg.input_format)
+    waits = waits_for_writer(cfg.input, cfg.input_format)
+    live = waits or is_live_input(cfg.input, cfg.input_format)
     decode = decoder_for(cfg, backend)
     span = Span.from_seconds(cfg.start, cfg.duration, cfg.end)
 
@@ -88,7 +97,16 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
 
     from .live import open_in_background
 
-    return open_in_background(opened, stop or threading.Event(), signum)
+    # A URL's open is bounded by FFmpeg's own timeout; a FIFO's open(2) and first reads are not.
+    return open_in_background(opened, stop or threading.Event(), signum, deadline=cfg.timeout if waits else None,
+                              name=cfg.input)
+
+
+def waits_for_writer(name: str, input_format: str | None = None) -> bool:
+    """A local FIFO, character device or socket (not a capture device): its open and reads wait for a
+    writer, possibly forever, so it is read as a live source (every wait bounded by --timeout)."""
+    return (not is_url(name) and input_format is None
+            and special_kind(name) in ("FIFO", "character device", "socket"))
 
 
 # What a live or paced run encodes with unless --encoder-opt says otherwise: every frame's packet out at
@@ -102,7 +120,7 @@ def encoder_options(cfg: RunConfig, info, low_latency: bool) -> dict[str, str]:
         return dict(cfg.encoder_opts)
     rate = float(info.frame_rate) if info.frame_rate else 30.0
     options = {**LOW_LATENCY[cfg.codec], "g": str(max(1, round(rate)))}
-    log.info(f"live input: low-latency encoding ({', '.join(f'{k}={v}' for k, v in options.items())}); "
+    log.debug(f"live input: low-latency encoding ({', '.join(f'{k}={v}' for k, v in options.items())}); "
              "--encoder-opt replaces it")
     return options
 
@@ -113,7 +131,7 @@ def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):
 
     return Sink(target, info, codec=cfg.codec, options=encoder_options(cfg, info, low_latency), audio=audio,
                 output_format=cfg.output_format, output_opts=cfg.output_opts, timeout=cfg.timeout,
-                low_latency=low_latency)
+                low_latency=low_latency, overwrite=cfg.overwrite, audio_mode=cfg.audio)
 
 
 def is_null_output(cfg: RunConfig) -> bool:
@@ -165,11 +183,11 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
         from .sink import check_hardware_encoder
 
         check_hardware_encoder(cfg.codec)
-    check_stats_path(cfg.stats_json)
+    check_stats_path(cfg.stats_json, cfg.input, target, cfg.overwrite)
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-setup") as pool:
         source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool, backend)
         try:
-            sink, memory = _sink_and_memory(cfg, chain, stage, source, backend, null, target, phases, pool)
+            sink, memory = _sink_and_memory(cfg, chain, stage, source, backend, null, target, phases, pool, control)
         except BaseException:
             source.close()
             raise
@@ -223,7 +241,7 @@ def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | None
     return backend
 
 
-def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, phases: Phases, pool):
+def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, phases: Phases, pool, control=None):
     """The sink, and the run's memory allocated meanwhile (cudaHostAlloc of the ring takes milliseconds
     per slot at 4K: as long as opening an encoder)."""
     from .convert import DEVICE_LAYOUTS
@@ -240,6 +258,8 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
 
             sink = NullSink()
         else:
+            if control is not None:
+                control.before_output()
             low_latency = source.info.live or cfg.realtime
             with phases("encoder_open"):
                 sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency)
@@ -280,18 +300,17 @@ def check_host_memory(cfg: RunConfig, plan) -> None:
         f = plan.in_format
         raise GPUError(
             f"{cfg.input}: out of memory: {f.width}x{f.height} frames need {_gib(needed)} "
-            f"({needed} bytes: {cfg.in_flight} in flight, {cfg.ring_size} ring slots each way), "
+            f"({needed} bytes: the frame's buffers, {cfg.ring_size} ring slots each way), "
             f"{_gib(available)} is available; lower --in-flight/--ring-size or the resolution"
         )
 
 
 def memory_needed(cfg: RunConfig, plan) -> int:
-    """The arena and host rings the run reserves: the same sums the memory strategies make."""
-    from .memory.device_pool import arena_capacity
+    """The arena and host rings the CPU run touches: the sums its memory strategy makes (which commits
+    them up front), not the CUDA arena's frames in flight, which the CPU never has outstanding."""
+    from .cpu import host_bytes_needed
 
-    request = plan.request(cfg)
-    arena = arena_capacity(request.frame_bytes, request.in_flight, request.headroom, request.state_bytes)
-    return arena + cfg.ring_size * (request.in_bytes + request.out_bytes)
+    return host_bytes_needed(plan.request(cfg))
 
 
 def available_memory() -> int | None:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .config import is_url
-from .errors import ConfigError, GPUError, OutputError, PipelineError
+from .errors import ConfigError, OutputError, PipelineError
 
 
 def as_pipeline_error(error: BaseException) -> BaseException:
+    """Ours as it is; any CuPy error (at set-up or mid-run) as a GPUError with what the device had free."""
     if isinstance(error, PipelineError):
         return error
-    if isinstance(error, MemoryError) and "cupy" in type(error).__module__:
-        return GPUError(f"out of device memory: {error}")
     if type(error).__module__.startswith(("cupy", "cupy_backends")):
-        return GPUError(f"CUDA error: {error}")
+        from .gpu.failures import cuda_error
+
+        return cuda_error(error)
     return error
 
 
@@ -25,11 +27,16 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
     A stream URL is the receiver's business: nothing to check here."""
     if isinstance(target, str):
         return
+    check_name_length(target)
     src = Path(source)
     if target.exists() and not is_url(source) and src.exists() and target.resolve().samefile(src.resolve()):
         raise ConfigError(f"{target}: output is the input; choose another -o")
     if target.exists() and target.is_dir():
         raise OutputError(f"{target}: is a directory")
+    kind = special_kind(target)
+    if kind is not None:  # replacing it would destroy a device node or a FIFO (-y on /dev/null as root)
+        raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced "
+                          "(-o null processes without writing)")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
     parent = target.parent if str(target.parent) else Path(".")
@@ -39,15 +46,57 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
         raise OutputError(f"{target}: directory {parent} is not writable")
 
 
-def check_stats_path(path: str | None) -> None:
-    """The --stats-json file is written after the run: refuse a path that cannot be, before the run."""
+def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,
+                     overwrite: bool = False) -> None:
+    """The --stats-json file is written after the run: refuse, before the run, a path that cannot be
+    written, and one whose writing would destroy something: the input, the output, or (without -y)
+    any existing file. A FIFO or a device (``/dev/stdout``) is written into, nothing is replaced."""
     if not path:
         return
     target = Path(path)
     parent = target.parent if str(target.parent) else Path(".")
+    check_name_length(target, "--stats-json")
+    for other, what in ((source, "input"), (output, "output")):
+        if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
+            raise ConfigError(f"{target}: --stats-json is the {what}; choose another path")
     if target.is_dir():
         raise OutputError(f"{target}: --stats-json is a directory")
+    if target.exists() and target.is_file() and not overwrite:
+        raise ConfigError(f"{target}: --stats-json file already exists (use -y/--overwrite to replace it)")
     if not parent.is_dir():
         raise OutputError(f"{target}: --stats-json directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: --stats-json directory {parent} is not writable")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file: one inode (links included), or the same place once resolved (b not written yet)."""
+    try:
+        if a.exists() and b.exists():
+            return a.samefile(b)
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+_SPECIAL = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+            (stat.S_ISSOCK, "socket"))
+
+
+def special_kind(path: Path | str) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a directory (symlinks followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def check_name_length(target: Path, what: str = "output") -> None:
+    """A name longer than the filesystem takes is an output error, not an OSError from deep inside."""
+    from .outfile import name_max
+
+    parent = target.parent if str(target.parent) else Path(".")
+    limit, length = name_max(parent), len(os.fsencode(target.name))
+    if length > limit:
+        raise OutputError(f"{target}: {what} file name too long ({length} bytes; this filesystem takes {limit})")

@@ -13,8 +13,9 @@ from typing import Any
 from rich.console import Console
 
 from . import __version__
-from .config import (DECODERS, DROP_POLICIES, STREAM_LIST, RunConfig, build_config, check_device, load_toml,
-                     preset_names)
+from .checks import as_pipeline_error
+from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, STREAM_LIST, RunConfig, build_config, check_device,
+                     load_toml, preset_names)
 from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, resolve_paths
 from .log import LEVELS
@@ -24,35 +25,53 @@ from .startup import PROCESS_STARTED, steady_malloc
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key; output exists without -y, or
-       with -n; --preview where no window can be shown; a URL whose protocol the installed FFmpeg
-       lacks, e.g. srt:// with PyAV's wheel; a pipe output without -f; -ss past the input's end)
+  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number; an
+       encoder or muxer option nobody uses; an encoder that refuses the frames or whose hardware
+       is absent, a container that cannot hold them; a config or LUT file that is not regular or
+       too large; output or --stats-json file exists without -y (or with -n), or appeared during
+       the run; --preview where no window can be shown; a --plugin file that fails to load; a URL
+       whose protocol the installed FFmpeg lacks, e.g. srt:// with PyAV's wheel; a pipe output
+       without -f; -ss past the input's end)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
-       with --strict, any decode error; a live source that cannot be opened, or that stalled and
-       could not be reopened: then the frames done before the stall are kept, playable)
-  4    output or I/O error (directory missing or not writable, write failed, disk full)
-  5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error;
-       on the CPU backend, frames whose buffers exceed the available memory)
-  130  interrupted (SIGINT): in-flight frames drained, output finalised
+       with --strict, any decode error or a damaged or cut-short input; a live source, FIFO or
+       device that cannot be opened within --timeout, or that stalled and could not be reopened:
+       then the frames done before the stall are kept, playable)
+  4    output or I/O error (directory missing or not writable, write failed, disk full, a name too
+       long for the filesystem; the output is a FIFO or a device: only regular files are replaced)
+  5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error,
+       at set-up or mid-run, with what was needed and what was free; on the CPU backend, frames
+       whose buffers exceed the available memory)
+  130  interrupted (SIGINT): in-flight frames drained, output finalised (during set-up: at once,
+       nothing written)
   143  terminated (SIGTERM): likewise
-  1    internal error (a bug; --debug shows the traceback)"""
+  1    internal error (a bug; --debug shows the traceback); a --plugin filter failing mid-run
+       (the line names the filter and its file)"""
 
 
-RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied.
+RUN_NOTES = """Process a video file: decode, filter on the GPU (or the CPU), encode; audio is copied (or
+encoded where the container cannot take its codec; see --audio).
 
   Output: written to a hidden temporary file beside the target and renamed into place when complete,
-    so the target never holds a partial file; an existing target is replaced only with -y.
+    so the target never holds a partial file; an existing target is replaced only with -y, and
+    without -y neither is one that another process created during the run (exit 2).
+  Names: one without scheme:// is a local file whatever it holds ("meeting12:30.mp4" is no
+    protocol); a long output name gets a shortened temporary name.
   Input: frames that are not 8-bit 4:2:0 (10-bit, 4:4:4, NV12, gray, ...) are converted with a notice,
     an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
     Timestamps are kept (variable frame rate included); one missing, going backwards or jumping by
     over a minute (damage, a wrap) is moved so that they keep increasing.
+  Streams: the first video stream is processed (a notice names it and the others, not copied);
+    interlaced video is processed and written as progressive frames, with a notice.
   Rotation: kept, not applied. Pixels are processed as stored and the output carries the input's
     rotation (display matrix), so players show it turned as they showed the input. Geometry filters
     (crop, flips, transpose) therefore work on the picture as stored, before that rotation.
   Damaged input: undecodable packets are skipped and counted, a truncated file gives the frames it
-    holds with a warning; --strict makes the first decode error fatal (exit 3).
+    holds with a warning (in every container: what the demuxer met on the way is reported); errors
+    the decoder concealed are counted as corrupt frames; --strict makes the first decode error, or
+    a damaged or cut-short input, fatal (exit 3), and decodes with slice threads.
   SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
-    at once without output.
+    at once without output. During set-up (before the output exists) the first one ends the run at
+    once. Files read while setting up (--config, lut3d) must be regular files, of bounded size.
 
 FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
   Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
@@ -65,7 +84,8 @@ FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, 
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
-    device (--input-format v4l2 /dev/video0). Opening and every read are bounded by --timeout; a source
+    device (--input-format v4l2 /dev/video0); a local FIFO or character device too (waiting for a
+    writer is bounded by --timeout; add --drop-policy block to keep every frame). Opening and every read are bounded by --timeout; a source
     silent that long (or whose video stops while audio flows) is stalled: with --reconnect N it is
     reopened up to N times per outage (back-off 0.5, 1, 2, 4, 8 s), then the run ends with exit 3 and
     the frames done kept. The end of a stream (the sender closed it) ends the run normally. A URL
@@ -174,9 +194,15 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec})")
+    p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec}); one that "
+                                                 "cannot take the frames exits 2 saying why")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
-                   help="encoder option, repeatable (e.g. crf=18, preset=veryfast)")
+                   help="encoder option, repeatable (e.g. crf=18, preset=veryfast); one the encoder does not "
+                        "use is an error")
+    p.add_argument("--audio", choices=AUDIO_MODES,
+                   help=f"the input's audio (default: {d.audio}): copy where the container takes the codec, "
+                        "else encode to its usual one (Opus for WebM, AAC for MP4) with a notice; encode; none")
+    p.add_argument("-an", dest="audio", action="store_const", const="none", help="no audio (same as --audio none)")
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
@@ -187,7 +213,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help=f"device arena size as a multiple of the frames in flight (default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
                    help="Python file registering extra filters, repeatable")
-    p.add_argument("--stats-json", help="write the run statistics as JSON to this path")
+    p.add_argument("--stats-json", help="write the run statistics as JSON to this path (an existing file "
+                                        "needs -y; never the input or the output)")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
     p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
@@ -203,7 +230,8 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("-f", "--format", dest="output_format", metavar="NAME",
                    help="output muxer (e.g. mpegts, flv); default: from the output name, or the URL scheme")
     p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
-                   help="muxer/protocol option for the output, repeatable (e.g. pkt_size=1316)")
+                   help="muxer option for the output, repeatable (e.g. movflags=+faststart); one the muxer "
+                        "does not use is an error; protocol options go in the URL (udp://host:port?pkt_size=1316)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help=f"live sources: open and read timeout, and the stall watchdog (default: {d.timeout})")
     p.add_argument("--reconnect", type=int, metavar="N",
@@ -319,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         label = "" if isinstance(e, Interrupted) else "error: "  # a stop on request is no error
-        err.print(f"pipeline: {label}{e}", markup=False, soft_wrap=True)
+        err.print(f"pipeline: {label}{_one_line(e)}", markup=False, soft_wrap=True)
         return e.exit_code
     except KeyboardInterrupt:  # before the handlers are installed: nothing was written yet
         err.print("pipeline: interrupted", markup=False)
@@ -327,10 +355,19 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug: still one line, the traceback only with --debug
         if debug:
             traceback.print_exc()
+        mapped = as_pipeline_error(e)  # a CUDA failure wherever it surfaced is still exit 5, not a bug
+        if isinstance(mapped, PipelineError):
+            err.print(f"pipeline: error: {_one_line(mapped)}", markup=False, soft_wrap=True)
+            return mapped.exit_code
         where = f" while processing {args.input}" if getattr(args, "input", None) else ""
-        err.print(f"pipeline: internal error{where}: {type(e).__name__}: {e} (--debug shows the traceback)",
-                  markup=False, soft_wrap=True)
+        err.print(f"pipeline: internal error{where}: {type(e).__name__}: {_one_line(e)} (--debug shows the "
+                  "traceback)", markup=False, soft_wrap=True)
         return EXIT_INTERNAL
+
+
+def _one_line(error: BaseException) -> str:
+    """The message on one line: a library's text may hold newlines (FFmpeg's "Valid sizes are ...")."""
+    return " ".join(str(error).split())
 
 
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
@@ -374,12 +411,15 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
     report = ProgressReport.open(progress, to_stdout) if progress else None
     control = RunControl()
     _install_signal_handlers(control)
+    control.interruptible = True  # until the output is about to be created (build_parts)
     try:
         pipeline = Pipeline.from_config(cfg, control=control)
     except BaseException:
         if report is not None:
             report.close()
         raise
+    finally:
+        control.interruptible = False
     if PROCESS_STARTED is not None:  # the interpreter and the imports before set-up began
         pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
         pipeline.stats.origin = PROCESS_STARTED
@@ -391,7 +431,8 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
         # Also when the run ends early with its output kept (a stalled live source, a signal): the
         # statistics of the frames done are what one looks at next.
         if cfg.stats_json and pipeline.stats.frames_out:
-            _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None)
+            _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None,
+                         overwrite=cfg.overwrite)
     if not cfg.quiet:
         out = err if to_stdout else Console(highlight=False)  # stdout carries the video: nothing else goes there
         out.print(stats.table())
@@ -411,10 +452,18 @@ def writes_stdout(cfg: RunConfig) -> bool:
     return not is_null_output(cfg) and pipe_fd(cfg.output, 1) == 1
 
 
-def _write_stats(stats, path: str, err: Console, failing: bool) -> None:
-    """Write --stats-json; on a run already failing, a write error is a notice, never a new exit code."""
+def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool = False) -> None:
+    """Write --stats-json; on a run already failing, a write error is a notice, never a new exit code.
+    Without -y a file that appeared during the run is kept: the check before the run saw none."""
     try:
-        stats.write_json(path)
+        stats.write_json(path, exclusive=not overwrite)
+    except FileExistsError as e:
+        if failing:
+            err.print(f"pipeline: warning: {path}: appeared during the run; statistics not written",
+                      markup=False, soft_wrap=True)
+            return
+        raise ConfigError(f"{path}: --stats-json file appeared during the run; kept, statistics not written "
+                          "(use -y/--overwrite to replace it)") from e
     except OSError as e:
         if failing:
             err.print(f"pipeline: warning: cannot write {path}: {e.strerror or e}", markup=False, soft_wrap=True)
@@ -425,7 +474,9 @@ def _write_stats(stats, path: str, err: Console, failing: bool) -> None:
 def _install_signal_handlers(control: Any) -> None:
     """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once.
 
-    The first only sets an event (the engine raises Interrupted once the output is final). The second
+    During set-up, before the output exists, the first one ends the run at once (Interrupted raised
+    where the main thread is: nothing to drain, nothing written). Later it only sets an event (the
+    engine raises Interrupted once the output is final). The second
     must not wait for anything (the user is escaping a stuck run): drop the temporary file, leave the
     target as it was, and leave the process without unwinding (os._exit), since unwinding would run
     the engine's clean-up, which waits on the worker threads.
@@ -437,6 +488,9 @@ def _install_signal_handlers(control: Any) -> None:
             os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n".encode())
             os._exit(128 + signum)
         control.stop(signum)
+        if control.interruptible:
+            control.interruptible = False
+            raise Interrupted(signum, "no output written")
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -12,6 +13,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .memory.registry import STRATEGIES
+from .textfile import read_text
 
 DEVICES = ("auto", "cuda", "cpu")  # and cuda:N, a GPU by its index
 DECODERS = ("cpu", "nvdec", "auto")
@@ -19,6 +21,7 @@ DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 # "auto": block for a file read as fast as possible (every frame comes out), drop-oldest for a live or
 # paced source (it cannot wait, so the freshest frames go through and latency stays bounded).
 DROP_POLICIES = ("auto", "block", "drop-oldest", "drop-newest")
+AUDIO_MODES = ("copy", "encode", "none")  # what the output does with the input's audio (pipeline.audio_out)
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,10 @@ class RunConfig:
     start: float | None = None
     duration: float | None = None
     end: float | None = None
+    audio: str = "copy"  # copy where the container takes the codec, else encode; or encode; or none
 
     def __post_init__(self) -> None:
+        _check_finite(self)
         check_device(self.device)
         _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
@@ -73,6 +78,7 @@ class RunConfig:
         if self.arena_headroom < 1.0:
             raise ConfigError(f"Invalid arena_headroom ({self.arena_headroom}). Supported values are >= 1.0.")
         _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
+        _check_choice("audio", self.audio, AUDIO_MODES)
         _check_positive("timeout", self.timeout)
         if not isinstance(self.reconnect, int) or isinstance(self.reconnect, bool) or self.reconnect < 0:
             raise ConfigError(f"Invalid reconnect ({self.reconnect!r}). Supported values are integers >= 0.")
@@ -159,6 +165,36 @@ def _check_pipe_output(output: str | None, output_format: str | None) -> None:
                           "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")
 
 
+def file_url(path: str) -> str:
+    """A local path as FFmpeg must be given it, through its ``file:`` protocol: otherwise a name holding a
+    ':' ("meeting12:30.mp4", "C:\\clips\\a.mp4") is read as a protocol ("meeting12") and not found.
+    Always added, so that a file really named "file:x" stays that file."""
+    return "file:" + path
+
+
+def _check_finite(cfg: RunConfig) -> None:
+    """NaN and infinity compare false with every bound, so range checks let them through: refuse them
+    first, in every field and in every option table (``crf=nan`` would reach the encoder as NaN)."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"Invalid {f.name} ({value!r}). Supported values are finite numbers.")
+        if isinstance(value, dict):
+            for key, text in value.items():
+                if is_non_finite(text):
+                    raise ConfigError(f"Invalid {f.name} value {key}={text!r}. Supported values are finite numbers.")
+
+
+def is_non_finite(value: Any) -> bool:
+    """A float, or text that parses as one ('nan', 'inf', '-Infinity'), that is not a finite number."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return isinstance(value, float) and not math.isfinite(value)
+
+
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigError(f"Invalid {name} ({value!r}). Supported values are numbers > 0.")
@@ -175,6 +211,7 @@ def _check_min(name: str, value: int, low: int) -> None:
 
 
 FIELD_NAMES = {f.name for f in fields(RunConfig)}
+MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines: anything near this is not one
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"  # shipped in the package (package data)
 
@@ -206,11 +243,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     unknown key is an error naming it. Paths in it (plugins, filter files) are relative to the file."""
     path = find_config(path)
     try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {path}: {e}") from e
+        raw = tomllib.loads(read_text(path, MAX_CONFIG_BYTES, "config file"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
     values = {}
@@ -262,6 +295,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),
     "start": (int, float), "duration": (int, float), "end": (int, float),
+    "audio": (str,),
 }
 _TABLES = ("encoder_opts", "input_opts", "output_opts")  # KEY = VALUE tables, values kept as strings
 

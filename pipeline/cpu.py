@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .latency import HostClock
-from .memory.device_pool import DevicePool, NumpyBacking
+from .memory.device_pool import DevicePool, NumpyBacking, arena_capacity, commit_pages
 from .memory.host_ring import HostRing
 from .memory.registry import MemoryRequest, Strategy
 from .memory.strategies import Memory, PerFrameDevice, per_frame_host
@@ -102,14 +102,34 @@ def _fresh(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, np.uint8)
 
 
+def _committed(nbytes: int) -> np.ndarray:
+    """A buffer whose pages are touched now: reserved for real, so that the next run's memory check
+    sees it gone (np.empty alone only reserves addresses, and every run's check would pass)."""
+    return commit_pages(np.empty(nbytes, np.uint8))
+
+
+def arena_frames(req: MemoryRequest) -> int:
+    """Frames whose buffers the CPU arena holds at once. Work runs synchronously in the submit thread,
+    so a frame's buffers are free again as soon as it is submitted (first-fit then hands the same block
+    out again), unless the consumer keeps its output in "device" memory (``frames()``): then up to the
+    frames in flight, plus the one it holds."""
+    return req.in_flight + req.held if req.out_bytes == 0 else 1
+
+
+def host_bytes_needed(req: MemoryRequest) -> int:
+    """What the pooled CPU strategy really touches: the arena for :func:`arena_frames` and both rings
+    (slots are taken in turn, so every one is used)."""
+    arena = arena_capacity(req.frame_bytes, arena_frames(req), req.headroom, req.state_bytes)
+    return arena + req.ring_size * (req.in_bytes + req.out_bytes)
+
+
 def _ring(size: int, nbytes: int) -> HostRing | None:
-    return HostRing(size, nbytes, _fresh) if nbytes else None
+    return HostRing(size, nbytes, _committed) if nbytes else None
 
 
 def pooled_memory(req: MemoryRequest) -> Memory:
     """A host ring each way and one NumPy arena: the CUDA pool's bookkeeping, on the CPU."""
-    device = DevicePool.sized_for(req.frame_bytes, req.in_flight + req.held, req.headroom, NumpyBacking,
-                                  req.state_bytes)
+    device = DevicePool.sized_for(req.frame_bytes, arena_frames(req), req.headroom, NumpyBacking, req.state_bytes)
     return Memory("pool", _ring(req.ring_size, req.in_bytes), _ring(req.ring_size, req.out_bytes), device,
                   pinned=False)
 

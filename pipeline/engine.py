@@ -50,6 +50,16 @@ class RunControl:
         self.stop_event = threading.Event()  # graceful: drain and finalise
         self.signum: int | None = None
         self.pipelines: list[Pipeline] = []  # several when streams run side by side (pipeline.many)
+        # Set-up, before any output exists: a signal handler may end it at once (raise Interrupted)
+        # instead of waiting for a step that reads or computes for long.
+        self.interruptible = False
+
+    def before_output(self) -> None:
+        """Called by the set-up just before it creates the output: from here on a stop is a graceful
+        one (the run sees the event), and one requested already ends the set-up now."""
+        self.interruptible = False
+        if self.stop_event.is_set():
+            raise Interrupted(self.signum or 2, "no output written")
 
     def stop(self, signum: int | None = None) -> None:
         """Safe from a signal handler: it only sets an event the stages poll."""
@@ -581,8 +591,11 @@ class Pipeline:
 
 def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
     """The frame plan of a run: the source's layout in, the sink's out, ends folded where the backend can."""
-    return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
-                           fold=backend.ops.folds_pointwise, stage=stage is not None)
+    from .filters.plugins import plugin_errors_are_config_errors
+
+    with plugin_errors_are_config_errors():  # a plugin's output_size or scratch_shapes may fail here
+        return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
+                               fold=backend.ops.folds_pointwise, stage=stage is not None)
 
 
 def _slot_dropper(ring, stats: RunStats | None) -> Callable[[WorkItem], None]:

@@ -17,6 +17,11 @@ class PipelineError(Exception):
 
     exit_code = 1
 
+    def with_target(self, target) -> PipelineError:
+        """The same error, its message prefixed with the file or URL it concerns."""
+        self.args = (f"{target}: {self}",)
+        return self
+
 
 class ConfigError(PipelineError, ValueError):
     """Bad command line, config file or filter chain."""
@@ -59,6 +64,13 @@ class StageError(PipelineError):
     def __init__(self, message: str, stage: str = ""):
         super().__init__(message)
         self.stage = stage
+
+
+class PluginError(PipelineError):
+    """A filter loaded with ``--plugin`` failed during the run: the message names the filter and its file.
+    Exit 1, as for a bug, but the bug is the plugin's."""
+
+    exit_code = EXIT_INTERNAL
 
 
 class Interrupted(PipelineError):

@@ -235,10 +235,11 @@ def _wait(cancel: Flag, wake: threading.Event, seconds: float) -> bool:
 
 
 def open_in_background(factory: Callable[[], Source], stop: threading.Event,
-                       signum: Callable[[], int | None]) -> Source:
+                       signum: Callable[[], int | None], deadline: float | None = None, name: str = "") -> Source:
     """Open a live source in a helper thread, so that Ctrl-C during a long open (up to twice the
     timeout: connecting, then analysing the stream) stops the run at once; the helper closes
-    whatever it opens after that."""
+    whatever it opens after that. ``deadline``: seconds after which an open that has not returned
+    (a FIFO with no writer, which no FFmpeg timeout reaches) is given up, as an input error."""
     result: dict[str, object] = {}
     lock = threading.Lock()
 
@@ -257,15 +258,29 @@ def open_in_background(factory: Callable[[], Source], stop: threading.Event,
 
     thread = threading.Thread(target=run, name="pipeline-open", daemon=True)
     thread.start()
-    while thread.is_alive():
-        thread.join(0.05)
-        if stop.is_set():
-            with lock:
-                if "source" not in result and "error" not in result:
-                    result["abandoned"] = True
-                    raise Interrupted(signum() or 2, "no output written")
-            break
+    started = time.monotonic()
+    try:
+        while thread.is_alive():
+            thread.join(0.05)
+            if deadline is not None and time.monotonic() - started > deadline:
+                with lock:
+                    if "source" not in result and "error" not in result:
+                        raise InputError(f"{name}: could not be opened within {deadline:g} s (a FIFO or device "
+                                         "with no writer, or too little data yet?); --timeout sets the limit")
+            if stop.is_set():
+                with lock:
+                    if "source" not in result and "error" not in result:
+                        raise Interrupted(signum() or 2, "no output written")
+                break
+    except BaseException:  # also an Interrupted raised by a signal handler while waiting here
+        with lock:
+            result["abandoned"] = True
+            source = result.pop("source", None)
+        if source is not None:
+            source.close()
+        raise
     with lock:
         if "error" in result:
             raise result["error"]  # type: ignore[misc]
         return result["source"]  # type: ignore[return-value]
+

@@ -3,6 +3,8 @@
 A library user sees nothing unless they configure logging (the package installs a ``NullHandler``).
 The command line installs :class:`LineHandler`: one line per message on stderr, ``pipeline: ...``
 (``pipeline: warning: ...`` for warnings), its level set by ``--loglevel`` (FFmpeg's names).
+FFmpeg's own lines arrive here at debug level (``pipeline: ffmpeg: [context] ...``, see
+:mod:`pipeline.avlib`): shown with ``--loglevel debug`` only.
 """
 
 from __future__ import annotations

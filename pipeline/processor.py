@@ -8,6 +8,7 @@ buffers are handed back with the event of their last use, so nothing waits on th
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -93,6 +94,20 @@ class FramePlan:
         out_bytes = self.specs[self.output].nbytes if host_out else 0
         return MemoryRequest(in_bytes, out_bytes, self.frame_bytes, self.state_bytes, settings.ring_size,
                              settings.in_flight, settings.arena_headroom, held)
+
+
+@contextlib.contextmanager
+def _blaming_plugins(filters, item: WorkItem):
+    """A failure inside a plugin's filter is reported as the plugin's (its name and file), not as a bug."""
+    try:
+        yield
+    except BaseException as e:
+        from .filters.plugins import plugin_failure
+
+        error = plugin_failure(filters, e, f"at frame {item.meta.index}") if filters else None
+        if error is None:
+            raise
+        raise error from e
 
 
 def _foldable_ends(chain: tuple, stage: bool) -> tuple[tuple, tuple]:
@@ -210,12 +225,15 @@ class Processor:
     def _kernels(self, source, a: list, item: WorkItem, ctx) -> None:
         """Conversion (with the head filters folded in), the chain, the user's stage, conversion back."""
         plan, run_filter = self.plan, self.ops.run_filter
-        self._to_rgb(source, a[plan.rgb])
+        with _blaming_plugins(plan.head, item):
+            self._to_rgb(source, a[plan.rgb])
         for f, src, dst, scratch in plan.steps:
-            run_filter(f, a[src], a[dst], [a[i] for i in scratch])
+            with _blaming_plugins((f,), item):
+                run_filter(f, a[src], a[dst], [a[i] for i in scratch])
         if self.stage is not None:
             self._run_stage(a[plan.last_rgb], item, ctx)
-        self._from_rgb(a[plan.last_rgb], a[plan.output])
+        with _blaming_plugins(plan.tail, item):
+            self._from_rgb(a[plan.last_rgb], a[plan.output])
 
     def _run_stage(self, planes, item: WorkItem, ctx) -> None:
         meta = item.meta

@@ -28,9 +28,15 @@ from typing import Callable, Iterator
 import av
 import numpy as np
 
-from .config import is_url, pipe_fd
+from .audio_out import AudioOut
+from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options,
+                    watch)
+from .config import file_url, is_url, pipe_fd
+from .encoders import containers_for, pixel_format, refusal, video_encoder
+from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
-from .video import FrameMeta, StreamInfo
+from .outfile import partial_prefix, place_output, temp_path_for
+from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
 URL_MUXERS = {"udp": "mpegts", "tcp": "mpegts", "srt": "mpegts", "rtp": "rtp_mpegts", "rtmp": "flv",
@@ -45,6 +51,9 @@ def url_muxer(url: str, output_format: str | None) -> str:
         raise ConfigError(f"{url}: cannot choose a muxer for {scheme}:// outputs; give one with --format "
                           "(e.g. --format mpegts)")
     return URL_MUXERS[scheme]
+
+
+MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
 
 
 # -- protocols --------------------------------------------------------------------------------------
@@ -125,16 +134,8 @@ def check_hardware_encoder(codec: str) -> None:
     except (av.error.FFmpegError, ValueError, OSError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         working = [c for c in CPU_ENCODERS if c in av.codecs_available]
-        raise ConfigError(f"{codec}: this machine cannot open it ({first}); CPU encoders that work here: "
-                          f"{', '.join(working)}") from e
-
-
-def temp_path_for(target: Path) -> Path:
-    # Same directory, so the final rename is atomic; same suffix, so the muxer is chosen from it.
-    return target.with_name(f".{target.stem}.partial-{os.getpid()}{target.suffix}")
-
-
-MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
+        raise ConfigError(f"hardware encoder {codec} is not available here ({first}); CPU encoders that work "
+                          f"here: {', '.join(working)}") from e
 
 
 def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
@@ -143,6 +144,40 @@ def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
     if target.suffix.lower() in MOV_SUFFIXES and time_base and time_base.denominator < 2**31:
         return {"movie_timescale": str(time_base.denominator)}
     return {}
+
+
+def i420_frame(i420: np.ndarray, fmt, zero_copy: bool) -> av.VideoFrame:
+    """A yuv420p frame over ``i420`` (wrapped when ``zero_copy``), or copied into a frame of its own when
+    PyAV cannot wrap it: ``from_numpy_buffer`` takes the height as a multiple of 4 (rows // 6 * 4), so a
+    frame 2 rows high came out 0 rows high (encoding failed) and one 54 rows high 52 (silently rescaled)."""
+    if fmt.height % 4 == 0:
+        return av.VideoFrame.from_numpy_buffer(i420 if zero_copy else i420.copy(), format="yuv420p")
+    frame = av.VideoFrame(fmt.width, fmt.height, "yuv420p")
+    for plane, source in zip(frame.planes, fmt.planes(i420.reshape(-1))):
+        rows, cols = source.shape
+        np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:rows, :cols] = source
+    return frame
+
+
+def _check_muxer_options(target, muxer: str, options: dict[str, str]) -> None:
+    """An --output-opt the muxer would not use is refused (FFmpeg would only leave it unused: a typo
+    such as movflag=faststart ran with exit 0). Protocol options never reach the protocol here."""
+    unused = unused_muxer_options(muxer, options) if options else []
+    if unused:
+        listed = ", ".join(f"{k}={options[k]}" for k in unused)
+        raise ConfigError(f"{target}: the {muxer} muxer does not use {listed} (misspelled? `ffmpeg -h muxer={muxer}` "
+                          "lists its options; protocol options go in the URL, e.g. udp://host:port?pkt_size=1316)")
+
+
+def _check_encoder_options(target, codec_context, options: dict[str, str]) -> None:
+    """An --encoder-opt the encoder did not consume is refused: after opening, PyAV leaves exactly those
+    in ``codec_context.options`` (a typo such as cfr=18 ran with exit 0 at the encoder's defaults)."""
+    unused = [k for k in options if k in codec_context.options]
+    if unused:
+        name = codec_context.name
+        listed = ", ".join(f"{k}={options[k]}" for k in unused)
+        raise ConfigError(f"{target}: the {name} encoder does not use {listed} (misspelled? "
+                          f"`ffmpeg -h encoder={name}` lists its options)")
 
 
 # Muxers that go back to the start to finish the file (the index, moov): on a pipe, which cannot seek, they
@@ -175,7 +210,7 @@ def _check_pipe_audio(target, muxer: str, templates) -> None:
 
 def remove_stale_partials(target: Path) -> None:
     """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run)."""
-    prefix, suffix = f".{target.stem}.partial-", target.suffix
+    prefix, suffix = partial_prefix(target), target.suffix
     try:
         names = os.listdir(target.parent if str(target.parent) else ".")
     except OSError:
@@ -210,30 +245,36 @@ class Sink:
 
     def __init__(self, target: Path | str, info: StreamInfo, *, codec: str, options: dict[str, str],
                  audio=None, output_format: str | None = None, output_opts: dict[str, str] | None = None,
-                 timeout: float | None = None, low_latency: bool = False):
+                 timeout: float | None = None, low_latency: bool = False, overwrite: bool = False,
+                 audio_mode: str = "copy"):
         fmt, rate, time_base = info.format, info.frame_rate, info.time_base
+        route_ffmpeg_log()
         self.target = target
         self.low_latency = low_latency
+        self.overwrite = overwrite  # at the final rename: replace a target that appeared during the run
         self.url = is_url(str(target))
         self.pipe = pipe_fd(str(target), 1) is not None  # stdout: written directly too
         self.tmp: Path | None = None if self.url or self.pipe else temp_path_for(Path(target))
         self.fmt = fmt
         self._next_pts = 0
-        self._last_dts: dict[int, int] = {}
-        self.audio_dropped = 0
+        self._encoded = 0  # frames the encoder took
+        self._encoder_said = None
+        self.audio_out: AudioOut | None = None
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
         self.on_packets: Callable[[list[float | None]], None] | None = None
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         try:
+            _check_muxer_options(target, self.container.format.name, output_opts or {})
             self.video = self._add_video(codec, options, rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
             templates = audio.templates if audio else ()
             if self.pipe:
                 _check_pipe_audio(target, self.container.format.name, templates)
-            self.audio = {s.index: self.container.add_stream_from_template(s) for s in templates}
+            self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
+            _check_encoder_options(target, self.video.codec_context, options)
         except BaseException:
             self.abort()
             raise
@@ -249,7 +290,7 @@ class Sink:
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
             remove_stale_partials(Path(target))
             options = {**_muxer_options(Path(target), time_base), **output_opts}
-            return av.open(str(self.tmp), "w", format=muxer, container_options=options)
+            return av.open(file_url(str(self.tmp)), "w", format=muxer, container_options=options)
         except ValueError as e:  # unknown container for this extension, or an unknown --format
             if muxer:
                 raise ConfigError(f"{target}: invalid --format {muxer!r} ({e})") from e
@@ -273,53 +314,92 @@ class Sink:
     def _start(self) -> None:
         """Open the encoder and write the header now, not at the first packet: a container that cannot
         hold a stream (PCM audio in MP4) or a bad encoder option is refused before any frame is done."""
+        printed: list[str] = []
+        cc = self.video.codec_context
+        said = watch({cc.name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
         try:
-            self.container.start_encoding()
-        except OSError as e:
-            raise OutputError(f"{self.target}: cannot create output: {e}") from e
-        except (ValueError, av.error.FFmpegError) as e:
+            with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
+                self.container.start_encoding()
+        except (OSError, ValueError, av.error.FFmpegError) as e:
+            if "avcodec_open2" in str(e):  # the encoder's refusal (a hardware one's absence is an OSError)
+                reasons = [m for _, level, m in said.take() if level >= 40] + [library_errors(printed)]
+                what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"
+                raise refusal(cc.name, e, "; ".join(r for r in reasons if r), what).with_target(self.target) from e
+            if isinstance(e, OSError):
+                raise OutputError(f"{self.target}: cannot create output: {e}") from e
             streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
             raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
                               f"with these options ({e}); try another output extension (.mkv) or "
-                              "--encoder-opt") from e
+                              "--output-opt") from e
+        except BaseException:
+            said.close()
+            raise
+        self._encoder_said = said  # kept until the first frame is taken: its refusal has reasons too
 
     def _add_video(self, codec, options, rate, time_base):
+        encoder = video_encoder(codec)
         try:
             stream = self.container.add_stream(codec, rate=rate or Fraction(30))
         except (ValueError, av.error.FFmpegError) as e:
-            raise ConfigError(f"unknown or unavailable encoder {codec!r}: {e}") from e
+            muxer, fits = self.container.format.name, containers_for(encoder.name)
+            raise ConfigError(f"{self.target}: the {muxer} muxer cannot hold {encoder.name} video"
+                              + (f"; these can: {', '.join(fits)}" if fits else f" ({e})")) from e
         stream.width, stream.height = self.fmt.width, self.fmt.height
-        stream.pix_fmt = "yuv420p"
-        stream.options = dict(options)
+        stream.pix_fmt = pixel_format(stream.codec_context.codec)  # converted by swscale when not yuv420p
+        stream.options = quiet_encoder(stream.codec_context.name, options)
         # Frame threads hold back one frame per thread (24 at 16 cores: 0.4 s at 60 fps), and FFmpeg's
         # libx264 wrapper picks them over x264's own sliced threads (tune=zerolatency) whenever
         # thread_type includes FRAME. Live and paced runs want each packet out at once: slices only.
         stream.thread_type = "SLICE" if self.low_latency else "AUTO"
-        if time_base:  # keep the input's clock so every pts survives unchanged (VFR included)
-            stream.time_base = time_base
-            stream.codec_context.time_base = time_base
+        # The input's clock where the encoder and muxer take it, so every pts survives (VFR included).
+        tb = encoder_time_base(stream.codec_context.codec, Fraction(rate or 30), time_base,
+                               self.container.format.flags)
+        if tb:
+            stream.time_base = tb
+            stream.codec_context.time_base = tb
+            if tb != time_base:
+                stream.codec_context.framerate = 1 / tb
         colour = self.fmt.colour
         cc = stream.codec_context
-        cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
+        if stream.pix_fmt.startswith(("yuv", "nv")):  # the input's tags describe YUV, not RGB or a palette
+            cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
+            if stream.pix_fmt.startswith("yuvj"):
+                cc.color_range = AVCOL_RANGE_JPEG
         cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
         return stream
 
     def write_video(self, i420: np.ndarray, meta: FrameMeta) -> None:
         """Encode one I420 frame; ``i420`` must already have the shape ``fmt.shape`` (it is wrapped, not copied)."""
-        frame = av.VideoFrame.from_numpy_buffer(i420 if self.zero_copy else i420.copy(), format="yuv420p")
+        frame = i420_frame(i420, self.fmt, self.zero_copy)
         colour = self.fmt.colour
         frame.colorspace, frame.color_range = colour.colorspace, colour.color_range
-        if meta.pts is None:
-            frame.pts, frame.time_base = self._next_pts, self.video.codec_context.time_base
-        else:
-            frame.pts, frame.time_base = meta.pts, meta.time_base
+        frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:
             packets = self.video.encode(frame)
         except av.error.FFmpegError as e:
+            if self._encoded == 0:  # the encoder refuses our frames themselves (a size it cannot code)
+                cc = self.video.codec_context
+                reasons = "; ".join(m for _, level, m in self._encoder_said.take() if level >= 30)
+                raise refusal(cc.name, e, reasons, f"{cc.width}x{cc.height} {cc.pix_fmt} frames").with_target(
+                    self.target) from e
             raise OutputError(f"{self.target}: encoding failed: {e}") from e
+        if self._encoded == 0:
+            self._encoder_said.close()
+        self._encoded += 1
         self._mux(packets)
         self._report(packets)
+
+    def _timestamp(self, meta: FrameMeta) -> tuple[int, Fraction]:
+        """The frame's pts in the encoder's time base where that is not the input's (1/rate for MPEG-2 or
+        AVI): rounded, and kept increasing, since two input frames may fall on one tick."""
+        tb = self.video.codec_context.time_base
+        if meta.pts is None:
+            return self._next_pts, tb
+        if meta.time_base is None or Fraction(meta.time_base) == tb:
+            return meta.pts, meta.time_base
+        pts = round(Fraction(meta.pts) * Fraction(meta.time_base) / tb)
+        return (max(pts, self._next_pts) if self._encoded else pts), tb
 
     def _report(self, packets) -> None:
         if self.on_packets is not None and packets:
@@ -327,26 +407,12 @@ class Sink:
                              for p in packets])
 
     def write_audio(self, packet: av.Packet) -> bool:
-        """Copy one packet; False if dropped as damaged: its dts went backwards, or the muxer refused
-        its content (invalid data, an unsupported header: any FFmpeg error but an OSError, which is a
-        write error). Losing that packet beats failing the whole run on the input's fault."""
-        out = self.audio.get(packet.stream.index)
-        if out is None:
-            return False
-        dts, last = packet.dts, self._last_dts.get(out.index)  # in the input's time base: mux rescales
-        if last is not None and dts <= last:
-            self.audio_dropped += 1
-            return False
-        packet.stream = out
-        try:
-            self.container.mux([packet])
-        except OSError as e:
-            raise OutputError(f"{self.target}: write failed: {e}") from e
-        except av.error.FFmpegError:
-            self.audio_dropped += 1
-            return False
-        self._last_dts[out.index] = dts
-        return True
+        """Copy (or encode, see :mod:`pipeline.audio_out`) one packet; False if dropped as damaged."""
+        return self.audio_out.write(packet)
+
+    @property
+    def audio_dropped(self) -> int:
+        return self.audio_out.dropped if self.audio_out is not None else 0
 
     def _mux(self, packets) -> None:
         try:
@@ -360,9 +426,10 @@ class Sink:
             packets = self.video.encode(None)
             self._mux(packets)
             self._report(packets)
+            self.audio_out.flush()
             self.container.close()
             if self.tmp is not None:
-                os.replace(self.tmp, self.target)
+                place_output(self.tmp, Path(self.target), self.overwrite)
         except OutputError:
             self.abort()
             raise
@@ -372,6 +439,8 @@ class Sink:
 
     def abort(self) -> None:
         """Drop the partial output: the target is left as it was."""
+        if getattr(self, "_encoder_said", None) is not None:
+            self._encoder_said.close()
         try:
             self.container.close()
         except Exception:

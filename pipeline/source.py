@@ -34,8 +34,11 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
 from .config import is_url, pipe_fd
+from .damage import DamageLog
 from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
+from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .span import SKIP, STOP, Span
 from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
@@ -102,6 +105,7 @@ class Source:
                  input_format: str | None = None, options: dict[str, str] | None = None,
                  timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None):
         self.path = path
+        route_ffmpeg_log()
         self.hwaccel = hwaccel
         self.layout = "nv12" if hwaccel is not None else "i420"
         self._held: list[tuple[int, str]] | None = []  # notices while opening: shown only if the input is usable
@@ -118,6 +122,7 @@ class Source:
         self.container = self._open()
         try:
             self.video = self._video_stream()
+            self._damage = DamageLog(path, self.container.format.name, self.video.codec_context.name)
             self.audio_streams = self._audio_streams()
             self._origin = _start_time(self.container)
             self._trim = span.bind(self._origin) if span is not None else None
@@ -127,6 +132,8 @@ class Source:
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
+            drain_decoder(getattr(self, "video", None))  # probing may have left frame threads at work
+            self._close_damage_log()
             self.container.close()
             raise  # its one line says it all; the warnings held back would only repeat it
         held, self._held = self._held, None
@@ -142,9 +149,12 @@ class Source:
         video = videos[0]
         if video.codec_context is None:
             raise InputError(f"{self.path}: no decoder for the video stream (unknown or unsupported codec)")
-        # Frame threads hold back frames (latency a camera cannot afford), and hardware decoding needs
-        # none: the GPU decodes, the CPU only parses.
-        video.thread_type = "SLICE" if self.live or self.hwaccel is not None else "AUTO"
+        if (note := other_video_streams(self.path, list(videos), video)) and self._held is not None:
+            self.notice(note)  # once: not again at each reconnection
+        # Frame threads hold back frames (latency a camera cannot afford), hardware decoding needs none
+        # (the GPU decodes, the CPU only parses), and with --strict a decoder error must be the packet's
+        # own, not a later one's.
+        video.thread_type = "SLICE" if self.live or self.hwaccel is not None or self.strict else "AUTO"
         return video
 
     def _open(self):
@@ -236,6 +246,8 @@ class Source:
         check_frame_size(self.path, w, h)
         if w % 2 or h % 2:
             self.notice(f"{self.path}: odd frame size {w}x{h}; the last column/row is dropped for 4:2:0")
+        if note := interlaced(self.path, first.frame, self.video.codec_context.field_order):
+            self.notice(note)
         colour_range = first.frame.color_range
         if first.frame.format.name == "yuvj420p" and colour_range == 0:
             colour_range = AVCOL_RANGE_JPEG
@@ -274,6 +286,7 @@ class Source:
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
         for packet in self._packets():
+            self._damage.packet(packet)
             if packet.stream is not video:
                 if packet.dts is not None and self._in_span(packet):  # flush packets carry nothing to copy
                     yield AudioPacket(packet)
@@ -343,6 +356,7 @@ class Source:
             if self.hwaccel is not None and self._index == 0:  # before any frame: the GPU refused the stream
                 raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
                                      f"{e}") from e
+            self._damage.decoder_errors()  # what it logged about this packet is this error
             self._bad_data(f"undecodable packet at pts {packet.pts}", e)
             self.decode_errors += 1
             return []
@@ -351,7 +365,16 @@ class Source:
             if frame.is_corrupt:
                 self._bad_data(f"corrupt frame at pts {frame.pts}")
                 self.corrupt_frames += 1
+        self._concealed(packet, frames)
         return [(frame, dt) for frame in frames]
+
+    def _concealed(self, packet: av.Packet, frames: list) -> None:
+        """Errors the decoder logged and concealed: the packet did not fail and, with slice threads, no
+        frame is even flagged corrupt. Counted as a corrupt frame (fatal with --strict)."""
+        errors = self._damage.decoder_errors()
+        if errors and not any(frame.is_corrupt for frame in frames):
+            self._bad_data(f"decoder error at pts {packet.pts} ({errors[0]})")
+            self.corrupt_frames += 1
 
     def _bad_data(self, what: str, error: Exception | None = None) -> None:
         if self.strict:
@@ -373,9 +396,16 @@ class Source:
 
     def _check_complete(self, decoded: int) -> None:
         expected = self.expected_frames
+        why = self._damage.ended_early()  # in every container: what the demuxer met on the way
         if decoded and expected and decoded + self.decode_errors < expected:
-            self.warn(f"{self.path}: input ends early: {decoded} of {expected} frames decoded "
-                        "(truncated file?)")
+            why = f"input ends early: {decoded} of {expected} frames decoded (truncated file?)" + (
+                f"; {why}" if why else "")
+        elif why:
+            why = f"input damaged or cut short ({decoded} frames decoded): {why}"
+        if why and self.strict:
+            raise InputError(f"{self.path}: {why} (--strict)")
+        if why:
+            self.warn(f"{self.path}: {why}")
 
     # -- into the host ring -----------------------------------------------------------------------
 
@@ -412,7 +442,14 @@ class Source:
             self._warned_convert = True
 
     def close(self) -> None:
+        drain_decoder(self.video)
+        self._close_damage_log()
         self.container.close()
+
+    def _close_damage_log(self) -> None:
+        damage = getattr(self, "_damage", None)
+        if damage is not None:
+            damage.close()
 
 
 class _Clock:
@@ -504,7 +541,8 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     if hwaccel is not None:
         kwargs["hwaccel"] = hwaccel
     try:
-        container = av.open(path, "r", format=input_format, container_options=options, **kwargs)
+        container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
+                            container_options=options, **kwargs)
     except RuntimeError as e:  # "Hardware accelerated decode requested but no stream is compatible"
         raise DecoderRefused(f"{path}: NVDEC cannot decode this stream: {e}") from e
     except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
@@ -527,7 +565,11 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
 
 def _check_local(path: str) -> None:
     p = Path(path)
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as e:  # a name too long for the filesystem, a loop of links
+        raise InputError(f"{path}: cannot open: {e.strerror}") from None
+    if not exists:
         raise InputError(f"{path}: no such file")
     if p.is_dir():
         raise InputError(f"{path}: is a directory")

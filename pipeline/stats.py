@@ -168,13 +168,17 @@ class RunStats:
             "latency_hops_ms": lat.hops() if lat else {},
         }
 
-    def write_json(self, path: str | Path) -> None:
-        """Indented, except the per-frame series: one line per column keeps a long run's file compact."""
+    def write_json(self, path: str | Path, exclusive: bool = False) -> None:
+        """Indented, except the per-frame series: one line per column keeps a long run's file compact.
+
+        ``exclusive``: fail (FileExistsError) rather than replace a file that exists by now."""
         body = json.dumps(self.to_dict(per_frame=False), indent=2)
         series = self.latency.series() if self.latency else {}
         columns = ",\n".join(f"    {json.dumps(name)}: {json.dumps(values)}" for name, values in series.items())
         body = body[:-2] + ',\n  "per_frame": {' + (f"\n{columns}\n  " if columns else "") + "}\n}"
-        Path(path).write_text(body + "\n")
+        special = Path(path).exists() and not Path(path).is_file()  # a FIFO or device: written into
+        with open(path, "x" if exclusive and not special else "w") as f:
+            f.write(body + "\n")
 
     def table(self) -> Table:
         d = self.to_dict(per_frame=False)

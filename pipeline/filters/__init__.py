@@ -5,7 +5,8 @@ Write your own with :func:`register_filter` and load it with ``pipeline run --pl
 """
 
 from .fuse import PointwiseFilter, fuse_pointwise
-from .registry import FILTERS, Filter, Param, describe_filter, load_plugin, parse_chain, register_filter
+from .plugins import load_plugin
+from .registry import FILTERS, Filter, Param, describe_filter, parse_chain, register_filter
 
 __all__ = ["FILTERS", "Filter", "Param", "PointwiseFilter", "describe_filter", "fuse_pointwise", "load_plugin",
            "parse_chain", "register_filter"]

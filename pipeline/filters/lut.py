@@ -7,18 +7,22 @@ and uploaded to the device once, on the first frame; each frame is then one kern
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..textfile import read_text
 from ..gpu.cuda import cupy, f32, i32, launch_2d
 from ..gpu.kernels import kernel, load
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
 MAX_SIZE = 256
+# A 256-point table written with 6 decimals is about 480 MiB; past this, a file is not a LUT (/dev/zero).
+MAX_FILE_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -39,9 +43,12 @@ def _floats(path: Path, lineno: int, words: list[str], count: int) -> list[float
     if len(words) != count:
         raise ConfigError(f"{path}:{lineno}: expected {count} numbers, got {' '.join(words)!r}")
     try:
-        return [float(w) for w in words]
+        values = [float(w) for w in words]
     except ValueError:
         raise ConfigError(f"{path}:{lineno}: expected numbers, got {' '.join(words)!r}") from None
+    if not all(math.isfinite(v) for v in values):  # NaN would pass the domain check and poison the table
+        raise ConfigError(f"{path}:{lineno}: expected finite numbers, got {' '.join(words)!r}")
+    return values
 
 
 def _size(path: Path, lineno: int, words: list[str]) -> int:
@@ -57,12 +64,7 @@ def _size(path: Path, lineno: int, words: list[str]) -> int:
 def parse_cube(path: str | Path) -> CubeLut:
     """Read a .cube 3D LUT; every problem is a :class:`ConfigError` naming the file and line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(f"lut3d: file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"lut3d: cannot read {path}: {e}") from e
+    text = read_text(path, MAX_FILE_BYTES, "lut3d")
     size, title, rows = None, "", []
     lo, hi = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
     for lineno, line in enumerate(text.splitlines(), 1):

@@ -7,7 +7,7 @@ Frames between filters are planar float32 RGB in [0, 1], shape (3, H, W).
 
 from __future__ import annotations
 
-import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -34,6 +34,8 @@ class Param:
             value = self.kind(text) if not isinstance(text, self.kind) else text
         except (TypeError, ValueError):
             raise ConfigError(f"{filter_name}: {self.name} must be {self.kind.__name__}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check
+            raise ConfigError(f"{filter_name}: {self.name} must be a finite number, got {text!r}")
         if self.choices and value not in self.choices:
             allowed = ", ".join(str(c) for c in self.choices)
             raise ConfigError(f"{filter_name}: {self.name} must be one of {allowed}; got {value!r}")
@@ -230,26 +232,3 @@ def _relative_to(value: str, base: Path, filter_name: str) -> str:
     raise ConfigError(f"{filter_name}: {full}: a path in a filter chain cannot contain ':' or ','; "
                       "give one without them")
 
-
-_LOADED_PLUGINS: set[Path] = set()
-
-
-def load_plugin(path: str | Path) -> None:
-    """Import a user's Python file; its ``@register_filter`` classes join the registry.
-
-    A file already loaded is not run again (a bench runs the pipeline several times in one process).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"plugin not found: {path}")
-    if path.resolve() in _LOADED_PLUGINS:
-        return
-    spec = importlib.util.spec_from_file_location(f"pipeline_plugin_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except ConfigError:
-        raise
-    except Exception as e:
-        raise ConfigError(f"cannot load plugin {path}: {type(e).__name__}: {e}") from e
-    _LOADED_PLUGINS.add(path.resolve())

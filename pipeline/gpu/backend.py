@@ -8,6 +8,7 @@ from ..memory.registry import MemoryRequest, Strategy
 from ..memory.strategies import Memory
 from .clock import GpuClock
 from .cuda import cupy
+from .failures import creating
 from .streams import CudaOps
 
 
@@ -20,7 +21,7 @@ class CudaBackend:
         self.make_current()
         # A strategy written as stream-unaware code would be (naive) runs on the legacy default stream.
         self.ops = CudaOps(streams, default_stream=strategy.default_stream)
-        self.clock = GpuClock()
+        self.clock = creating("creating the GPU clock's stream and events", GpuClock)
 
     def memory(self, request: MemoryRequest) -> Memory:
         return self.strategy.build("cuda", request)

@@ -7,12 +7,12 @@ import weakref
 
 import numpy as np
 
-from ..errors import GPUError
 from ..memory.device_pool import BufferSpec, DevicePool, FrameBuffers
 from ..memory.host_ring import HostRing
 from ..memory.registry import MemoryRequest
 from ..memory.strategies import Memory, PerFrameDevice, PerFrameHost, per_frame_host
 from .cuda import cupy
+from .failures import creating, cuda_error
 
 
 def pinned_array(nbytes: int) -> np.ndarray:
@@ -27,15 +27,17 @@ class CudaBacking:
 
     def __init__(self, nbytes: int):
         cp = cupy()
+        self.ptr = 0
         try:
             self.ptr = cp.cuda.runtime.malloc(nbytes)
-        except cp.cuda.runtime.CUDARuntimeError as e:
-            raise GPUError(f"out of device memory: cannot reserve a {nbytes / 2**20:.0f} MiB arena ({e})") from e
+        except Exception as e:  # out of memory, or any CUDA error: one line with the sizes
+            raise cuda_error(e, needed=nbytes, what="the device arena") from e
         self.nbytes = nbytes
-        self._mem = cp.cuda.UnownedMemory(self.ptr, nbytes, self)
-        # Freed by close(), or when the backing is collected if a failed set-up never reached close().
+        # Freed by close(), or when the backing is collected if a failed set-up never reached close();
+        # registered first, so that nothing failing below leaks the arena.
         self._release = weakref.finalize(self, cp.cuda.runtime.free, self.ptr)
         self._release.atexit = False  # at interpreter exit the driver frees everything anyway
+        self._mem = creating("wrapping the device arena", lambda: cp.cuda.UnownedMemory(self.ptr, nbytes, self))
 
     def view(self, offset: int, spec: BufferSpec):
         cp = cupy()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cuda import cupy
+from .failures import creating
 from .surfaces import SurfaceViews
 
 _MARKS = ("start", "uploaded", "filtered", "done")
@@ -49,10 +50,10 @@ class CudaOps:
     def __init__(self, streams: int, default_stream: bool = False):
         cp = cupy()
         # The naive strategy runs on the legacy default stream, as code that never thinks about streams does.
-        self.streams = [cp.cuda.Stream.null] if default_stream else [
+        self.streams = [cp.cuda.Stream.null] if default_stream else creating("creating CUDA streams", lambda: [
             cp.cuda.Stream(non_blocking=True) for _ in range(streams)
-        ]
-        self._current_event = cp.cuda.Event()
+        ])
+        self._current_event = creating("creating CUDA events", cp.cuda.Event)
         self._null = cp.cuda.Stream.null
         self.surfaces = SurfaceViews()
         self._memcpy = cp.cuda.runtime.memcpyAsync
@@ -60,7 +61,7 @@ class CudaOps:
 
     def context(self, index: int) -> CudaContext:
         cp = cupy()
-        events = {m: cp.cuda.Event() for m in (*_MARKS, "decoded")}
+        events = creating("creating CUDA events", lambda: {m: cp.cuda.Event() for m in (*_MARKS, "decoded")})
         return CudaContext(index, self.streams[index % len(self.streams)], events)
 
     def surface(self, ctx: CudaContext, frame):

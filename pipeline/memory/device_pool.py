@@ -35,7 +35,7 @@ class NumpyBacking:
     """Host memory standing in for the device (CPU backend)."""
 
     def __init__(self, nbytes: int):
-        self.buffer = np.empty(nbytes, np.uint8)
+        self.buffer = commit_pages(np.empty(nbytes, np.uint8))
 
     def view(self, offset: int, spec: BufferSpec) -> np.ndarray:
         raw = self.buffer[offset : offset + spec.nbytes]
@@ -112,6 +112,13 @@ class DevicePool:
 def arena_capacity(frame_bytes: int, in_flight: int, headroom: float, extra: int = 0) -> int:
     """Room for ``in_flight`` frames times ``headroom``, plus ``extra`` bytes kept for the whole run."""
     return align_up(int(frame_bytes * in_flight * headroom)) + align_up(extra)
+
+
+def commit_pages(buffer: np.ndarray, page: int = 4096) -> np.ndarray:
+    """Write one byte per page of a fresh buffer, so the memory is taken now rather than at first use:
+    the up-front memory check of the next run then sees it. Cheap (one write per page)."""
+    buffer[::page] = 0
+    return buffer
 
 
 def frame_bytes(specs: list[BufferSpec]) -> int:

@@ -1,0 +1,150 @@
+"""The output's audio: the input's streams copied where the container takes their codec, else encoded.
+
+``--audio copy`` (the default) copies each stream as it is when the muxer takes the codec (PyAV asks
+FFmpeg's avformat_query_codec when the stream is added), and otherwise encodes it to the container's
+usual codec with a notice: AAC cannot go into WebM, so it becomes Opus there. ``encode`` always encodes
+(Opus for WebM, AAC for MP4/MOV, the input's own codec for Matroska, else the muxer's default);
+``none`` writes no audio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import av
+
+from .errors import ConfigError, OutputError
+from .log import log
+
+# The usual audio codec of a muxer, by its name; Matroska keeps the input's. Others: the muxer's default.
+USUAL = {"webm": "libopus", "mp4": "aac", "mov": "aac", "ipod": "aac", "3gp": "aac", "3g2": "aac"}
+KEEPS_INPUT = {"matroska", "nut"}
+# FFmpeg's codec names whose usual encoder has another name (the native opus encoder is experimental).
+ENCODER_OF = {"opus": "libopus", "mp3": "libmp3lame", "vorbis": "libvorbis"}
+
+
+@dataclass
+class AudioOut:
+    """The input's audio streams on the output side: ``write`` takes the input's packets in order."""
+
+    container: object
+    target: str
+    copied: dict = field(default_factory=dict)  # input stream index -> output stream (packets copied)
+    encoded: dict = field(default_factory=dict)  # input stream index -> _Encoder
+    dropped: int = 0
+    _last_dts: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, container, templates, mode: str, target) -> AudioOut:
+        out = cls(container, str(target))
+        if mode == "none":
+            return out
+        for template in templates:
+            if mode == "copy":
+                try:
+                    out.copied[template.index] = container.add_stream_from_template(template)
+                    continue
+                except (ValueError, av.error.FFmpegError):
+                    pass  # the muxer does not take this codec: encoded below, with a notice
+            out.encoded[template.index] = _Encoder.add(container, template, target, notice=mode == "copy")
+        return out
+
+    def write(self, packet: av.Packet) -> bool:
+        """One input packet; False if dropped as damaged (dts going backwards, refused by the muxer,
+        undecodable): losing that packet beats failing the whole run on the input's fault."""
+        index = packet.stream.index
+        if index in self.encoded:
+            return self._encode(self.encoded[index], packet)
+        out = self.copied.get(index)
+        if out is None:
+            return False
+        dts, last = packet.dts, self._last_dts.get(out.index)  # in the input's time base: mux rescales
+        if last is not None and dts <= last:
+            self.dropped += 1
+            return False
+        packet.stream = out
+        if not self._mux([packet]):
+            return False
+        self._last_dts[out.index] = dts
+        return True
+
+    def _encode(self, encoder: _Encoder, packet: av.Packet) -> bool:
+        try:
+            packets = encoder.encode(packet)
+        except av.error.FFmpegError:
+            self.dropped += 1
+            return False
+        return self._mux(packets)
+
+    def _mux(self, packets) -> bool:
+        try:
+            self.container.mux(packets)
+        except OSError as e:
+            raise OutputError(f"{self.target}: write failed: {e}") from e
+        except av.error.FFmpegError:
+            self.dropped += 1
+            return False
+        return True
+
+    def flush(self) -> None:
+        """The encoders' last packets, before the container is closed."""
+        for encoder in self.encoded.values():
+            try:
+                packets = encoder.stream.encode(None)
+            except av.error.FFmpegError:
+                continue
+            self._mux(packets)
+
+
+@dataclass
+class _Encoder:
+    stream: object
+
+    @classmethod
+    def add(cls, container, template, target, notice: bool) -> _Encoder:
+        source = template.codec_context
+        name = _encoder_name(container, source.name)
+        try:
+            codec = av.Codec(name, "w")
+            stream = container.add_stream(name, rate=_rate(codec, source.sample_rate))
+            stream.layout = source.layout
+            if codec.audio_formats:
+                stream.format = codec.audio_formats[0].name
+        except (ValueError, av.error.FFmpegError) as e:
+            raise ConfigError(f"{target}: cannot encode audio stream #{template.index} ({source.name}) as {name} "
+                              f"for {container.format.name} ({e}); --audio none leaves the audio out") from e
+        if notice:
+            log.info(f"{target}: audio stream #{template.index} ({source.name}) cannot go into "
+                     f"{container.format.name}; encoded as {name}")
+        return cls(stream)
+
+    def encode(self, packet: av.Packet) -> list:
+        packets = []
+        for frame in packet.decode():  # the input stream's own decoder, used by this thread only
+            packets.extend(self.stream.encode(frame))  # PyAV resamples to the encoder's format and rate
+        return packets
+
+
+def _encoder_name(container, input_codec: str) -> str:
+    muxer = container.format.name
+    if muxer in USUAL:
+        return USUAL[muxer]
+    if muxer in KEEPS_INPUT and _has_encoder(ENCODER_OF.get(input_codec, input_codec)):
+        return ENCODER_OF.get(input_codec, input_codec)
+    default = container.default_audio_codec or "aac"
+    return ENCODER_OF.get(default, default)
+
+
+def _has_encoder(name: str) -> bool:
+    try:
+        return av.Codec(name, "w").type == "audio"
+    except (ValueError, av.error.FFmpegError):
+        return False
+
+
+def _rate(codec, rate: int) -> int:
+    """The input's sample rate if the encoder takes it, else the nearest it does (Opus: 48 kHz)."""
+    rates = list(codec.audio_rates or ())
+    if not rates or rate in rates:
+        return rate
+    return min(rates, key=lambda r: (abs(r - rate), -r))

@@ -1,0 +1,113 @@
+"""What a video encoder is given: a pixel format and a time base it takes, and why it refused.
+
+The frames are I420 (yuv420p). An encoder that does not take it (mjpeg wants full-range yuvj420p,
+prores 10-bit 4:2:2, png RGB, gif a palette) gets the closest format it lists; PyAV's encode converts
+each frame with swscale in the sink. The time base is the input's wherever possible, so that every
+timestamp survives (VFR included); MPEG-1/2 take only their standard frame rates, the MPEG-4 family
+(FFmpeg's mpegvideo encoders) no denominator above 16 bits, and a muxer without variable frame rate
+(AVI) states its rate as the inverse of the time base: those get 1/rate.
+"""
+
+from __future__ import annotations
+
+import io
+from fractions import Fraction
+
+import av
+
+from .errors import ConfigError
+
+# Hardware encoders: they need a device and a driver that may be absent; that is a refusal, not a bug.
+HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan",
+                     "_omx", "_rkmpp", "_mf", "_d3d12va")
+
+# The closest to I420 first: the same layout, then more chroma, then RGB, then fewer colours.
+PREFERRED_FORMATS = ("yuv420p", "nv12", "yuv422p", "yuv444p", "yuv411p", "yuv410p", "yuva420p", "yuv420p10le",
+                     "yuv422p10le", "yuv444p10le", "yuva444p10le", "gbrp", "rgb24", "bgr24", "rgb0", "bgr0",
+                     "0rgb", "0bgr", "rgba", "bgra", "argb", "abgr", "rgb48le", "rgb48be", "gray", "gray16le",
+                     "gray16be", "rgb8", "bgr8", "rgb565le", "rgb555le", "monow", "monob", "pal8")
+
+# FFmpeg's mpegvideo encoders (ff_mpv_encode_init) refuse a time base denominator over 65535.
+SHORT_TIME_BASE = frozenset({"mpeg4", "msmpeg4", "msmpeg4v2", "wmv1", "wmv2", "h261", "h263", "h263p", "flv",
+                             "rv10", "rv20", "mjpeg", "amv", "speedhq", "mpeg1video", "mpeg2video"})
+
+AVFMT_VARIABLE_FPS = 0x0400
+
+
+def is_hardware(name: str) -> bool:
+    return name.endswith(HARDWARE_SUFFIXES)
+
+
+def video_encoder(name: str) -> av.Codec:
+    """The encoder ``-c`` names; ConfigError (exit 2) for an unknown name or one that is not a video
+    encoder (``-c aac``: the audio codec is chosen with --audio)."""
+    try:
+        codec = av.Codec(name, "w")
+    except (ValueError, av.error.FFmpegError):
+        raise ConfigError(f"unknown encoder {name!r}: PyAV's FFmpeg has no such encoder "
+                          "(`ffmpeg -encoders` lists them)") from None
+    if codec.type != "video":
+        raise ConfigError(f"-c {name}: {name} is an {codec.type} encoder; -c takes a video encoder "
+                          "(libx264, libx265, ...), and --audio chooses what happens to the audio")
+    return codec
+
+
+def pixel_format(codec: av.Codec) -> str:
+    """yuv420p where taken; full-range yuvj420p for the JPEG family (limited range there is "non-standard",
+    refused); else the closest format the encoder lists."""
+    names = [f.name for f in codec.video_formats or ()]
+    if not names:
+        return "yuv420p"  # the encoder does not say: it takes what it is given
+    if "yuvj420p" in names and "jpeg" in codec.long_name.lower():  # JPEG wants full range
+        return "yuvj420p"
+    chosen = next((n for n in PREFERRED_FORMATS if n in names), names[0])
+    if chosen == "pal8":
+        raise ConfigError(f"the {codec.name} encoder takes only palette (pal8) frames, which swscale cannot make "
+                          "from video; choose another encoder")
+    return chosen
+
+
+def time_base(codec: av.Codec, rate: Fraction, input_time_base: Fraction | None, muxer_flags: int) -> Fraction | None:
+    """The encoder's time base: the input's unless the encoder or the muxer cannot take it (see the
+    module's note); None: the input has none, PyAV's default (1/rate) applies."""
+    rates = [Fraction(r.numerator, r.denominator) for r in codec.frame_rates or ()]
+    if rates:
+        return 1 / min(rates, key=lambda r: (abs(r - rate), r))  # the standard rate nearest the input's
+    if not muxer_flags & AVFMT_VARIABLE_FPS:
+        return _inverse(rate)
+    if input_time_base and codec.name in SHORT_TIME_BASE and input_time_base.denominator > 0xFFFF:
+        return _inverse(rate)
+    return input_time_base
+
+
+def _inverse(rate: Fraction) -> Fraction:
+    return (1 / Fraction(rate)).limit_denominator(0xFFFF)
+
+
+def containers_for(codec: str, candidates=(".mkv", ".mp4", ".mov", ".avi", ".nut", ".webm", ".ts")) -> list[str]:
+    """The output extensions, of a few common ones, whose muxer takes ``codec``."""
+    found = []
+    for suffix in candidates:
+        try:
+            with av.open(io.BytesIO(), "w", format=_MUXERS[suffix]) as probe:
+                if codec in probe.supported_codecs:
+                    found.append(suffix)
+        except (ValueError, av.error.FFmpegError):
+            continue
+    return found
+
+
+_MUXERS = {".mkv": "matroska", ".mp4": "mp4", ".mov": "mov", ".avi": "avi", ".nut": "nut", ".webm": "webm",
+           ".ts": "mpegts"}
+
+
+def refusal(name: str, error: Exception, detail: str, what: str) -> ConfigError:
+    """The one line for an encoder that refused to open or to take our frames (``what`` says which)."""
+    said = getattr(error, "log", None)
+    cause = detail or (said[2] if isinstance(said, tuple) and len(said) > 2 and said[2] else str(error))
+    cause = " ".join(cause.split())  # FFmpeg's messages may hold newlines ("Valid sizes are ...")
+    if len(cause) > 300:  # DNxHD lists every profile it has
+        cause = cause[:297] + "..."
+    if is_hardware(name):
+        return ConfigError(f"hardware encoder {name} is not available here ({cause})")
+    return ConfigError(f"the {name} encoder refused {what}: {cause}")

@@ -1,0 +1,112 @@
+"""Plugins: a user's Python file registering filters, and the line that blames it when it fails.
+
+A plugin's failure is the plugin's, never "an internal error": at load (whatever it raises, ``sys.exit``
+included) it is a config error naming the file; while the chain is built, the same; during the run, a
+:class:`~pipeline.errors.PluginError` naming the filter, the file and the frame.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import os
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import ConfigError, Interrupted, PipelineError, PluginError
+from .registry import FILTERS
+
+_LOADED_PLUGINS: set[Path] = set()
+PLUGIN_FILES: dict[str, Path] = {}  # filter name -> the plugin file that registered it
+
+
+def load_plugin(path: str | Path) -> None:
+    """Import a user's Python file; its ``@register_filter`` classes join the registry.
+
+    A file already loaded is not run again (a bench runs the pipeline several times in one process).
+    Any name is read as Python source (the import system would refuse ``notes.txt`` with an obscure
+    AttributeError); a file that fails leaves no filter of its own registered.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"plugin not found: {path}")
+    resolved = path.resolve()
+    if resolved in _LOADED_PLUGINS:
+        return
+    before = set(FILTERS)
+    try:
+        _exec(path)
+    except (KeyboardInterrupt, Interrupted):  # the user's stop, not the plugin's failure
+        raise
+    except BaseException as e:  # SystemExit too: a plugin does not decide how the run ends
+        for name in set(FILTERS) - before:
+            del FILTERS[name]
+        if isinstance(e, ConfigError):
+            raise ConfigError(f"plugin {path}: {e}") from e
+        raise ConfigError(f"cannot load plugin {path}: {_describe(e)}") from e
+    _LOADED_PLUGINS.add(resolved)
+    for name in set(FILTERS) - before:
+        PLUGIN_FILES[name] = resolved
+
+
+def _exec(path: Path) -> None:
+    name = f"pipeline_plugin_{path.stem}"
+    loader = importlib.machinery.SourceFileLoader(name, os.fspath(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r}) while loading"
+    return f"{type(error).__name__}: {error}"
+
+
+def blamed_plugin(error: BaseException) -> Path | None:
+    """The loaded plugin file in whose code ``error`` was raised (the innermost one), if any."""
+    found, tb = None, error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename and Path(filename).resolve() in _LOADED_PLUGINS:
+            found = Path(filename).resolve()
+        tb = tb.tb_next
+    return found
+
+
+def _plugin_filters(filters: Iterable) -> list:
+    from .fuse import members_of
+
+    return [m for f in filters for m in members_of(f) if PLUGIN_FILES.get(m.name) is not None]
+
+
+def plugin_failure(filters: Iterable, error: BaseException, where: str) -> PluginError | None:
+    """A PluginError for ``error`` if a plugin's filter is among ``filters`` (fused ones opened up): the
+    one whose file raised it, else every plugin filter there. None: no plugin's filter is involved."""
+    if isinstance(error, PipelineError) or isinstance(error, KeyboardInterrupt):
+        return None
+    involved = _plugin_filters(filters)
+    path = blamed_plugin(error)
+    culprits = [f for f in involved if PLUGIN_FILES[f.name] == path] or involved
+    if not culprits:
+        return None
+    names = ", ".join(repr(f.name) for f in culprits)
+    files = ", ".join(sorted({str(PLUGIN_FILES[f.name]) for f in culprits}))
+    return PluginError(f"filter {names} from plugin {files} failed {where}: {_describe(error)}")
+
+
+@contextlib.contextmanager
+def plugin_errors_are_config_errors() -> Iterator[None]:
+    """While a chain is parsed and planned: a plugin's exception is a config error naming its file."""
+    try:
+        yield
+    except PipelineError:
+        raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
+        path = blamed_plugin(e)
+        if path is None:
+            raise
+        raise ConfigError(f"plugin {path}: {_describe(e)}") from e

@@ -1,0 +1,108 @@
+"""A file output's temporary name, and the last step: moving the finished temporary file onto the target.
+
+The temporary file sits beside the target (so the move is atomic) and keeps its suffix (so the muxer is
+chosen from it); its name must fit the filesystem's limit however long the target's is.
+
+The target is checked before the run, but a run takes time: another process may create the same name
+meanwhile (two runs into one output). Without ``-y`` the move must then fail rather than replace that
+file, atomically: ``renameat2(RENAME_NOREPLACE)``, or where the filesystem lacks it, ``link`` (which
+never replaces) then ``unlink``. With ``-y`` only a regular file (or nothing) is replaced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+from pathlib import Path
+
+from .checks import special_kind
+from .errors import ConfigError, OutputError
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+# The filesystem (FUSE without rename2, 9p, NFS) or the kernel cannot do it: try link + unlink instead.
+_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
+
+
+PARTIAL = ".partial-"
+_PID_DIGITS = 7  # pid_max is at most 2**22 on Linux
+
+
+def name_max(directory: Path) -> int:
+    """The longest file name, in bytes, that ``directory``'s filesystem takes."""
+    try:
+        return os.pathconf(directory if str(directory) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def partial_prefix(target: Path) -> str:
+    """``.<stem>.partial-``, the stem shortened (and a digest of it added) when the whole temporary name
+    would pass the limit: a 250-byte output name must still get a temporary file."""
+    stem, suffix = target.stem, target.suffix
+    room = name_max(target.parent) - len(os.fsencode(f".{PARTIAL}{suffix}")) - _PID_DIGITS
+    if len(os.fsencode(stem)) <= room:
+        return f".{stem}{PARTIAL}"
+    digest = "~" + hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]
+    keep = os.fsencode(stem)[: max(0, room - len(digest))].decode(errors="ignore")  # whole characters only
+    return f".{keep}{digest}{PARTIAL}"
+
+
+def temp_path_for(target: Path, pid: int | None = None) -> Path:
+    return target.with_name(f"{partial_prefix(target)}{pid or os.getpid()}{target.suffix}")
+
+
+def _renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        function = libc.renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def rename_noreplace(src: Path | str, dst: Path | str) -> None:
+    """Move ``src`` to ``dst`` unless ``dst`` exists (FileExistsError then, both left as they were)."""
+    if _RENAMEAT2 is not None:
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in _UNSUPPORTED:
+            raise OSError(code, os.strerror(code), os.fspath(src), None, os.fspath(dst))
+    _link_then_unlink(src, dst)
+
+
+def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
+    os.link(src, dst)  # never replaces: FileExistsError if dst appeared
+    os.unlink(src)
+
+
+def place_output(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Put the finished ``tmp`` in place of ``target``; on refusal ``tmp`` is removed and the target kept.
+
+    Without ``overwrite``, a target that appeared during the run is a ConfigError (exit 2, as for one that
+    existed before); with it, one that became a FIFO or a device is an OutputError (only regular files are
+    replaced)."""
+    try:
+        if overwrite:
+            kind = special_kind(target)
+            if kind is not None:
+                raise OutputError(f"{target}: became a {kind} during the run; only regular files are replaced")
+            os.replace(tmp, target)
+        else:
+            rename_noreplace(tmp, target)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{target}: appeared during the run (another process wrote it); kept as it is, "
+                          "nothing written (use -y/--overwrite to replace it)") from None
+    except OutputError:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,339 @@
+"""Hostile files and names: outputs that would destroy something (the input, a device, a file another run
+wrote meanwhile), names FFmpeg would misread or the filesystem refuse, set-up files that never end, FIFOs.
+
+Each case holds the contract: one line on stderr, the documented exit code, no traceback, nothing left
+behind. The CLI runs as a subprocess wherever the case can be built from outside (test_reliability.py's
+style); a file appearing mid-run is made in-process, from the engine's per-frame hook.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hostile_common import clip, one_error, partials, restore_signals, run_cli  # noqa: F401  (fixtures too)
+from pipeline.sample import make_clip
+
+
+# -- 1. --stats-json is an output too ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["input", "output", "output-hardlink"])
+def test_stats_json_never_overwrites_the_input_or_the_output(tmp_path, clip, which):
+    src = tmp_path / "in.mp4"
+    src.write_bytes(clip.read_bytes())
+    out = tmp_path / "out.mp4"
+    stats = {"input": src, "output": out, "output-hardlink": tmp_path / "link.mp4"}[which]
+    if which == "output-hardlink":
+        out.write_bytes(b"old output")
+        stats.hardlink_to(out)
+    result = run_cli(src, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
+    one_error(result, 2, "--stats-json is the", which.split("-")[0])
+    assert src.read_bytes() == clip.read_bytes()
+    assert partials(tmp_path) == []
+
+
+def test_existing_stats_json_needs_overwrite(tmp_path, clip):
+    stats = tmp_path / "s.json"
+    stats.write_text("precious")
+    out = tmp_path / "out.mp4"
+    one_error(run_cli(clip, "-o", out, "--stats-json", stats, cwd=tmp_path), 2, "already exists", "-y")
+    assert stats.read_text() == "precious" and not out.exists()
+    result = run_cli(clip, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '"frames_out"' in stats.read_text()
+
+
+def test_stats_json_appearing_during_the_run_is_kept(tmp_path, clip, monkeypatch, capsys, restore_signals):
+    from pipeline import cli, engine
+
+    stats = tmp_path / "s.json"
+    real_init = engine.Pipeline.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.on_frame = lambda s: stats.exists() or stats.write_text("another run's")
+
+    monkeypatch.setattr(engine.Pipeline, "__init__", init)
+    code = cli.main(["run", str(clip), "-o", str(tmp_path / "out.mp4"), "--device", "cpu", "-q",
+                     "--stats-json", str(stats)])
+    err = capsys.readouterr().err
+    assert code == 2 and "appeared during the run" in err and len(err.strip().splitlines()) == 1
+    assert stats.read_text() == "another run's"
+
+
+# -- 2. outputs that are not regular files -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device-link"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["no-y", "y"])
+def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwrite):
+    import os
+    import stat
+
+    out = tmp_path / "out.mp4"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:  # a link to /dev/null: were it replaced, the link would go, never /dev/null itself
+        out.symlink_to("/dev/null")
+    result = run_cli(clip, "-o", out, "--format", "mp4", *(["-y"] * overwrite), cwd=tmp_path)
+    one_error(result, 4, "not a regular file")
+    mode = os.stat(out).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
+    assert partials(tmp_path) == []
+
+
+# -- 3. the final rename never replaces a file that appeared during the run ---------------------------------
+
+
+def test_two_runs_into_one_output_without_y_one_wins_one_exits_2(tmp_path, clip):
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(out), "--device", "cpu", "-q",
+           "--filters", "gblur=sigma=6,gblur=sigma=6"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert "already exists" in loser or "appeared during the run" in loser
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["no-y", "y"])
+def test_an_output_appearing_during_the_run_is_kept_without_y(tmp_path, clip, monkeypatch, capsys,
+                                                              restore_signals, overwrite):
+    from pipeline import cli, engine
+
+    out = tmp_path / "out.mp4"
+    real_init = engine.Pipeline.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.on_frame = lambda s: out.exists() or out.write_bytes(b"the other run's")
+
+    monkeypatch.setattr(engine.Pipeline, "__init__", init)
+    code = cli.main(["run", str(clip), "-o", str(out), "--device", "cpu", "-q"] + ["-y"] * overwrite)
+    err = capsys.readouterr().err
+    if overwrite:
+        assert code == 0, err
+        assert out.read_bytes() != b"the other run's"
+    else:
+        assert code == 2 and "appeared during the run" in err and len(err.strip().splitlines()) == 1
+        assert out.read_bytes() == b"the other run's"
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("renameat2", ["native", "unsupported", "absent"])
+def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, renameat2):
+    import ctypes
+    import errno
+
+    from pipeline import outfile
+
+    if renameat2 == "unsupported":  # FUSE, 9p: the filesystem refuses the flag; link + unlink instead
+        monkeypatch.setattr(outfile, "_RENAMEAT2", lambda *a: (ctypes.set_errno(errno.EINVAL), -1)[1])
+    elif renameat2 == "absent":  # glibc older than 2.28
+        monkeypatch.setattr(outfile, "_RENAMEAT2", None)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_text("new")
+    dst.write_text("old")
+    with pytest.raises(FileExistsError):
+        outfile.rename_noreplace(src, dst)
+    assert (src.read_text(), dst.read_text()) == ("new", "old")
+    dst.unlink()
+    outfile.rename_noreplace(src, dst)
+    assert dst.read_text() == "new" and not src.exists()
+
+
+# -- 4. names: long ones, and ones holding ':' ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [240, 250, 255])
+def test_output_names_up_to_the_limit_work(tmp_path, clip, length):
+    out = tmp_path / ("n" * (length - 4) + ".mkv")
+    result = run_cli(clip, "-o", out, "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.is_file() and partials(tmp_path) == []
+
+
+def test_an_output_name_past_the_limit_exits_4(tmp_path, clip):
+    out = tmp_path / ("n" * 252 + ".mkv")
+    one_error(run_cli(clip, "-o", out, cwd=tmp_path), 4, "too long", "256 bytes")
+
+
+def test_temporary_names_of_long_targets_fit_and_stay_distinct(tmp_path):
+    from pipeline.outfile import name_max, temp_path_for
+    from pipeline.sink import remove_stale_partials
+
+    a = tmp_path / ("é" * 125 + "a.mp4")  # 255 bytes, two-byte characters: cut on a character boundary
+    b = tmp_path / ("é" * 125 + "b.mp4")
+    ta, tb = temp_path_for(a, 4194304), temp_path_for(b, 4194304)
+    assert ta != tb and max(len(ta.name.encode()), len(tb.name.encode())) <= name_max(tmp_path)
+    assert ta.suffix == ".mp4" and ta.name.startswith(".é")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = temp_path_for(a, int(dead.stdout))
+    stale.write_bytes(b"x")
+    remove_stale_partials(a)
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize("name", ["meeting12:30.mp4", "C:\\clips\\a.mp4", "file:x.mp4", "-dash.mp4"])
+def test_local_names_are_files_never_protocols(tmp_path, clip, name):
+    src = tmp_path / name
+    src.write_bytes(clip.read_bytes())
+    out = tmp_path / ("out" + name.replace("\\", "_"))
+    result = run_cli(f"./{name}" if name.startswith("-") else name, "-o", out.name, "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.is_file() and partials(tmp_path) == []
+
+
+def test_colon_in_the_default_output_name(tmp_path, clip):
+    (tmp_path / "cam1:take2.mp4").write_bytes(clip.read_bytes())
+    result = run_cli("cam1:take2.mp4", "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cam1:take2_processed.mp4").is_file()
+
+
+def test_urls_stay_urls_and_devices_keep_their_names():
+    from pipeline.avlib import ffmpeg_name
+
+    assert ffmpeg_name("udp://0.0.0.0:5000", None, local=False) == "udp://0.0.0.0:5000"
+    assert ffmpeg_name("/dev/video0", "v4l2", local=True) == "/dev/video0"
+    assert ffmpeg_name("a:b.mp4", None, local=True) == "file:a:b.mp4"
+
+
+# -- 5. set-up: files that never end or never answer, and a stop while it runs --------------------------------
+
+
+@pytest.mark.parametrize("what", ["dev-zero", "fifo", "too-large", "directory"])
+@pytest.mark.parametrize("option", ["lut3d", "config"])
+def test_setup_files_are_regular_and_bounded(tmp_path, clip, what, option):
+    import os
+
+    path = {"dev-zero": Path("/dev/zero"), "fifo": tmp_path / "pipe.cube", "too-large": tmp_path / "huge.cube",
+            "directory": tmp_path}[what]
+    if what == "fifo":
+        os.mkfifo(path)  # no writer: opening it for reading would wait for one forever
+    elif what == "too-large":
+        with open(path, "wb") as f:
+            f.truncate(600 << 20)  # sparse: the size is checked before anything is read
+    args = ("--filters", f"lut3d=file={path}") if option == "lut3d" else ("--config", path)
+    result = run_cli(clip, "-o", tmp_path / "out.mp4", *args, cwd=tmp_path, timeout=30)
+    words = {"dev-zero": "not a regular file", "fifo": "not a regular file", "too-large": "the limit is",
+             "directory": "is a directory"}[what]
+    one_error(result, 2, str(path), words)
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_one_signal_ends_a_set_up_step_that_takes_long(tmp_path, clip, signame, code):
+    import signal
+    import time
+
+    plugin = tmp_path / "slow.py"
+    plugin.write_text("import time\ntime.sleep(60)\n")  # any long step of set-up: a plugin, a huge LUT
+    out = tmp_path / "out.mp4"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(out), "--device", "cpu", "-q",
+           "--plugin", str(plugin)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == code, err
+    assert err.strip() == f"pipeline: interrupted by {signame}; no output written"
+    assert not out.exists() and partials(tmp_path) == []
+
+
+# -- 6. a FIFO or a device as the input ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path) -> Path:
+    import os
+
+    os.mkfifo(path := tmp_path / "in.fifo")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ts_clip(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("ts") / "clip.ts", width=64, height=48, frames=30, audio=False)
+
+
+def feed(fifo: Path, data: bytes, hold: float = 0.0):
+    """A writer in a thread: ``data`` into the FIFO, then the write end held open ``hold`` seconds."""
+    import threading
+    import time
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write(data)
+            f.flush()
+            time.sleep(hold)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_fifo_with_no_writer_ends_at_the_timeout(tmp_path, fifo):
+    import time
+
+    t0 = time.monotonic()
+    result = run_cli(fifo, "-o", tmp_path / "out.mkv", "--timeout", "1", cwd=tmp_path, timeout=30)
+    one_error(result, 3, "in.fifo", "--timeout")
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_ends_a_wait_for_a_fifo_writer(tmp_path, fifo, signame, code):
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "pipeline", "run", str(fifo), "-o", str(tmp_path / "out.mkv"), "--device", "cpu",
+           "-q"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert err.strip() == f"pipeline: interrupted by {signame}; no output written"
+    assert partials(tmp_path) == []
+
+
+def test_a_fifo_is_read_to_its_end(tmp_path, fifo, ts_clip):
+    writer = feed(fifo, ts_clip.read_bytes())
+    out = tmp_path / "out.mkv"
+    result = run_cli(fifo, "-o", out, "--drop-policy", "block", "--filters", "", cwd=tmp_path)
+    writer.join(5)
+    assert result.returncode == 0, result.stderr
+    import av
+
+    with av.open(str(out)) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 30
+
+
+def test_a_signal_during_a_stalled_fifo_keeps_the_frames_done(tmp_path, fifo, ts_clip):
+    import signal
+    import time
+
+    writer = feed(fifo, ts_clip.read_bytes(), hold=30)  # then silent, the write end still open
+    out = tmp_path / "out.mkv"
+    cmd = [sys.executable, "-m", "pipeline", "run", str(fifo), "-o", str(out), "--device", "cpu", "-q",
+           "--drop-policy", "block", "--filters", "", "--timeout", "10"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not partials(tmp_path):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(2)  # every frame written so far is through; the reader now waits in a read
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - t0 < 5
+    assert "holds the" in err and len(err.strip().splitlines()) == 1
+    assert out.is_file() and partials(tmp_path) == []
+    del writer

@@ -1,0 +1,431 @@
+"""Hostile media and libraries: options nobody uses, libraries printing on stderr, damage that raises
+nothing, frame sizes PyAV mishandles, every video encoder PyAV has, streams the output cannot keep, audio
+the container cannot hold.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hostile_common import clip, one_error, partials, restore_signals, run_cli  # noqa: F401  (fixtures too)
+from pipeline.sample import make_clip
+
+
+# -- 10. options the encoder or the muxer would not use ---------------------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--encoder-opt", "cfr=18"), ("libx264 encoder does not use cfr=18",)),
+    (("-c", "mpeg4", "--encoder-opt", "crf=18"), ("mpeg4 encoder does not use crf=18",)),
+    (("--output-opt", "movflag=+faststart"), ("mp4 muxer does not use movflag=+faststart",)),
+], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo"])
+def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
+    out = tmp_path / "out.mp4"
+    one_error(run_cli(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
+    assert not out.exists() and partials(tmp_path) == []
+
+
+def test_options_that_are_used_pass(tmp_path, clip):
+    out = tmp_path / "out.mp4"
+    result = run_cli(clip, "-o", out, "--encoder-opt", "crf=30", "--encoder-opt", "g=12",
+                     "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = out.read_bytes()
+    assert data.find(b"moov") < data.find(b"mdat")  # faststart was applied
+
+
+def test_muxer_option_lookup():
+    from pipeline.avlib import unused_muxer_options
+
+    assert unused_muxer_options("matroska", ["cluster_size_limit", "fflags", "movflags"]) == ["movflags"]
+    assert unused_muxer_options("mpegts", ["mpegts_flags", "pkt_size"]) == ["pkt_size"]
+
+
+# -- 19. libraries' own log lines -------------------------------------------------------------------------
+
+
+def test_a_bad_preset_is_one_line_with_x264s_own_words(tmp_path, clip):
+    result = run_cli(clip, "-o", tmp_path / "out.mkv", "--encoder-opt", "preset=bogus", cwd=tmp_path)
+    one_error(result, 2, "invalid preset 'bogus'")
+
+
+@pytest.mark.parametrize("codec", ["libx265", "libsvtav1"])
+def test_encoder_banners_stay_off_stderr(tmp_path, clip, codec):
+    import av
+
+    if codec not in av.codecs_available:
+        pytest.skip(f"{codec} is not in this PyAV build")
+    out = tmp_path / "out.mkv"
+    result = run_cli(clip, "-o", out, "-c", codec, "--frames", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    debug = run_cli(clip, "-o", out, "-y", "-c", codec, "--frames", "3", "--loglevel", "debug", cwd=tmp_path)
+    assert debug.returncode == 0, debug.stderr
+    lines = debug.stderr.splitlines()
+    assert any(line.startswith("pipeline: ffmpeg: [") for line in lines)  # FFmpeg's own lines, when asked
+
+
+def test_ffmpeg_lines_are_debug_lines_of_the_pipeline_logger():
+    import logging
+
+    import av
+
+    from pipeline.avlib import route_ffmpeg_log
+    from pipeline.log import log
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    keep, level = Keep(), log.level
+    log.addHandler(keep)
+    log.setLevel(logging.DEBUG)
+    try:
+        route_ffmpeg_log()
+        av.logging.log(av.logging.WARNING, "demo", "a warning from FFmpeg")
+    finally:
+        log.removeHandler(keep)
+        log.setLevel(level)
+    assert [(r.levelno, r.getMessage()) for r in keep.records] == [
+        (logging.DEBUG, "ffmpeg: [demo] a warning from FFmpeg")]
+
+
+def test_captured_stderr_passes_other_writers_through(capfd):
+    import os
+
+    from pipeline.avlib import captured_stderr
+
+    with captured_stderr() as lines:
+        os.write(2, b"x265 [info]: HEVC encoder version 4.2\nsomebody else's line\n")
+    assert lines == ["x265 [info]: HEVC encoder version 4.2", "somebody else's line"]
+    assert capfd.readouterr().err == "somebody else's line\n"
+
+
+# -- 17. damage that raises nothing: truncated MKV and MPEG-TS, concealed decoder errors ----------------------
+
+
+@pytest.fixture(scope="module")
+def containers(tmp_path_factory):
+    from helpers import remux
+
+    d = tmp_path_factory.mktemp("containers")
+    src = make_clip(d / "src.mp4", width=160, height=96, frames=30, audio=True)
+    return {suffix: remux(src, d / f"clip{suffix}") for suffix in (".mkv", ".ts")}
+
+
+@pytest.mark.parametrize("suffix, cut, words", [
+    (".mkv", 0.6, "File ended prematurely"),
+    (".ts", 0.6, "not a whole number of transport packets"),
+])
+def test_truncated_files_warn_in_every_container_and_fail_with_strict(tmp_path, containers, suffix, cut, words):
+    data = containers[suffix].read_bytes()
+    size = int(len(data) * cut)
+    size -= 1 if suffix == ".ts" and size % 188 == 0 else 0  # cut inside a packet
+    src = tmp_path / f"cut{suffix}"
+    src.write_bytes(data[:size])
+    out = tmp_path / "out.mkv"
+    result = run_cli(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning" in result.stderr and "cut short" in result.stderr and words in result.stderr
+    assert out.is_file()
+    out.unlink()
+    one_error(run_cli(src, "-o", out, "--strict", cwd=tmp_path), 3, "--strict")  # its cut frame, or the cut
+
+
+def test_complete_files_get_no_warning(tmp_path, containers):
+    for suffix, src in containers.items():
+        result = run_cli(src, "-o", tmp_path / f"out{suffix}.mkv", cwd=tmp_path)
+        assert result.returncode == 0 and result.stderr == "", (suffix, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def concealed(tmp_path_factory):
+    """A few flipped bytes in the H.264 payload: the decoder conceals them and logs, no packet fails."""
+    import random
+
+    d = tmp_path_factory.mktemp("concealed")
+    data = bytearray(make_clip(d / "clean.mp4", width=320, height=180, frames=60, audio=False).read_bytes())
+    start, end = data.find(b"mdat") + 5000, data.find(b"moov") - 5000
+    rng = random.Random(4)
+    for _ in range(5):
+        data[rng.randrange(start, end)] ^= 0xFF
+    (path := d / "concealed.mp4").write_bytes(bytes(data))
+    return path
+
+
+def test_concealed_decoder_errors_are_reported_and_fatal_with_strict(tmp_path, concealed):
+    import json
+
+    out, stats = tmp_path / "out.mp4", tmp_path / "s.json"
+    result = run_cli(concealed, "-o", out, "--stats-json", stats, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning" in result.stderr
+    assert json.loads(stats.read_text())["corrupt_frames"] > 0
+    line = one_error(run_cli(concealed, "-o", tmp_path / "strict.mp4", "--strict", cwd=tmp_path), 3, "--strict")
+    assert "decoder error" in line or "corrupt frame" in line
+
+
+def test_a_muxer_of_the_demuxers_name_is_not_the_inputs_damage():
+    import threading
+
+    from pipeline.damage import DamageLog
+
+    damage = DamageLog("in.ts", "mpegts", "h264")
+    try:
+        damage.packet(object())  # this thread reads the input
+        damage._watch.add("mpegts", 40, "dts < pcr, TS is invalid", threading.get_ident() + 1)  # the TS output
+        assert damage.ended_early() is None
+        damage._watch.add("mpegts", 40, "Packet corrupt", threading.get_ident())
+        assert damage.ended_early() == "the mpegts demuxer reported: Packet corrupt"
+    finally:
+        damage.close()
+
+
+def test_strict_decodes_with_slice_threads(clip):
+    from pipeline.source import Source
+
+    for strict, expected in ((True, "SLICE"), (False, "AUTO")):
+        source = Source(str(clip), strict=strict)
+        try:
+            assert source.video.thread_type.name == expected
+        finally:
+            source.close()
+
+
+# -- 16. frames whose height is not a multiple of 4 ------------------------------------------------------------
+
+
+def _frames(path: Path):
+    import av
+
+    with av.open(str(path)) as c:
+        return list(c.decode(video=0))
+
+
+@pytest.mark.parametrize("make, args, size", [
+    (lambda d: make_clip(d / "2x2.mkv", width=2, height=2, frames=4, codec="ffv1", audio=False), (), (2, 2)),
+    (lambda d: make_clip(d / "in.mp4", width=64, height=48, frames=4, audio=False), ("--filters", "crop=w=16:h=2"),
+     (16, 2)),
+], ids=["2x2-input", "crop-to-2-rows"])
+def test_frames_two_rows_high_are_encoded(tmp_path, make, args, size):
+    out = tmp_path / "out.mkv"
+    result = run_cli(make(tmp_path), "-o", out, *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    frames = _frames(out)
+    assert len(frames) == 4 and {(f.width, f.height) for f in frames} == {size}
+
+
+def test_a_height_of_4n_plus_2_is_not_rescaled(tmp_path):
+    import numpy as np
+
+    src = make_clip(tmp_path / "in.mkv", width=64, height=54, frames=2, codec="ffv1", audio=False)
+    out = tmp_path / "out.mkv"
+    result = run_cli(src, "-o", out, "--filters", "", "-c", "ffv1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for a, b in zip(_frames(src), _frames(out)):
+        ya, yb = (f.to_ndarray()[:54].astype(np.int16) for f in (a, b))  # the Y plane
+        diff = np.abs(ya - yb)
+        assert diff.mean() < 0.5 and diff.max() <= 4  # colour round trip only; 52 rows stretched to 54: 10, 128
+
+
+# -- 15. every video encoder PyAV has either works or says why ------------------------------------------------
+
+
+def _video_encoders() -> list[str]:
+    import av
+
+    names = []
+    for name in sorted(av.codecs_available):
+        try:
+            if av.Codec(name, "w").type == "video":
+                names.append(name)
+        except Exception:  # a decoder only
+            continue
+    return names
+
+
+def _encoder_params():
+    from pipeline.encoders import is_hardware
+
+    return [pytest.param(n, marks=pytest.mark.skip(reason="hardware encoder: needs its device and driver; "
+                                                          "see test_hardware_encoders_exit_2_when_unavailable"))
+            if is_hardware(n) else n for n in _video_encoders()]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("tiny") / "tiny.mp4", width=64, height=48, frames=5, audio=False)
+
+
+def _run_in_process(args, capsys) -> tuple[int, list[str]]:
+    from pipeline import cli
+
+    code = cli.main(["run", *map(str, args), "--device", "cpu", "-q"])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("encoder", _encoder_params())
+def test_every_video_encoder_works_or_exits_2_saying_why(tmp_path, tiny, encoder, capsys, restore_signals):
+    """In-process (the whole list in a few seconds; every one was also run as its own process once)."""
+    import av
+
+    from pipeline.encoders import containers_for
+
+    fits = containers_for(av.Codec(encoder, "w").name, (".mkv", ".nut", ".mov", ".avi"))
+    out = tmp_path / f"out{fits[0] if fits else '.mkv'}"
+    code, lines = _run_in_process([tiny, "-o", out, "-c", encoder], capsys)
+    assert code in (0, 2), lines
+    if code == 2:
+        assert len(lines) == 1 and lines[0].startswith("pipeline: error: "), lines
+        assert encoder in lines[0] or av.Codec(encoder, "w").name in lines[0], lines
+        assert not out.exists()
+    else:
+        assert lines == []
+        assert len(_frames(out)) == 5
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("encoder", [n for n in _video_encoders() if n.endswith(("_nvenc", "_vaapi", "_qsv",
+                                     "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan"))])
+def test_hardware_encoders_exit_2_when_unavailable(tmp_path, tiny, encoder, capsys, restore_signals):
+    from pipeline.encoders import containers_for
+
+    suffix = (containers_for(encoder, (".mkv", ".nut", ".mov", ".avi")) or [".mkv"])[0]
+    code, lines = _run_in_process([tiny, "-o", tmp_path / f"out{suffix}", "-c", encoder], capsys)
+    assert code in (0, 2), lines
+    if code == 2:
+        assert len(lines) == 1 and encoder in lines[0] and "not available here" in lines[0], lines
+
+
+def test_mpeg2_gets_a_frame_rate_it_takes_and_keeps_the_timing(tmp_path, tiny):
+    out = tmp_path / "out.mkv"
+    result = run_cli(tiny, "-o", out, "-c", "mpeg2video", cwd=tmp_path)  # the input's time base is 1/15360
+    assert result.returncode == 0, result.stderr
+    frames = _frames(out)
+    assert len(frames) == 5
+    times = [float(f.pts * f.time_base) for f in frames]
+    assert times == pytest.approx([i / 30 for i in range(5)], abs=2e-3)
+
+
+@pytest.mark.parametrize("encoder, pix_fmt", [("mjpeg", "yuvj420p"), ("prores_ks", "yuv422p10le"),
+                                              ("png", "rgb24"), ("huffyuv", "yuv422p"), ("gif", None)])
+def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder, pix_fmt):
+    import av
+    import numpy as np
+
+    from pipeline.encoders import containers_for
+
+    out = tmp_path / f"out{containers_for(av.Codec(encoder, 'w').name, ('.mkv', '.nut', '.mov'))[0]}"
+    result = run_cli(tiny, "-o", out, "-c", encoder, "--filters", "", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(out)) as c:
+        if pix_fmt:
+            assert c.streams.video[0].codec_context.pix_fmt == pix_fmt
+    a, b = (f.to_ndarray(format="rgb24").astype(int) for f in (_frames(tiny)[0], _frames(out)[0]))
+    assert abs(a.mean() - b.mean()) < 4  # the picture, converted, not a green or dark one
+
+
+def test_an_audio_codec_as_the_video_codec_exits_2(tmp_path, tiny):
+    one_error(run_cli(tiny, "-o", tmp_path / "out.mp4", "-c", "aac", cwd=tmp_path), 2, "aac is an audio encoder")
+
+
+# -- 18. what the output does not keep is said; AVI states the right rate --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_streams_interlaced(tmp_path_factory) -> Path:
+    """Two video streams, the first interlaced (x264 with interlaced=1: frames flagged top field first)."""
+    import av
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("fields") / "two.mkv"
+    with av.open(str(path), "w") as c:
+        first = c.add_stream("libx264", rate=25, options={"x264-params": "interlaced=1:tff=1"})
+        second = c.add_stream("mpeg4", rate=25)
+        for s, (w, h) in ((first, (64, 48)), (second, (32, 32))):
+            s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        for i in range(5):
+            for s in (first, second):
+                frame = av.VideoFrame.from_ndarray(np.full((s.height, s.width, 3), 40 * i, np.uint8), format="rgb24")
+                frame.pts = i
+                c.mux(s.encode(frame))
+        for s in (first, second):
+            c.mux(s.encode(None))
+    return path
+
+
+def test_extra_video_streams_and_interlacing_are_said(tmp_path, two_streams_interlaced):
+    result = run_cli(two_streams_interlaced, "-o", tmp_path / "out.mkv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "2 video streams; processing #0 (h264 64x48); not in the output: #1 mpeg4 32x32" in result.stderr
+    assert "interlaced video (top field first); processed and written as progressive" in result.stderr
+    assert len(_frames(tmp_path / "out.mkv")) == 5
+
+
+def test_avi_states_the_input_frame_rate(tmp_path, clip):
+    import av
+
+    out = tmp_path / "out.avi"
+    result = run_cli(clip, "-o", out, cwd=tmp_path)  # clip: 30 fps in a 1/15360 time base
+    assert result.returncode == 0, result.stderr
+    with av.open(str(out)) as c:
+        assert c.streams.video[0].average_rate == 30
+    assert len(_frames(out)) == 6
+
+
+# -- 14. audio the container cannot hold; --audio copy|encode|none ----------------------------------------------
+
+
+def _audio(path: Path) -> tuple[list[str], float]:
+    """The output's audio codecs and the first audio stream's duration in seconds (by its packets)."""
+    import av
+
+    with av.open(str(path)) as c:
+        codecs = [s.codec_context.name for s in c.streams.audio]
+        if not codecs:
+            return codecs, 0.0
+        packets = [p for p in c.demux(audio=0) if p.pts is not None]
+        end = max(float((p.pts + p.duration) * p.time_base) for p in packets)
+        return codecs, end - min(float(p.pts * p.time_base) for p in packets)
+
+
+def test_aac_into_webm_is_encoded_as_opus_with_a_notice(tmp_path, clip):
+    out = tmp_path / "out.webm"
+    result = run_cli(clip, "-o", out, "-c", "libvpx", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"pipeline: {out}: audio stream #1 (aac) cannot go into webm; encoded as libopus"]
+    codecs, seconds = _audio(out)
+    assert codecs == ["opus"] and seconds == pytest.approx(_audio(clip)[1], abs=0.05)
+
+
+@pytest.mark.parametrize("args, suffix, expected", [
+    (("--audio", "none"), ".mp4", []),
+    (("-an",), ".webm", []),
+    (("--audio", "encode"), ".mp4", ["aac"]),
+    (("--audio", "encode"), ".mkv", ["aac"]),  # Matroska keeps the input's codec
+    (("--audio", "copy"), ".ts", ["aac"]),
+], ids=["none", "an", "encode-mp4", "encode-mkv", "copy-ts"])
+def test_audio_modes(tmp_path, clip, args, suffix, expected):
+    out = tmp_path / f"out{suffix}"
+    video = ("-c", "libvpx") if suffix == ".webm" else ()
+    result = run_cli(clip, "-o", out, *video, *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    codecs, seconds = _audio(out)
+    assert codecs == expected
+    if expected:
+        assert seconds == pytest.approx(_audio(clip)[1], abs=0.05)
+
+
+def test_audio_mode_from_toml_and_a_bad_one(tmp_path, clip):
+    (config := tmp_path / "c.toml").write_text('audio = "none"\n')
+    out = tmp_path / "out.mp4"
+    assert run_cli(clip, "-o", out, "--config", config, cwd=tmp_path).returncode == 0
+    assert _audio(out)[0] == []
+    one_error(run_cli(clip, "-o", tmp_path / "x.mp4", "--audio", "mute", cwd=tmp_path), 2, "--audio")
