@@ -155,6 +155,8 @@ class Source:
         # (the GPU decodes, the CPU only parses), and with --strict a decoder error must be the packet's
         # own, not a later one's.
         video.thread_type = "SLICE" if self.live or self.hwaccel is not None or self.strict else "AUTO"
+        if self.hwaccel is not None:
+            video.thread_count = 1  # the GPU decodes: one parsing thread each, not one per core per stream
         return video
 
     def _open(self):

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""How many live 1080p30 streams one GPU sustains in real time, pooled against naive.
+
+    python scripts/bench_streams.py [--out-dir out/bench_streams] [--seconds 6] [--pool 32,48,64,80]
+
+Each trial runs N copies of a 1080p30 H.264 clip at once in one process (``pipeline.many``), each paced at
+its own frame rate as a camera would deliver it (``--realtime``), decoded by NVDEC, through the default
+chain, downloaded and discarded (``-o null``), with drop-oldest: a stream that cannot keep up drops frames.
+N is sustained when no stream dropped a frame. The pooled streams share one device arena and one pinned
+pool; the naive ones allocate per frame. A last sweep encodes each stream with libx264 (ultrafast,
+low-latency), where the CPU decides. Writes streams.json and streams.md (date, command, hardware).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pipeline.config import RunConfig  # noqa: E402
+from pipeline.many import run_many  # noqa: E402
+from pipeline.sample import make_clip  # noqa: E402
+from pipeline.startup import steady_malloc  # noqa: E402
+
+
+def counts(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out-dir", type=Path, default=ROOT / "out" / "bench_streams")
+    p.add_argument("--seconds", type=float, default=6.0, help="length of each stream in a trial (default: 6)")
+    p.add_argument("--pool", type=counts, default=[32, 48, 64, 80], help="stream counts tried, pooled")
+    p.add_argument("--naive", type=counts, default=[8, 16, 24, 32], help="stream counts tried, naive")
+    p.add_argument("--x264", type=counts, default=[2, 4, 6, 8], help="stream counts tried with libx264 output")
+    p.add_argument("--decode", default="nvdec", choices=("nvdec", "cpu"))
+    return p.parse_args(argv)
+
+
+def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int, out_dir: Path) -> dict:
+    base = RunConfig(device="cuda", alloc=alloc, decode=decode, realtime=True, quiet=True, frames=frames,
+                     overwrite=True, codec="libx264")
+    outputs = ["null"] * n if output == "null" else [str(out_dir / f"s{i}.mkv") for i in range(n)]
+    configs = [base.replace(input=str(clip), output=o) for o in outputs]
+    result = run_many(configs)
+    streams = [s.stats for s in result.streams if s.stats]
+    drops = sum(s["drops"]["total"] for s in streams)
+    failed = [s.error for s in result.streams if s.exit_code]
+    worst_fps = min((s["frames_out"] / s["wall_s"] for s in streams if s["wall_s"]), default=0.0)
+    return {"streams": n, "alloc": alloc, "output": output, "drops": drops, "failed": len(failed),
+            "errors": failed[:3], "frames_out": result.frames, "wall_s": round(result.wall_s, 2),
+            "aggregate_fps": round(result.frames / result.wall_s, 1), "worst_stream_fps": round(worst_fps, 1),
+            "sustained": drops == 0 and not failed, "shared": result.shared}
+
+
+def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say) -> tuple[list[dict], int]:
+    rows, best = [], 0
+    for n in counts_:
+        row = trial(clip, n, alloc, decode, output, frames, out_dir)
+        say(f"{alloc} {output} x{n}: drops {row['drops']}, failed {row['failed']}, "
+            f"{row['aggregate_fps']} fps in all")
+        rows.append(row)
+        if not row["sustained"]:
+            break
+        best = n
+    return rows, best
+
+
+def markdown(report: dict) -> str:
+    lines = ["## Live 1080p30 streams on one GPU (`scripts/bench_streams.py`)", "",
+             f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
+             f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores", "",
+             "| alloc | output | streams | drops | failed | frames/s in all | slowest stream fps | sustained |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in report["rows"]:
+        lines.append(f"| {r['alloc']} | {r['output']} | {r['streams']} | {r['drops']} | {r['failed']} | "
+                     f"{r['aggregate_fps']} | {r['worst_stream_fps']} | {'yes' if r['sustained'] else 'no'} |")
+    lines += ["", f"Sustained, pooled: **{report['best']['pool']}** streams; naive: **{report['best']['naive']}**; "
+              f"pooled with libx264 output: **{report['best']['pool_x264']}**."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    steady_malloc()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    clip = args.out_dir / "stream_1080p30.mp4"
+    frames = int(args.seconds * 30)
+    if not clip.exists():
+        make_clip(clip, width=1920, height=1080, fps=30, frames=frames, seed=9, crf=23,
+                  options={"preset": "veryfast", "g": "30"})
+
+    def say(m: str) -> None:
+        print(f"bench_streams: {m}", flush=True)
+
+    rows = []
+    pool_rows, best_pool = sweep(clip, args.pool, "pool", args.decode, "null", frames, args.out_dir, say)
+    naive_rows, best_naive = sweep(clip, args.naive, "naive", args.decode, "null", frames, args.out_dir, say)
+    x264_rows, best_x264 = sweep(clip, args.x264, "pool", args.decode, "file", frames, args.out_dir, say)
+    rows = pool_rows + naive_rows + x264_rows
+    from pipeline.gpu.cuda import cupy
+    from pipeline.gpu.probe import device_info
+
+    info = device_info(cupy())
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join(["python", "scripts/bench_streams.py", *(argv or sys.argv[1:])]),
+              "gpu": info["name"], "cpu_count": os.cpu_count(), "rows": rows,
+              "best": {"pool": best_pool, "naive": best_naive, "pool_x264": best_x264}}
+    (args.out_dir / "streams.json").write_text(json.dumps(report, indent=2) + "\n")
+    text = markdown(report)
+    (args.out_dir / "streams.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
