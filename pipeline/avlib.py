@@ -113,9 +113,14 @@ _WATCHES_LOCK = threading.Lock()
 _ROUTED: list[int] = []
 
 
+_SILENT: list[bool] = []  # set while many pipelines run side by side (see silence_ffmpeg_log)
+
+
 def route_ffmpeg_log() -> None:
     """FFmpeg's warnings and errors (all its lines when the pipeline logger is at debug) into the pipeline
     logger, at debug. Idempotent; the threshold follows the pipeline logger's level each time."""
+    if _SILENT:
+        return
     threshold = av.logging.VERBOSE if log.isEnabledFor(logging.DEBUG) else av.logging.WARNING
     if _ROUTED == [threshold]:
         return
@@ -126,6 +131,24 @@ def route_ffmpeg_log() -> None:
     libav.propagate = False  # never a second copy on stderr through the root logger
     av.logging.set_level(threshold)
     _ROUTED[:] = [threshold]
+
+
+@contextlib.contextmanager
+def silence_ffmpeg_log():
+    """FFmpeg's log left unrouted while it lasts (PyAV's callback then returns without Python).
+
+    A routed line is handed to Python from whatever thread FFmpeg logs in, which must take the GIL: with
+    many streams opening and closing codecs at once, one thread can hold the GIL while it waits for a
+    lock of FFmpeg's (the codec open lock) that another holds while it waits to log (PyAV#751). Many
+    streams in one process (pipeline.many) run with FFmpeg's log silent; their damage is still counted
+    from decode errors and corrupt frames, not from FFmpeg's own lines."""
+    _SILENT.append(True)
+    av.logging.set_level(None)
+    _ROUTED.clear()
+    try:
+        yield
+    finally:
+        _SILENT.pop()
 
 
 class Watch:

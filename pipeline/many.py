@@ -184,21 +184,24 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
         if result.error:
             log.warning(f"{cfg.input}: {result.error}")
 
+    from .avlib import silence_ffmpeg_log
+
     t0 = time.perf_counter()
     threads = [threading.Thread(target=one, args=(i, c), name=f"pipeline-stream-{i}", daemon=True)
                for i, c in enumerate(configs)]
-    for t in threads:
-        t.start()
-    if on_start is not None:
-        on_start(pipelines)
-    try:
+    with silence_ffmpeg_log():
         for t in threads:
-            while t.is_alive():
-                t.join(0.1)  # short waits: the main thread takes the signals
-    finally:
-        counters = shared.counters()
-        if owned:
-            shared.close()
+            t.start()
+        if on_start is not None:
+            on_start(pipelines)
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.1)  # short waits: the main thread takes the signals
+        finally:
+            counters = shared.counters()
+            if owned:
+                shared.close()
     return ManyResult(results, time.perf_counter() - t0, counters)
 
 

@@ -26,6 +26,20 @@ for part in "$@"; do
       log "4k gpu scope, pool, no filters / default"; for f in "" "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"; do
         timeout 60 python3 -m pipeline bench "$out/clips/b4k.mp4" --scope gpu --strategies pool --repeats 3 --frames 300 \
           --filters "$f" --no-peers --no-chart --json "$out/gpu4k.json" 2>&1 | grep -E "^│ pool" | tee -a "$out/summary.txt"; done ;;
+    decoders)  # whole runs as a user runs them: the CPU decoder against NVDEC, libx264 ultrafast output
+      clip d1080 1920 1080 60 300; clip d4k 3840 2160 30 120
+      for c in d1080 d4k; do for dec in cpu nvdec; do for alloc in pool naive; do
+        /usr/bin/time -f "$c $dec $alloc process %e s" python3 -m pipeline run "$out/clips/$c.mp4" -o "$out/o.mp4" -y -q \
+          --decode $dec --alloc $alloc --encoder-opt preset=ultrafast --stats-json "$out/$c-$dec-$alloc.json" \
+          2>>"$out/summary.txt"
+        python3 -c "import json;d=json.load(open('$out/$c-$dec-$alloc.json'));print('$c $dec $alloc', d['fps'], d['steady_fps'], d['time_to_first_frame_ms'])" | tee -a "$out/summary.txt"
+      done; done; done ;;
+    batch)  # one GPU: 8 files, libx264 ultrafast, then -o null --decode nvdec; per-file overhead
+      clip e1080 1920 1080 60 300; mkdir -p "$out/in"; for i in 1 2 3 4 5 6 7 8; do ln -sf "../clips/e1080.mp4" "$out/in/f$i.mp4"; done
+      timeout 100 python3 -m pipeline batch "$out/in/"*.mp4 -o "$out/bo" --gpus 0 -y --encoder-opt preset=ultrafast \
+        --json "$out/batch_x264.json" 2>&1 | tail -4 | tee -a "$out/summary.txt"
+      timeout 60 python3 -m pipeline batch "$out/in/"*.mp4 -o null --gpus 0 --decode nvdec --json "$out/batch_null.json" \
+        2>&1 | tail -4 | tee -a "$out/summary.txt" ;;
     streams) log "streams"; timeout 300 python3 scripts/bench_streams.py --out-dir "$out/streams" --seconds 5 \
         --pool 32,48,64,80 --naive 8,16,24,32 --x264 2,4,8 2>&1 | tail -25 | tee -a "$out/summary.txt" ;;
     realtime) log "realtime"; timeout 240 python3 scripts/bench_realtime.py --out-dir "$out/rt" -q 2>&1 | tail -22 \

@@ -104,3 +104,15 @@ def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_pat
 def test_cli_several_inputs_need_a_directory(clips, tmp_path):
     proc = run_cli("run", *clips[:3], "--device", "cpu", "-q")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.gpu
+def test_many_nvdec_streams_at_once(tmp_path):
+    """Eight NVDEC decoders opened and run side by side in one process, each in device memory."""
+    clip = make_sample.make_clip(tmp_path / "h264.mp4", width=640, height=360, frames=30, fps=30, seed=3)
+    base = RunConfig(device="cuda", decode="nvdec", quiet=True)
+    result = run_many(configs_for(base, [str(clip)] * 8, "null"))
+    assert result.exit_code == 0, [s.error for s in result.streams]
+    assert result.frames == 8 * 30
+    assert all(s.stats["decode"] == "nvdec" and s.stats["memory"]["decoder_surfaces"] > 0 for s in result.streams)
+    assert result.totals()["shared"]["arena_bytes_in_use"] == 0
