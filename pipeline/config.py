@@ -42,6 +42,7 @@ class RunConfig:
     streams: int = 2
     in_flight: int = 4
     copy_threads: int = 1  # threads copying decoded frames into host slots (1: the decode thread itself)
+    pinned_cap_mib: int | None = None  # page-locked host memory a run may take; None: half of the RAM
     arena_headroom: float = 1.2
     plugins: tuple[str, ...] = ()
     strict: bool = False
@@ -73,6 +74,8 @@ class RunConfig:
         _check_min("streams", self.streams, 1)
         _check_min("in_flight", self.in_flight, 1)
         _check_min("copy_threads", self.copy_threads, 1)
+        if self.pinned_cap_mib is not None:
+            _check_min("pinned_cap_mib", self.pinned_cap_mib, 1)
         if self.frames is not None:
             _check_min("frames", self.frames, 1)
         if self.arena_headroom < 1.0:
@@ -290,7 +293,7 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
 _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "decode": (str,), "codec": (str,), "stats_json": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
-    "copy_threads": (int,),
+    "copy_threads": (int,), "pinned_cap_mib": (int,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),

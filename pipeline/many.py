@@ -149,6 +149,8 @@ def shared_memory_for(cfg: RunConfig, pinned_cap: int | None = None) -> SharedMe
     from .build import make_backend
 
     device = "cpu" if cfg.device == "cpu" else make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode).name
+    if pinned_cap is None and cfg.pinned_cap_mib:
+        pinned_cap = cfg.pinned_cap_mib * 2**20
     return SharedMemory(device, pinned_cap=pinned_cap)
 
 

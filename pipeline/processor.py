@@ -92,8 +92,9 @@ class FramePlan:
         """What the memory strategy must provide for this plan and the run's settings."""
         in_bytes = self.specs[self.input].nbytes if host_in and self.input is not None else 0
         out_bytes = self.specs[self.output].nbytes if host_out else 0
+        cap = settings.pinned_cap_mib * 2**20 if getattr(settings, "pinned_cap_mib", None) else None
         return MemoryRequest(in_bytes, out_bytes, self.frame_bytes, self.state_bytes, settings.ring_size,
-                             settings.in_flight, settings.arena_headroom, held)
+                             settings.in_flight, settings.arena_headroom, held, cap)
 
 
 @contextlib.contextmanager

@@ -386,3 +386,14 @@ def test_memory_counters_merge_host_and_device():
     assert c["strategy"] == "pool" and c["device_allocs"] == 1
     assert c["host_bytes"] == 300 and c["pinned_bytes"] == 300
     assert Memory("pool", in_ring, out_ring, device, pinned=False).counters()["pinned_bytes"] == 0
+
+
+def test_pinned_rings_over_the_cap_are_refused_before_allocating():
+    from pipeline.errors import GPUError
+    from pipeline.gpu.memory import check_pinned
+    from pipeline.memory.registry import MemoryRequest
+
+    small = MemoryRequest(1 << 20, 1 << 20, 1 << 20, 0, 8, 4, 1.2, pinned_cap=32 << 20)
+    check_pinned(small)  # 16 MiB of rings under a 32 MiB cap
+    with pytest.raises(GPUError, match="host rings need 32 MiB, over the cap of 16 MiB"):
+        check_pinned(MemoryRequest(2 << 20, 2 << 20, 1 << 20, 0, 8, 4, 1.2, pinned_cap=16 << 20))

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..memory.device_pool import BufferSpec, DevicePool, FrameBuffers
 from ..memory.host_ring import HostRing
+from ..errors import GPUError
 from ..memory.registry import MemoryRequest
 from ..memory.strategies import Memory, PerFrameDevice, PerFrameHost, per_frame_host
 from .cuda import cupy
@@ -142,8 +143,21 @@ def _ring(size: int, nbytes: int, allocate) -> HostRing | None:
     return HostRing(size, nbytes, allocate) if nbytes else None
 
 
+def check_pinned(req: MemoryRequest) -> None:
+    """Pinning too much starves the page cache and every other process: the rings must fit the cap."""
+    from ..memory.shared import default_pinned_cap
+
+    needed = req.ring_size * (req.in_bytes + req.out_bytes)
+    cap = req.pinned_cap if req.pinned_cap is not None else default_pinned_cap()
+    if cap is not None and needed > cap:
+        raise GPUError(f"pinned host memory: the host rings need {needed / 2**20:.0f} MiB, over the cap of "
+                       f"{cap / 2**20:.0f} MiB ({'--pinned-cap-mib' if req.pinned_cap else 'half of the RAM'}; "
+                       "lower --ring-size, or raise --pinned-cap-mib)")
+
+
 def pooled(req: MemoryRequest) -> Memory:
     """The default: a pinned ring each way and one cudaMalloc'd arena; nothing allocated per frame."""
+    check_pinned(req)
     t0 = time.perf_counter()
     device = _pooled_device(req)
     t1 = time.perf_counter()

@@ -27,6 +27,7 @@ class MemoryRequest:
     in_flight: int
     headroom: float
     held: int = 0  # frames a consumer may hold past their completion (the frames() iterator holds one)
+    pinned_cap: int | None = None  # most page-locked bytes the run may take (None: half of the RAM)
 
 
 @dataclass(frozen=True)
