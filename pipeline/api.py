@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Iterator
 
-from .config import DEFAULT_FILTERS, RunConfig  # noqa: F401  (DEFAULT_FILTERS: the CLI's chain, for reference)
+from .config import RunConfig
 from .errors import ConfigError
 from .processor import StageFrame
 

@@ -11,7 +11,7 @@ from ..memory.device_pool import BufferSpec, DevicePool, FrameBuffers
 from ..memory.host_ring import HostRing
 from ..errors import GPUError
 from ..memory.registry import MemoryRequest
-from ..memory.strategies import Memory, PerFrameDevice, PerFrameHost, per_frame_host
+from ..memory.strategies import Memory, PerFrameDevice, per_frame_host
 from .cuda import cupy
 from .failures import creating, cuda_error
 
