@@ -196,6 +196,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
     p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec}); one that "
                                                  "cannot take the frames exits 2 saying why")
+    p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT",
+                   help="the encoder's pixel format: yuv420p, yuv420p10le, or another it takes (default: the "
+                        "input's bit depth where the encoder takes it, else 8 bits with a notice)")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast); one the encoder does not "
                         "use is an error")
