@@ -60,8 +60,8 @@ def hdr_of(path: Path) -> HdrMetadata | None:
     return HdrMetadata.parse(bytes(md) if md is not None else None, bytes(cl) if cl is not None else None)
 
 
-def run(clip: Path, out: Path, *args: str) -> str:
-    proc = run_cli("run", clip, "-o", out, "-q", "-y", "--device", "cpu", *args)
+def run(clip: Path, out: Path, *args: str, device: str = "cpu") -> str:
+    proc = run_cli("run", clip, "-o", out, "-q", "-y", "--device", device, *args)
     assert proc.returncode == 0, proc.stderr
     return proc.stderr
 
@@ -259,6 +259,33 @@ def test_bt2020_constant_luminance_is_read_as_non_constant_with_a_notice(tmp_pat
     f = first_frame(out)
     assert f.colorspace == 10 and f.color_trc == 14  # the input's tags, kept
     assert (f.to_ndarray()[:32] == 300).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chain, exact", [
+    ("eq=contrast=1.1:saturation=0.8", True),
+    ("grayscale,vignette", True),
+    ("sobel,eq=gamma=1.3", False),
+    ("gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1", False),
+], ids=["eq", "grayscale", "sobel", "default"])
+def test_10bit_on_cuda_gives_the_cpu_backends_frames(hdr_clip, tmp_path, chain, exact):
+    """10-bit BT.2020 through the CUDA kernels (i420p10 in and out, the luma filters on BT.2020 weights, the
+    pointwise ends folded into the conversions): the CPU backend's bits (gblur, sobel and powf to 1 code)."""
+    for device in ("cpu", "cuda"):
+        run(hdr_clip, tmp_path / f"{device}.mkv", "-c", "ffv1", "-vf", chain, device=device)
+    cpu, gpu = planes10(tmp_path / "cpu.mkv"), planes10(tmp_path / "cuda.mkv")
+    assert len(cpu) == len(gpu) == FRAMES
+    for a, b in zip(cpu, gpu):
+        assert worst(a, b) <= (0 if exact else 1)
+
+
+@pytest.mark.gpu
+def test_rgb_input_on_cuda_gives_the_cpu_backends_frames(tmp_path):
+    clip = png_clip(tmp_path / "in.mov", 320, 180)
+    for device in ("cpu", "cuda"):
+        run(clip, tmp_path / f"{device}.mkv", "-c", "ffv1", "-vf", "grayscale,hue=degrees=20", device=device)
+    a, b = (first_frame(tmp_path / f"{d}.mkv").to_ndarray() for d in ("cpu", "cuda"))
+    np.testing.assert_array_equal(a, b)
 
 
 # --- RGB and grey input: the YUV output is tagged with the matrix it was converted with -------------------
