@@ -219,6 +219,43 @@ def test_p010_kernel_reads_a_padded_cupy_surface_in_place(colour, low_bits, text
     np.testing.assert_array_equal(cupy.asnumpy(out), expected)
 
 
+def nv12_planes(fmt: VideoFormat, yuv: np.ndarray, pitch: int, xp=np):
+    """NV12 (Y, UV) uint8 views with rows padded to ``pitch`` bytes, as NVDEC leaves 8-bit surfaces."""
+    w, h = fmt.width, fmt.height
+    y, u, v = fmt.planes(yuv)
+    rng = np.random.default_rng(7)
+    y_full = rng.integers(0, 256, (h, pitch), dtype=np.uint8)
+    uv_full = rng.integers(0, 256, (h // 2, pitch), dtype=np.uint8)
+    y_full[:, :w] = y
+    uv = uv_full.reshape(h // 2, pitch // 2, 2)
+    uv[:, : w // 2, 0], uv[:, : w // 2, 1] = u, v
+    return xp.asarray(y_full)[:, :w], xp.asarray(uv_full).reshape(h // 2, pitch // 2, 2)[:, : w // 2, :]
+
+
+def test_nv12_reference_is_the_i420_reference_on_the_same_samples():
+    fmt = VideoFormat(190, 106, Colour("bt709"))
+    yuv = np.random.default_rng(3).integers(0, 256, fmt.nbytes, dtype=np.uint8)
+    got = np.full((3, fmt.height, fmt.width), np.nan, np.float32)
+    converter("to_rgb", "nv12", fmt, "cpu")(nv12_planes(fmt, yuv, pitch=256), got)
+    np.testing.assert_array_equal(got, to_rgb("cpu", "i420", yuv, fmt))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("colour", COLOURS, ids=COLOUR_IDS)
+def test_nv12_kernel_reads_a_padded_cupy_surface_in_place(colour):
+    import cupy
+
+    fmt = VideoFormat(190, 106, colour)
+    yuv = np.random.default_rng(4).integers(0, 256, fmt.nbytes, dtype=np.uint8)
+    y, uv = nv12_planes(fmt, yuv, pitch=256, xp=cupy)
+    out = cupy.full((3, fmt.height, fmt.width), cupy.nan, cupy.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        converter("to_rgb", "nv12", fmt, "cuda")((y, uv), out)
+    stream.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(out), to_rgb("cpu", "i420", yuv, fmt))
+
+
 # --- filters that take luma: the input's own matrix ----------------------------------------------------------
 
 

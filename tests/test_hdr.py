@@ -366,3 +366,24 @@ def test_incomplete_metadata():
 def test_merge_params():
     assert merge_params(None, {"a": "1"}) == "a=1"
     assert merge_params("log-level=error:a=5", {"a": "1", "b": "2"}) == "log-level=error:a=5:b=2"
+
+
+def test_pix_fmt_in_a_config_file(tmp_path):
+    from pipeline.config import load_toml
+
+    path = tmp_path / "c.toml"
+    path.write_text('pix-fmt = "yuv420p10le"\n')
+    assert load_toml(path) == {"pix_fmt": "yuv420p10le"}
+    path.write_text("pix_fmt = 10\n")
+    with pytest.raises(pipeline.ConfigError, match="pix_fmt"):
+        load_toml(path)
+
+
+def test_the_preview_shows_a_10bit_frame_in_8_bits():
+    from pipeline.engine import _preview_i420
+
+    fmt = VideoFormat(4, 2, depth=10)
+    samples = np.arange(fmt.nbytes, dtype=np.uint16) * 80
+    shown = _preview_i420(samples.view(np.uint8), fmt)
+    assert shown.dtype == np.uint8 and shown.shape == fmt.shape
+    np.testing.assert_array_equal(shown.ravel(), samples >> 2)
