@@ -475,7 +475,9 @@ class Pipeline:
             slot = item.out_slot
             sink.write_video(slot.lend(*self._out_shape()), meta)
             if self.preview is not None and self.preview.wants_frame():
-                self.preview.offer(_preview_i420(slot.array, item.out_format), self._caption(meta, t0))
+                from .preview import eight_bit_i420
+
+                self.preview.offer(eight_bit_i420(slot.array, item.out_format), self._caption(meta, t0))
             lent.append(slot)
             if slot.in_use_elsewhere:
                 sink.zero_copy = False  # this encoder keeps frames: copy from now on, never wait on it
@@ -598,15 +600,6 @@ def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
     with plugin_errors_are_config_errors():  # a plugin's output_size or scratch_shapes may fail here
         return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
                                fold=backend.ops.folds_pointwise, stage=stage is not None)
-
-
-def _preview_i420(array, fmt):
-    """The frame as the preview shows it: 8-bit I420 (a 10-bit frame's samples shifted down)."""
-    if fmt.depth > 8:
-        import numpy as np
-
-        return (array.view(np.uint16)[:fmt.nbytes] >> 2).astype(np.uint8).reshape(fmt.shape)
-    return array[:fmt.nbytes].reshape(fmt.shape)
 
 
 def _slot_dropper(ring, stats: RunStats | None) -> Callable[[WorkItem], None]:

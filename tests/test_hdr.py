@@ -380,10 +380,10 @@ def test_pix_fmt_in_a_config_file(tmp_path):
 
 
 def test_the_preview_shows_a_10bit_frame_in_8_bits():
-    from pipeline.engine import _preview_i420
+    from pipeline.preview import eight_bit_i420
 
     fmt = VideoFormat(4, 2, depth=10)
     samples = np.arange(fmt.nbytes, dtype=np.uint16) * 80
-    shown = _preview_i420(samples.view(np.uint8), fmt)
+    shown = eight_bit_i420(samples.view(np.uint8), fmt)
     assert shown.dtype == np.uint8 and shown.shape == fmt.shape
     np.testing.assert_array_equal(shown.ravel(), samples >> 2)
