@@ -125,13 +125,28 @@ def encoder_options(cfg: RunConfig, info, low_latency: bool) -> dict[str, str]:
     return options
 
 
-def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool):
-    """The encoder and muxer for ``target`` (a path or a URL)."""
+def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool, pix_fmt: str | None = None):
+    """The encoder and muxer for ``target`` (a path or a URL); ``pix_fmt`` as :func:`output_choice` chose it."""
     from .sink import Sink
 
     return Sink(target, info, codec=cfg.codec, options=encoder_options(cfg, info, low_latency), audio=audio,
                 output_format=cfg.output_format, output_opts=cfg.output_opts, timeout=cfg.timeout,
-                low_latency=low_latency, overwrite=cfg.overwrite, audio_mode=cfg.audio)
+                low_latency=low_latency, overwrite=cfg.overwrite, audio_mode=cfg.audio,
+                pix_fmt=pix_fmt or cfg.pix_fmt)
+
+
+def output_choice(cfg: RunConfig, info, null: bool) -> tuple[str, str | None]:
+    """(the output layout, the encoder's pixel format): where the output's bit depth is decided. ``--pix-fmt``
+    if given, else the input's depth where the encoder takes it, else 8 bits with a notice; ``-o null``
+    keeps the input's depth."""
+    if null:
+        return ("i420p10" if info.format.depth > 8 else "i420"), None
+    from .encoders import output_format, video_encoder
+
+    pix_fmt, layout, notice = output_format(video_encoder(cfg.codec), cfg.pix_fmt, info.format.depth)
+    if notice:
+        log.info(f"{info.name}: {notice}")
+    return layout, pix_fmt
 
 
 def is_null_output(cfg: RunConfig) -> bool:
@@ -247,7 +262,8 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
     from .convert import DEVICE_LAYOUTS
     from .engine import plan_for
 
-    plan = plan_for(source, chain, backend, "i420", stage)
+    layout, pix_fmt = output_choice(cfg, source.info, null)
+    plan = plan_for(source, chain, backend, layout, stage)
     if backend.name == "cpu":
         check_host_memory(cfg, plan)
     request = plan.request(cfg, host_in=source.layout not in DEVICE_LAYOUTS)
@@ -256,13 +272,14 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
         if null:
             from .adapters import NullSink
 
-            sink = NullSink()
+            sink = NullSink(layout)
         else:
             if control is not None:
                 control.before_output()
             low_latency = source.info.live or cfg.realtime
             with phases("encoder_open"):
-                sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency)
+                sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency,
+                                 pix_fmt)
     except BaseException:
         _close_result(future)
         raise

@@ -31,7 +31,8 @@ EXIT_CODES = """exit codes:
        too large; output or --stats-json file exists without -y (or with -n), or appeared during
        the run; --preview where no window can be shown; a --plugin file that fails to load; a URL
        whose protocol the installed FFmpeg lacks, e.g. srt:// with PyAV's wheel; a pipe output
-       without -f; -ss past the input's end)
+       without -f; -ss past the input's end; a --pix-fmt FFmpeg does not know or the encoder does
+       not take)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error or a damaged or cut-short input; a live source, FIFO or
        device that cannot be opened within --timeout, or that stalled and could not be reopened:
@@ -56,8 +57,16 @@ encoded where the container cannot take its codec; see --audio).
     without -y neither is one that another process created during the run (exit 2).
   Names: one without scheme:// is a local file whatever it holds ("meeting12:30.mp4" is no
     protocol); a long output name gets a shortened temporary name.
-  Input: frames that are not 8-bit 4:2:0 (10-bit, 4:4:4, NV12, gray, ...) are converted with a notice,
-    an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
+  Input: 8-bit 4:2:0 is read as it is, deeper 4:2:0 as 10 bits (12 bits and more rounded to 10), RGB
+    and grey as RGB; other formats (4:4:4, NV12, 10-bit 4:2:2, ...) are converted to the nearest with a
+    notice, an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
+  Colour: processed with the input's own matrix (BT.601, BT.709 or BT.2020, from its tags; untagged HD
+    is BT.709) and range, and the output carries the input's tags; RGB and grey input is written as
+    YUV with BT.709 (HD) or BT.601 (SD), limited range, tagged so (a notice says which).
+  Bit depth: 10-bit input gives 10-bit output where the encoder takes it (libx264 High 10, libx265,
+    libsvtav1, ffv1), else 8 bits with a notice; --pix-fmt chooses. HDR metadata (mastering display,
+    content light level) is written through libx265/libx264/libsvtav1's params, merged with yours;
+    other encoders cannot carry it (a notice says so).
     Timestamps are kept (variable frame rate included); one missing, going backwards or jumping by
     over a minute (damage, a wrap) is moved so that they keep increasing.
   Streams: the first video stream is processed (a notice names it and the others, not copied);
@@ -196,6 +205,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
     p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec}); one that "
                                                  "cannot take the frames exits 2 saying why")
+    p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT",
+                   help="the encoder's pixel format: yuv420p, yuv420p10le, or another it takes (default: the "
+                        "input's bit depth where the encoder takes it, else 8 bits with a notice)")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="encoder option, repeatable (e.g. crf=18, preset=veryfast); one the encoder does not "
                         "use is an error")

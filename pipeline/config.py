@@ -33,6 +33,9 @@ class RunConfig:
     decode: str = "cpu"  # cpu, nvdec or auto (NVDEC when it takes the stream, else the CPU)
     codec: str = "libx264"
     encoder_opts: dict[str, str] = field(default_factory=dict)
+    # The encoder's pixel format (yuv420p, yuv420p10le, or another it takes); None: the input's bit depth
+    # where the encoder takes it, else 8 bits with a notice (pipeline.encoders.output_format).
+    pix_fmt: str | None = None
     frames: int | None = None
     stats_json: str | None = None
     quiet: bool = False
@@ -292,6 +295,7 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "decode": (str,), "codec": (str,), "stats_json": (str,),
+    "pix_fmt": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
     "copy_threads": (int,), "pinned_cap_mib": (int,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),

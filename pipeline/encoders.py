@@ -1,8 +1,12 @@
 """What a video encoder is given: a pixel format and a time base it takes, and why it refused.
 
-The frames are I420 (yuv420p). An encoder that does not take it (mjpeg wants full-range yuvj420p,
-prores 10-bit 4:2:2, png RGB, gif a palette) gets the closest format it lists; PyAV's encode converts
-each frame with swscale in the sink. The time base is the input's wherever possible, so that every
+The frames are I420, 8-bit (yuv420p) or 10-bit (yuv420p10le). The pixel format is the one ``--pix-fmt``
+names (an encoder that does not take it is refused, exit 2), else: for 10-bit input, the closest 10-bit
+(or deeper) format the encoder takes, or 8 bits with a notice where it takes none; for 8-bit input,
+yuv420p where taken. An encoder that does not take either (mjpeg wants full-range yuvj420p, prores 10-bit
+4:2:2, png RGB, gif a palette) gets the closest format it lists; PyAV's encode converts each frame with
+swscale in the sink. The frames are 10-bit whenever the chosen format is deeper than 8 bits (see
+:func:`output_format`). The time base is the input's wherever possible, so that every
 timestamp survives (VFR included); MPEG-1/2 take only their standard frame rates, the MPEG-4 family
 (FFmpeg's mpegvideo encoders) no denominator above 16 bits, and a muxer without variable frame rate
 (AVI) states its rate as the inverse of the time base: those get 1/rate.
@@ -26,6 +30,11 @@ PREFERRED_FORMATS = ("yuv420p", "nv12", "yuv422p", "yuv444p", "yuv411p", "yuv410
                      "yuv422p10le", "yuv444p10le", "yuva444p10le", "gbrp", "rgb24", "bgr24", "rgb0", "bgr0",
                      "0rgb", "0bgr", "rgba", "bgra", "argb", "abgr", "rgb48le", "rgb48be", "gray", "gray16le",
                      "gray16be", "rgb8", "bgr8", "rgb565le", "rgb555le", "monow", "monob", "pal8")
+
+# For 10-bit frames: the closest to 10-bit I420 first, then more chroma, then deeper, then RGB and grey.
+DEEP_FORMATS = ("yuv420p10le", "p010le", "yuv422p10le", "yuv444p10le", "yuva420p10le", "yuv420p12le", "yuv422p12le",
+                "yuv444p12le", "yuv420p16le", "p016le", "yuv444p16le", "gbrp10le", "gbrp12le", "gbrp16le",
+                "rgb48le", "rgb48be", "gray10le", "gray12le", "gray16le", "gray16be")
 
 # FFmpeg's mpegvideo encoders (ff_mpv_encode_init) refuse a time base denominator over 65535.
 SHORT_TIME_BASE = frozenset({"mpeg4", "msmpeg4", "msmpeg4v2", "wmv1", "wmv2", "h261", "h263", "h263p", "flv",
@@ -65,6 +74,37 @@ def pixel_format(codec: av.Codec) -> str:
         raise ConfigError(f"the {codec.name} encoder takes only palette (pal8) frames, which swscale cannot make "
                           "from video; choose another encoder")
     return chosen
+
+
+def format_depth(name: str) -> int:
+    """Bits per sample of a pixel format (ConfigError for a name FFmpeg does not know)."""
+    try:
+        fmt = av.VideoFormat(name)
+    except (ValueError, av.error.FFmpegError):
+        raise ConfigError(f"unknown pixel format {name!r} (`ffmpeg -pix_fmts` lists them)") from None
+    return max((c.bits for c in fmt.components), default=8)
+
+
+def output_format(codec: av.Codec, requested: str | None, depth: int) -> tuple[str, str, str | None]:
+    """(pixel format, the frames' layout, a notice or None) for frames of ``depth`` bits into ``codec``.
+
+    The layout is ``i420p10`` (10-bit I420) when the pixel format is deeper than 8 bits, else ``i420``:
+    swscale, in the sink, converts from it to the pixel format where they differ."""
+    names = [f.name for f in codec.video_formats or ()]
+    notice = None
+    if requested is not None:
+        format_depth(requested)
+        if names and requested not in names:
+            raise ConfigError(f"--pix-fmt {requested}: the {codec.name} encoder does not take it; it takes "
+                              f"{', '.join(names)}")
+        chosen = requested
+    elif depth > 8 and (not names or any(n in names for n in DEEP_FORMATS)):
+        chosen = next((n for n in DEEP_FORMATS if n in names), "yuv420p10le")
+    else:
+        chosen = pixel_format(codec)
+        if depth > 8 and format_depth(chosen) <= 8:
+            notice = f"converting 10-bit to 8 bits for {codec.name} (it takes no deeper pixel format)"
+    return chosen, "i420p10" if format_depth(chosen) > 8 else "i420", notice
 
 
 def time_base(codec: av.Codec, rate: Fraction, input_time_base: Fraction | None, muxer_flags: int) -> Fraction | None:

@@ -213,6 +213,8 @@ class Pipeline:
         s, info = self.stats, self.source.info
         s.output = str(self.sink.target) if self.sink is not None else ""
         s.width, s.height = self.plan.out_format.width, self.plan.out_format.height
+        s.layouts = {"input": self.plan.in_layout, "output": self.plan.out_layout}
+        s.pix_fmt = getattr(self.sink, "pix_fmt", None)
         s.mode = "live" if info.live else "paced" if self.cfg.realtime else "file"
         policy = self.cfg.drop_policy
         if s.mode == "file" and policy not in ("auto", "block"):
@@ -471,10 +473,11 @@ class Pipeline:
             self.processor.release(item)
         else:
             slot = item.out_slot
-            sink.write_video(slot.lend(self._out_shape()), meta)
+            sink.write_video(slot.lend(*self._out_shape()), meta)
             if self.preview is not None and self.preview.wants_frame():
-                fmt = item.out_format
-                self.preview.offer(slot.array[:fmt.nbytes].reshape(fmt.shape), self._caption(meta, t0))
+                from .preview import eight_bit_i420
+
+                self.preview.offer(eight_bit_i420(slot.array, item.out_format), self._caption(meta, t0))
             lent.append(slot)
             if slot.in_use_elsewhere:
                 sink.zero_copy = False  # this encoder keeps frames: copy from now on, never wait on it
@@ -482,10 +485,11 @@ class Pipeline:
                 self.processor.memory.out_host.release(lent.popleft())
         self._count_out(meta, timings, t0)
 
-    def _out_shape(self) -> tuple[int, ...]:
-        from .convert import layout_shape
+    def _out_shape(self) -> tuple[tuple[int, ...], Any]:
+        """The shape and sample type the sink takes the output in."""
+        from .convert import layout_dtype, layout_shape
 
-        return layout_shape(self.plan.out_layout, self.plan.out_format)
+        return layout_shape(self.plan.out_layout, self.plan.out_format), layout_dtype(self.plan.out_layout)
 
     def _count_out(self, meta: FrameMeta, timings: dict[str, float], t0: float) -> None:
         now = time.perf_counter()

@@ -123,6 +123,14 @@ def fit(size: tuple[int, int], screen: tuple[int, int]) -> tuple[int, int]:
     return max(1, round(w * scale)), max(1, round(h * scale))
 
 
+def eight_bit_i420(buf: np.ndarray, fmt) -> np.ndarray:
+    """A host slot's output frame as the window shows it: 8-bit I420 (a 10-bit frame's samples shifted down,
+    a new array; an 8-bit one is a view, which :meth:`Preview.offer` copies)."""
+    if fmt.depth > 8:
+        return (buf.view(np.uint16)[:fmt.nbytes] >> 2).astype(np.uint8).reshape(fmt.shape)
+    return buf[:fmt.nbytes].reshape(fmt.shape)
+
+
 def render(i420: np.ndarray, caption: str) -> np.ndarray:
     """The I420 frame as RGB with the caption drawn on it (outlined, readable on any picture)."""
     import cv2

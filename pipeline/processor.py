@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .channels import wait_for
-from .convert import DEVICE_LAYOUTS, converter, layout_nbytes, layout_shape
+from .convert import DEVICE_LAYOUTS, converter, layout_depth, layout_nbytes, layout_shape
 from .errors import StageError
 from .memory.device_pool import BufferSpec, frame_bytes
 from .memory.registry import MemoryRequest
@@ -27,7 +27,8 @@ from .video import VideoFormat, WorkItem
 class FramePlan:
     """The device buffers one frame needs, computed once from the input format, the chain and where the
     frame starts and ends (layouts), after pointwise filters at the chain's ends are folded into the
-    conversions (they need no buffer of their own).
+    conversions (they need no buffer of their own). Building it binds the input's colour to the chain's
+    filters (:meth:`~pipeline.filters.Filter.use_colour`); the output's depth is its layout's.
 
     ``specs[input]`` holds the uploaded frame (None for device input), ``specs[rgb]`` the converted
     frame, then each remaining filter's scratch and output, and ``specs[output]`` the converted result.
@@ -52,6 +53,8 @@ class FramePlan:
     def build(cls, fmt: VideoFormat, chain, *, in_layout: str = "i420", out_layout: str = "i420",
               fold: bool = False, stage: bool = False) -> FramePlan:
         chain = tuple(chain)
+        for f in chain:  # filters that take luma weigh it with the input's own matrix
+            f.use_colour(fmt.colour)
         head, tail = _foldable_ends(chain, stage) if fold else ((), ())
         specs: list[BufferSpec] = []
 
@@ -69,7 +72,7 @@ class FramePlan:
             dst = add((3, h, w))
             steps.append((f, src, dst, scratch))
             src = dst
-        out = fmt.resized(w, h)
+        out = fmt.resized(w, h).with_depth(layout_depth(out_layout))
         output = add(layout_shape(out_layout, out) if out_layout == "rgb24" else (layout_nbytes(out_layout, out),),
                      np.uint8)
         state = []

@@ -253,6 +253,7 @@ class ColourTags:
 # Colorspace enum holds swscale's SWS_CS_* constants, which differ.
 AVCOL_SPC_BT709 = 1
 AVCOL_SPC_SMPTE170M = 6
+AVCOL_SPC_BT2020_NCL = 9
 
 BT709 = ColourTags(
     Colorspace.ITU709, AVCOL_SPC_BT709, ColorPrimaries.BT709, ColorTrc.BT709, ColorRange.MPEG
@@ -266,15 +267,32 @@ BT601 = ColourTags(
 )
 
 
-def colour_tags(height: int) -> ColourTags:
+# HDR10: BT.2020 (non-constant luminance) with the PQ transfer, and the mastering display (P3 primaries,
+# D65, 0.0001-1000 cd/m2) and content light level (1000/400) of a typical grade, in each encoder's params.
+BT2020_PQ = ColourTags(
+    Colorspace.BT2020, AVCOL_SPC_BT2020_NCL, ColorPrimaries.BT2020, ColorTrc.SMPTE2084, ColorRange.MPEG
+)
+HDR10_PARAMS = {
+    "libx265": ("x265-params", "master-display=G(13250,34500)B(7500,3000)R(34000,16000)WP(15635,16450)"
+                "L(10000000,1):max-cll=1000,400"),
+    "libx264": ("x264-params", "mastering-display=G(13250,34500)B(7500,3000)R(34000,16000)WP(15635,16450)"
+                "L(10000000,1):cll=1000,400"),
+    "libsvtav1": ("svtav1-params", "mastering-display=G(0.265,0.69)B(0.15,0.06)R(0.68,0.32)WP(0.3127,0.329)"
+                  "L(1000,0.0001):content-light=1000,400"),
+}
+
+
+def colour_tags(height: int, hdr: bool = False) -> ColourTags:
     """HD and up is BT.709, SD is BT.601; both limited range, as broadcast
-    and most players assume when a stream is untagged."""
+    and most players assume when a stream is untagged. ``hdr``: BT.2020 PQ."""
+    if hdr:
+        return BT2020_PQ
     return BT709 if height >= 720 else BT601
 
 
-def rgb_to_frame(rgb: np.ndarray, pix_fmt: str) -> av.VideoFrame:
+def rgb_to_frame(rgb: np.ndarray, pix_fmt: str, hdr: bool = False) -> av.VideoFrame:
     """Convert an RGB frame to ``pix_fmt`` with the matrix its tags declare."""
-    tags = colour_tags(rgb.shape[0])
+    tags = colour_tags(rgb.shape[0], hdr)
     frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
     frame = frame.reformat(
         format=pix_fmt, dst_colorspace=tags.sws_matrix, dst_color_range=tags.color_range
@@ -326,24 +344,29 @@ def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str) 
             )
 
 
-def _video_options(codec: str, crf: int | None, options: dict | None) -> dict[str, str]:
+def _video_options(codec: str, crf: int | None, options: dict | None, hdr: bool = False) -> dict[str, str]:
     opts: dict[str, str] = {}
     if codec == "libx264":
         opts["preset"] = "veryfast"
         if crf is not None:
             opts["crf"] = str(crf)
+    if codec == "libx265":
+        opts["x265-params"] = "log-level=error"
+    if hdr and codec in HDR10_PARAMS:
+        key, params = HDR10_PARAMS[codec]
+        opts[key] = ":".join(p for p in (opts.get(key), params) if p)
     opts.update({k: str(v) for k, v in (options or {}).items()})
     return opts
 
 
-def _add_video(container, codec, width, height, rate, pix_fmt, opts) -> av.video.stream.VideoStream:
+def _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr=False) -> av.video.stream.VideoStream:
     stream = container.add_stream(codec, rate=rate, options=opts)
     stream.width = width
     stream.height = height
     stream.pix_fmt = pix_fmt
     ctx = stream.codec_context
     ctx.time_base = 1 / rate
-    tags = colour_tags(height)
+    tags = colour_tags(height, hdr)
     ctx.colorspace = tags.colorspace
     ctx.color_range = tags.color_range
     ctx.color_primaries = tags.primaries
@@ -379,11 +402,11 @@ def _audio_frame(start: int, stop: int, seed: int) -> av.AudioFrame:
     return frame
 
 
-def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix_fmt, seed):
+def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix_fmt, seed, hdr=False):
     time_base = 1 / rate
     audio_done = 0
     for i in range(frames):
-        frame = rgb_to_frame(synth_frame(i, width, height, seed), pix_fmt)
+        frame = rgb_to_frame(synth_frame(i, width, height, seed), pix_fmt, hdr)
         frame.pts = i
         frame.time_base = time_base
         container.mux(vstream.encode(frame))
@@ -412,11 +435,15 @@ def make_clip(
     seed: int = 0,
     crf: int | None = None,
     options: dict | None = None,
+    hdr: bool = False,
 ) -> Path:
     """Write a synthetic clip and return its path.
 
     Video frames have pts 0, 1, 2, ... in time base 1/fps. With ``audio``, a
-    stereo 48 kHz AAC tone of the same duration is muxed alongside.
+    stereo 48 kHz AAC tone of the same duration is muxed alongside. ``hdr``:
+    HDR10 tags (BT.2020 matrix and primaries, PQ transfer; use a 10-bit
+    ``pix_fmt``), with mastering display and content light level metadata
+    where the encoder writes them (libx265, libx264, libsvtav1).
 
     Container notes: MP4 takes libx264 only. Matroska takes ffv1, libx264 and
     rawvideo in formats with a FourCC (not yuv420p10le), keeps the colour
@@ -431,8 +458,8 @@ def make_clip(
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with av.open(str(path), "w") as container:
-            opts = _video_options(codec, crf, options)
-            vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts)
+            opts = _video_options(codec, crf, options, hdr)
+            vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container) if audio else None
             _encode_all(
                 container,
@@ -444,6 +471,7 @@ def make_clip(
                 rate=rate,
                 pix_fmt=pix_fmt,
                 seed=seed,
+                hdr=hdr,
             )
     except BaseException:
         # A half-written clip looks valid to a quick glance; do not leave one.

@@ -1,7 +1,12 @@
 """Output: PyAV encode and mux into a temporary file beside the target, renamed into place on success.
 
 Video frames are built zero-copy over the host slot (``VideoFrame.from_numpy_buffer``); the slot stays
-busy until the encoder lets go of the frame (see :meth:`HostSlot.lend`). Audio packets are copied as they are.
+busy until the encoder lets go of the frame (see :meth:`HostSlot.lend`). 10-bit frames (``yuv420p10le``,
+which PyAV cannot wrap) are copied into a frame of their own. Audio packets are copied as they are.
+
+HDR metadata of the input (mastering display, content light level) is written through the encoder's own
+parameters where it has them (x265, x264, SVT-AV1: see :mod:`pipeline.hdr`), merged with the user's; other
+encoders cannot carry it, and a notice says so.
 
 Rotation is kept, not applied: pixels are encoded as stored and the input's display matrix is written
 to the output stream, so a player shows the output turned exactly as it showed the input. Applying
@@ -32,9 +37,12 @@ from .audio_out import AudioOut
 from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options,
                     watch)
 from .config import file_url, is_url, pipe_fd
-from .encoders import containers_for, pixel_format, refusal, video_encoder
+from .convert.layouts import layout_depth
+from .encoders import containers_for, output_format, refusal, video_encoder
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
+from .hdr import HdrMetadata, merge_params
+from .log import log
 from .outfile import partial_prefix, place_output, temp_path_for
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
@@ -149,14 +157,39 @@ def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
 def i420_frame(i420: np.ndarray, fmt, zero_copy: bool) -> av.VideoFrame:
     """A yuv420p frame over ``i420`` (wrapped when ``zero_copy``), or copied into a frame of its own when
     PyAV cannot wrap it: ``from_numpy_buffer`` takes the height as a multiple of 4 (rows // 6 * 4), so a
-    frame 2 rows high came out 0 rows high (encoding failed) and one 54 rows high 52 (silently rescaled)."""
+    frame 2 rows high came out 0 rows high (encoding failed) and one 54 rows high 52 (silently rescaled).
+    uint16 samples make a yuv420p10le frame, always copied (``from_numpy_buffer`` does not take 10 bits)."""
+    if i420.dtype == np.uint16:
+        return _copied_frame(i420, fmt, "yuv420p10le")
     if fmt.height % 4 == 0:
         return av.VideoFrame.from_numpy_buffer(i420 if zero_copy else i420.copy(), format="yuv420p")
-    frame = av.VideoFrame(fmt.width, fmt.height, "yuv420p")
+    return _copied_frame(i420, fmt, "yuv420p")
+
+
+def _copied_frame(i420: np.ndarray, fmt, pix_fmt: str) -> av.VideoFrame:
+    frame = av.VideoFrame(fmt.width, fmt.height, pix_fmt)
     for plane, source in zip(frame.planes, fmt.planes(i420.reshape(-1))):
         rows, cols = source.shape
-        np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:rows, :cols] = source
+        np.frombuffer(plane, source.dtype).reshape(-1, plane.line_size // source.itemsize)[:rows, :cols] = source
     return frame
+
+
+def _output_format(codec: str, pix_fmt: str | None, depth: int) -> tuple[str, str, str | None]:
+    return output_format(video_encoder(codec), pix_fmt, depth)
+
+
+def with_hdr(codec: str, options: dict[str, str], hdr: HdrMetadata | None, target) -> dict[str, str]:
+    """``options`` with the input's HDR metadata in the encoder's params (the user's own keys win); for an
+    encoder that cannot carry it, a notice."""
+    if not hdr:
+        return options
+    params = hdr.encoder_params(video_encoder(codec).name)
+    if params is None:
+        log.info(f"{target}: the {codec} encoder cannot carry the input's HDR metadata ({hdr.describe()}); "
+                 "it is not written (libx265, libx264 and libsvtav1 can)")
+        return options
+    option, values = params
+    return {**options, option: merge_params(options.get(option), values)}
 
 
 def _check_muxer_options(target, muxer: str, options: dict[str, str]) -> None:
@@ -234,19 +267,20 @@ def _alive(pid: int) -> bool:
 
 
 class Sink:
-    """A PyAV encoder and muxer: I420 host frames in (wrapped, not copied), packets out.
+    """A PyAV encoder and muxer: I420 host frames in (8-bit wrapped, not copied; 10-bit copied), packets out.
 
-    ``info`` describes the video written (size after the filter chain, the input's clock, rotation);
-    ``audio`` is the source's passthrough object (:class:`pipeline.source.AudioTracks`) or None.
+    ``info`` describes the video written (size after the filter chain, the input's clock, rotation, HDR
+    metadata); ``audio`` is the source's passthrough object (:class:`pipeline.source.AudioTracks`) or None.
+    ``pix_fmt``: the encoder's pixel format (None: chosen for the frames' depth, see
+    :func:`~pipeline.encoders.output_format`); ``layout`` is then what the sink takes, ``i420`` or ``i420p10``.
     """
 
     residence = "host"
-    layout = "i420"
 
     def __init__(self, target: Path | str, info: StreamInfo, *, codec: str, options: dict[str, str],
                  audio=None, output_format: str | None = None, output_opts: dict[str, str] | None = None,
                  timeout: float | None = None, low_latency: bool = False, overwrite: bool = False,
-                 audio_mode: str = "copy"):
+                 audio_mode: str = "copy", pix_fmt: str | None = None):
         fmt, rate, time_base = info.format, info.frame_rate, info.time_base
         route_ffmpeg_log()
         self.target = target
@@ -255,7 +289,10 @@ class Sink:
         self.url = is_url(str(target))
         self.pipe = pipe_fd(str(target), 1) is not None  # stdout: written directly too
         self.tmp: Path | None = None if self.url or self.pipe else temp_path_for(Path(target))
-        self.fmt = fmt
+        self.pix_fmt, self.layout, notice = _output_format(codec, pix_fmt, fmt.depth)
+        if notice:
+            log.info(f"{target}: {notice}")
+        self.fmt = fmt.with_depth(layout_depth(self.layout))
         self._next_pts = 0
         self._encoded = 0  # frames the encoder took
         self._encoder_said = None
@@ -266,7 +303,7 @@ class Sink:
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         try:
             _check_muxer_options(target, self.container.format.name, output_opts or {})
-            self.video = self._add_video(codec, options, rate, time_base)
+            self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
             templates = audio.templates if audio else ()
@@ -345,7 +382,7 @@ class Sink:
             raise ConfigError(f"{self.target}: the {muxer} muxer cannot hold {encoder.name} video"
                               + (f"; these can: {', '.join(fits)}" if fits else f" ({e})")) from e
         stream.width, stream.height = self.fmt.width, self.fmt.height
-        stream.pix_fmt = pixel_format(stream.codec_context.codec)  # converted by swscale when not yuv420p
+        stream.pix_fmt = self.pix_fmt  # converted by swscale from the frames' I420 where it differs
         stream.options = quiet_encoder(stream.codec_context.name, options)
         # Frame threads hold back one frame per thread (24 at 16 cores: 0.4 s at 60 fps), and FFmpeg's
         # libx264 wrapper picks them over x264's own sliced threads (tune=zerolatency) whenever
@@ -361,7 +398,7 @@ class Sink:
                 stream.codec_context.framerate = 1 / tb
         colour = self.fmt.colour
         cc = stream.codec_context
-        if stream.pix_fmt.startswith(("yuv", "nv")):  # the input's tags describe YUV, not RGB or a palette
+        if stream.pix_fmt.startswith(("yuv", "nv", "p0")):  # the tags describe YUV, not RGB or a palette
             cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
             if stream.pix_fmt.startswith("yuvj"):
                 cc.color_range = AVCOL_RANGE_JPEG
@@ -369,7 +406,8 @@ class Sink:
         return stream
 
     def write_video(self, i420: np.ndarray, meta: FrameMeta) -> None:
-        """Encode one I420 frame; ``i420`` must already have the shape ``fmt.shape`` (it is wrapped, not copied)."""
+        """Encode one I420 frame; ``i420`` must already have the shape ``fmt.shape`` (8-bit: it is wrapped, not
+        copied; 10-bit: uint16 samples)."""
         frame = i420_frame(i420, self.fmt, self.zero_copy)
         colour = self.fmt.colour
         frame.colorspace, frame.color_range = colour.colorspace, colour.color_range

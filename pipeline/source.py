@@ -1,4 +1,5 @@
-"""Input: PyAV demux and threaded decode; each frame's planes are copied once into a host slot (I420).
+"""Input: PyAV demux and threaded decode; each frame's planes are copied once into a host slot, in the
+layout the first frame chose (I420, 10-bit I420 or RGB: see :mod:`pipeline.ingest`).
 
 The only module besides the sink that imports ``av``.
 
@@ -32,18 +33,17 @@ from typing import Callable, Iterator
 
 import av
 import numpy as np
-from av.video.reformatter import VideoReformatter
 
 from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
 from .config import is_url, pipe_fd
 from .damage import DamageLog
 from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
+from .ingest import (SURFACE_LAYOUT, SlotWriter, display_matrix, host_layout, input_format, read_hdr,
+                     surface_layout)
 from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .span import SKIP, STOP, Span
-from .video import AVCOL_RANGE_JPEG, Colour, FrameMeta, StreamInfo, VideoFormat
-
-NATIVE_FORMATS = ("yuv420p", "yuvj420p")  # what the kernels take without a conversion
+from .video import FrameMeta, StreamInfo, VideoFormat
 
 # Larger than any codec level allows (H.264 and HEVC stop at 8192 wide); bigger is a damaged header
 # or an input no stage was sized for. Memory for big but legal frames is checked by the engine.
@@ -97,8 +97,9 @@ class Source:
     """An opened input: its video stream (decoded), its audio streams (passed through as packets).
 
     ``hwaccel`` (a PyAV ``HWAccel``, see :mod:`pipeline.nvdec`): decode on the GPU, frames left in device
-    memory (``layout`` "nv12": the processor reads the surfaces in place). Without it frames are decoded
-    on the CPU and copied into I420 host slots (:meth:`copy_into`).
+    memory (``layout`` "nv12", or "p010" for 10-bit: the processor reads the surfaces in place). Without it
+    frames are decoded on the CPU and copied into host slots (:meth:`copy_into`) of the layout the first
+    frame chose: "i420", "i420p10" (deeper than 8 bits) or "rgb24" (RGB and grey input).
     """
 
     def __init__(self, path: str, *, strict: bool = False,
@@ -107,7 +108,8 @@ class Source:
         self.path = path
         route_ffmpeg_log()
         self.hwaccel = hwaccel
-        self.layout = "nv12" if hwaccel is not None else "i420"
+        self.layout = "nv12" if hwaccel is not None else "i420"  # until the first frame says (_probe)
+        self.hdr = None
         self._held: list[tuple[int, str]] | None = []  # notices while opening: shown only if the input is usable
         self.strict = strict
         self.live = is_live_input(path, input_format) if live is None else live
@@ -139,8 +141,7 @@ class Source:
         held, self._held = self._held, None
         for level, message in held:
             log.log(level, message)
-        self._reformatter = VideoReformatter()  # keeps its swscale context across frames
-        self._warned_convert = False
+        self._writer = SlotWriter(path, self.layout, self.format, self.notice)
 
     def _video_stream(self):
         videos = self.container.streams.video
@@ -216,7 +217,7 @@ class Source:
     @property
     def info(self) -> StreamInfo:
         return StreamInfo(self.format, self.frame_rate, self.video.time_base, None if self.live else self.expected_frames,
-                          self.display_matrix, self.live, self.path)
+                          self.display_matrix, self.live, self.path, self.hdr)
 
     @property
     def audio(self) -> AudioTracks:
@@ -241,22 +242,22 @@ class Source:
             log.debug(f"{self.path}: cannot seek ({e}); decoding from the beginning to the start")
 
     def _probe(self) -> tuple[VideoFormat, tuple[int, ...] | None]:
-        first = self._first_frame()
+        """The first frame decides the layout, format and HDR metadata of the whole stream."""
+        first = self._first_frame().frame
         if self.hwaccel is not None:
-            _check_on_gpu(self.path, self.video, first.frame)
-        w, h = first.frame.width, first.frame.height
+            self.layout = surface_layout(self.path, first, lambda: _stream_desc(self.video))
+        else:
+            self.layout = host_layout(first.format)
+        w, h = first.width, first.height
         check_frame_size(self.path, w, h)
         if w % 2 or h % 2:
             self.notice(f"{self.path}: odd frame size {w}x{h}; the last column/row is dropped for 4:2:0")
-        if note := interlaced(self.path, first.frame, self.video.codec_context.field_order):
+        if note := interlaced(self.path, first, self.video.codec_context.field_order):
             self.notice(note)
-        colour_range = first.frame.color_range
-        if first.frame.format.name == "yuvj420p" and colour_range == 0:
-            colour_range = AVCOL_RANGE_JPEG
-        colour = Colour.from_tags(
-            first.frame.colorspace, colour_range, first.frame.color_primaries, first.frame.color_trc, h
-        )
-        return VideoFormat(w - w % 2, h - h % 2, colour), _display_matrix(first.frame)
+        self.hdr = read_hdr(first)
+        if self.hdr:
+            log.debug(f"{self.path}: HDR metadata: {self.hdr.describe()}")
+        return input_format(self.path, first, self.layout, self.notice), display_matrix(first)
 
     def _first_frame(self) -> DecodedFrame:
         for item in self._frames:
@@ -412,36 +413,21 @@ class Source:
     # -- into the host ring -----------------------------------------------------------------------
 
     def copy_into(self, frame: av.VideoFrame, dst: np.ndarray) -> None:
-        """Copy one frame's planes into an I420 slot, converting formats or sizes the kernels do not take."""
-        fmt = self.format
-        same_size = (frame.width & ~1, frame.height & ~1) == (fmt.width, fmt.height)
-        if frame.format.name not in NATIVE_FORMATS or not same_size:
-            self._notice_conversion(frame)
-            # Same size: convert the format only and crop the odd row/column below, rather than
-            # resample the whole picture by a pixel. Another size (a mid-stream change): scale.
-            width, height = (frame.width, frame.height) if same_size else (fmt.width, fmt.height)
-            frame = self._reformatter.reformat(frame, width=width, height=height, format="yuv420p")
-        for plane, target in zip(frame.planes, fmt.planes(dst)):
-            rows, cols = target.shape
-            # Decoders pad rows to line_size; copy only the visible part.
-            src = np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:rows, :cols]
-            np.copyto(target, src)
+        """Copy one frame's planes into a host slot of :attr:`layout`, converting formats or sizes the kernels
+        do not take."""
+        self._writer(frame, dst)
 
     def _check_device_frame(self, frame: av.VideoFrame) -> None:
-        """Device frames are read in place at the first frame's size: another size cannot be scaled
-        on the way (the CPU decoder's path does that)."""
+        """Device frames are read in place at the first frame's size and layout: another size or surface
+        format cannot be converted on the way (the CPU decoder's path does that)."""
         fmt = self.format
-        if (frame.width & ~1, frame.height & ~1) != (fmt.width, fmt.height) or frame.format.name != "cuda":
+        sw = getattr(frame, "sw_format", None)
+        kind = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
+        if (frame.width & ~1, frame.height & ~1) != (fmt.width, fmt.height) or frame.format.name != "cuda" or \
+                sw is None or SURFACE_LAYOUT.get(sw.name) != self.layout:
             raise InputError(f"{self.path}: frame {self._index} is {frame.width}x{frame.height} "
-                             f"({frame.format.name}) after {fmt.width}x{fmt.height} frames; with --decode nvdec the "
-                             "size cannot change mid-stream (--decode cpu scales such input)")
-
-    def _notice_conversion(self, frame: av.VideoFrame) -> None:
-        if not self._warned_convert:
-            fmt = self.format
-            self.notice(f"{self.path}: converting {frame.format.name} {frame.width}x{frame.height} "
-                        f"to yuv420p {fmt.width}x{fmt.height}")
-            self._warned_convert = True
+                             f"({kind}) after {fmt.width}x{fmt.height} {self.layout} frames; with --decode nvdec "
+                             "the size and format cannot change mid-stream (--decode cpu converts such input)")
 
     def close(self) -> None:
         drain_decoder(self.video)
@@ -494,15 +480,6 @@ def _frame_step(video) -> int:
     return max(1, round(1 / (Fraction(rate) * Fraction(tb))))
 
 
-def _display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
-    """The rotation/flip matrix a player applies when showing the frame (FFmpeg's layout), if any."""
-    data = frame.side_data.get(av.sidedata.sidedata.Type.DISPLAYMATRIX)
-    if data is None:
-        return None
-    values = tuple(int(v) for v in np.frombuffer(bytes(data), np.int32))
-    return values if len(values) == 9 else None
-
-
 def check_frame_size(path: str, width: int, height: int) -> None:
     if width < 2 or height < 2:
         raise InputError(f"{path}: frame size {width}x{height} is too small")
@@ -513,16 +490,6 @@ def check_frame_size(path: str, width: int, height: int) -> None:
 
 def _open(path: str):
     return _open_input(path, None, {}, None, local=True)
-
-
-def _check_on_gpu(path: str, video, frame: av.VideoFrame) -> None:
-    """With software fallback off PyAV still decodes a codec without a CUDA path on the CPU, silently:
-    only the frame's format tells."""
-    sw = getattr(frame, "sw_format", None)
-    if frame.format.name != "cuda" or (sw is not None and sw.name != "nv12"):
-        what = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
-        raise DecoderRefused(f"{path}: NVDEC cannot decode this stream ({_stream_desc(video)}, gave {what} "
-                             "frames); use --decode cpu")
 
 
 def _stream_desc(video) -> str:

@@ -31,6 +31,8 @@ SCHEMA_VERSION = 1
 class RunStats:
     device: str = "cpu"
     decode: str = "cpu"  # cpu or nvdec
+    layouts: dict[str, str] = field(default_factory=dict)  # the frames' layout in and out (i420, i420p10, ...)
+    pix_fmt: str | None = None  # the encoder's pixel format (None: no encoder)
     strategy: str = "pool"
     started: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
@@ -135,6 +137,8 @@ class RunStats:
             "decode": self.decode,
             "alloc": self.strategy,
             "size": [self.width, self.height],
+            "layouts": self.layouts,
+            "pix_fmt": self.pix_fmt,
             "filters": self.filters,
             "frames_in": self.frames_in,
             "frames_out": self.frames_out,

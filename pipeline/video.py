@@ -6,11 +6,20 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# AVColorSpace values (FFmpeg's pixfmt.h) that mean BT.709; everything else is decoded as BT.601,
-# which is also what swscale assumes for "unspecified".
+if TYPE_CHECKING:
+    from .hdr import HdrMetadata
+
+# AVColorSpace values (FFmpeg's pixfmt.h). BT.709 and BT.2020 (non-constant luminance; constant luminance is
+# read as it) have their own matrix; everything else is decoded as BT.601, which is also what swscale assumes
+# for "unspecified" (untagged HD excepted, see Colour.from_tags).
+AVCOL_SPC_RGB = 0
 AVCOL_SPC_BT709 = 1
+AVCOL_SPC_UNSPECIFIED = 2
+AVCOL_SPC_SMPTE170M = 6
+AVCOL_SPC_BT2020_NCL = 9
+AVCOL_SPC_BT2020_CL = 10
 AVCOL_RANGE_MPEG = 1
 AVCOL_RANGE_JPEG = 2
 
@@ -37,13 +46,30 @@ class Colour:
 
     @classmethod
     def from_tags(cls, colorspace: int, color_range: int, primaries: int = 2, trc: int = 2, height: int = 0):
+        """The matrix a YUV stream's tags declare. BT.2020 constant luminance (10) is read as non-constant
+        luminance (the source says so): its luma is computed from linear light, which no stage here does."""
         if colorspace == AVCOL_SPC_BT709:
             matrix = "bt709"
-        elif colorspace in (2, 0) and height >= 720:
+        elif colorspace in (AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL):
+            matrix = "bt2020"
+        elif colorspace in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB) and height >= 720:
             matrix = "bt709"  # untagged HD video is BT.709 by convention
         else:
             matrix = "bt601"
         return cls(matrix, color_range == AVCOL_RANGE_JPEG, colorspace, color_range, primaries, trc)
+
+    @classmethod
+    def for_rgb(cls, height: int, primaries: int = 2, trc: int = 2) -> Colour:
+        """What an RGB (or grey) input is written with: YUV, BT.709 for HD and BT.601 for SD, limited range,
+        tagged so (the input's primaries and transfer kept)."""
+        if height >= 720:
+            return cls("bt709", False, AVCOL_SPC_BT709, AVCOL_RANGE_MPEG, primaries, trc)
+        return cls("bt601", False, AVCOL_SPC_SMPTE170M, AVCOL_RANGE_MPEG, primaries, trc)
+
+    @property
+    def name(self) -> str:
+        """BT.709, BT.601 or BT.2020, and the range: for notices."""
+        return f"BT.{self.matrix[2:]} {'full' if self.full_range else 'limited'} range"
 
     @property
     def coefficients(self) -> tuple[float, float]:
@@ -54,27 +80,34 @@ class Colour:
 
 @dataclass(frozen=True)
 class VideoFormat:
-    """An 8-bit 4:2:0 frame layout (I420: Y plane, then U, then V, tightly packed)."""
+    """A 4:2:0 frame: its size, colour and bit depth (8, or 10 for deeper input: samples 0..1023 in uint16).
+
+    I420 is the Y plane, then U, then V, tightly packed, one sample each (a byte at 8 bits)."""
 
     width: int
     height: int
     colour: Colour = Colour()
+    depth: int = 8
 
     def __post_init__(self) -> None:
         if self.width % 2 or self.height % 2 or self.width <= 0 or self.height <= 0:
             raise ValueError(f"Invalid frame size {self.width}x{self.height}: 4:2:0 needs even, positive sizes")
+        if self.depth not in (8, 10):
+            raise ValueError(f"Invalid bit depth ({self.depth}). Supported values are 8, 10.")
 
     @property
     def nbytes(self) -> int:
+        """Samples of the I420 frame: its bytes at 8 bits."""
         return self.width * self.height * 3 // 2
 
     @property
     def shape(self) -> tuple[int, int]:
-        """Shape of the I420 buffer as a 2-D array, the layout PyAV's ``from_numpy_buffer`` takes."""
+        """Shape of the I420 samples as a 2-D array, the layout PyAV's ``from_numpy_buffer`` (8-bit) and
+        ``from_ndarray`` (10-bit, uint16) take."""
         return (self.height * 3 // 2, self.width)
 
     def planes(self, buf):
-        """Y, U, V views of a flat I420 buffer (NumPy or CuPy)."""
+        """Y, U, V views of a flat I420 buffer of samples (NumPy or CuPy, uint8 or uint16)."""
         w, h = self.width, self.height
         y_end = w * h
         c_size = y_end // 4
@@ -84,7 +117,10 @@ class VideoFormat:
         return y, u, v
 
     def resized(self, width: int, height: int) -> VideoFormat:
-        return VideoFormat(width, height, self.colour)
+        return VideoFormat(width, height, self.colour, self.depth)
+
+    def with_depth(self, depth: int) -> VideoFormat:
+        return dataclasses.replace(self, depth=depth)
 
 
 @dataclass(frozen=True)
@@ -101,6 +137,7 @@ class StreamInfo:
     display_matrix: tuple[int, ...] | None = None
     live: bool = False
     name: str = ""
+    hdr: HdrMetadata | None = None  # mastering display and content light level, written where the encoder can
 
     def with_format(self, fmt: VideoFormat) -> StreamInfo:
         return dataclasses.replace(self, format=fmt)

@@ -4,8 +4,8 @@ CuPy compiles a kernel with NVRTC the first time its source is seen and keeps th
 cache (``CUPY_CACHE_DIR``, by default ``~/.cupy/kernel_cache``); later processes only load it. A first
 run on a fresh machine therefore spends seconds compiling before its first frame. This command pays that
 cost ahead: the conversions in every layout, the default chain as ``pipeline run`` folds it, and every
-built-in filter at its default settings. A marker in the cache directory records that it ran, so a run
-can say, once, that it is compiling.
+built-in filter at its default settings (for each colour matrix). A marker in the cache directory records
+that it ran, so a run can say, once, that it is compiling.
 """
 
 from __future__ import annotations
@@ -59,11 +59,12 @@ def warm(chains: tuple[str, ...] = (DEFAULT_FILTERS,)) -> dict[str, float | int 
     """Compile the conversions, ``chains`` as runs fold them, and every built-in filter; write the marker."""
     from .filters import FILTERS, fuse_pointwise, parse_chain
     from .processor import prepare_kernels
+    from .video import Colour
 
     t0 = time.perf_counter()
     count = 0
-    for in_layout in ("i420", "nv12", "rgb24"):
-        for out_layout in ("i420", "rgb24"):
+    for in_layout in ("i420", "i420p10", "nv12", "p010", "rgb24"):
+        for out_layout in ("i420", "i420p10", "rgb24"):
             prepare_kernels([], in_layout, out_layout)
             count += 2
     for text in chains:
@@ -79,7 +80,9 @@ def warm(chains: tuple[str, ...] = (DEFAULT_FILTERS,)) -> dict[str, float | int 
             f = cls()
         except ConfigError:  # needs settings of its own (a file, a size): compiled by its first run
             continue
-        f.prepare()
+        for matrix in ("bt709", "bt601", "bt2020"):  # filters that take luma have a kernel per matrix
+            f.use_colour(Colour(matrix))
+            f.prepare()
         count += 1
     _mark("kernels compiled by `pipeline warmup`")
     return {"kernels": count, "seconds": round(time.perf_counter() - t0, 2), "cache": str(cache_dir())}

@@ -68,6 +68,7 @@ def apply_chain_cpu(i420: np.ndarray, fmt: VideoFormat, filters: str) -> np.ndar
     yuv_to_rgb_cpu(i420, fmt, rgb)
     w, h = fmt.width, fmt.height
     for f in parse_chain(filters):
+        f.use_colour(fmt.colour)  # as the frame plan binds it
         scratch = [np.full(s, np.nan, np.float32) for s in f.scratch_shapes(w, h)]
         w, h = f.output_size(w, h)
         dst = np.full((3, h, w), np.nan, np.float32)

@@ -11,10 +11,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 
 # PyAV: the I/O layer (decode, encode, the sample clips) and the bench's measured baselines, which time
 # plain PyAV and FFmpeg on purpose.
-AV_OWNERS = {"source.py", "sink.py", "nvdec.py", "sample.py", "bench/peers.py", "bench/peer_plumbing.py",
+AV_OWNERS = {"source.py", "ingest.py", "sink.py", "nvdec.py", "sample.py", "bench/peers.py", "bench/peer_plumbing.py",
              "bench/ffmpeg_graph.py", "avlib.py", "encoders.py", "audio_out.py"}
 # CuPy: the CUDA side, the filters' kernels and the conversion stage.
-CUPY_OWNERS = ("gpu/", "filters/", "convert.py")
+CUPY_OWNERS = ("gpu/", "filters/", "convert/")
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -46,7 +46,7 @@ def test_only_the_io_layer_imports_av():
 def test_only_the_gpu_side_imports_cupy():
     offenders = sorted(name for name, roots in modules().items()
                        if roots & {"cupy", "cupyx"} and not name.startswith(CUPY_OWNERS))
-    assert offenders == [], f"CuPy imported outside gpu/, filters/ and convert.py: {offenders}"
+    assert offenders == [], f"CuPy imported outside gpu/, filters/ and convert/: {offenders}"
 
 
 def test_nothing_under_gpu_imports_filters():

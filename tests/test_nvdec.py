@@ -29,6 +29,13 @@ def h264(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def hevc10(tmp_path_factory) -> Path:
+    """10-bit HEVC (Main 10), BT.2020 PQ, with HDR10 metadata: NVDEC gives P010 surfaces."""
+    return make_sample.make_clip(tmp_path_factory.mktemp("nvdec") / "hevc10.mkv", width=W, height=H, frames=12,
+                                 fps=30, codec="libx265", pix_fmt="yuv420p10le", hdr=True, audio=False, seed=6)
+
+
+@pytest.fixture(scope="module")
 def odd_h264(tmp_path_factory) -> Path:
     return make_sample.make_clip(tmp_path_factory.mktemp("nvdec") / "odd.mkv", width=322, height=182, frames=6,
                                  fps=30, seed=4, audio=False)
@@ -104,3 +111,30 @@ def test_nvenc_is_refused_on_a_gpu_without_it(h264, tmp_path):
         pytest.skip("this GPU has NVENC")
     assert proc.returncode == 2 and "libx264" in proc.stderr and not out.exists()
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_nvdec_10bit_hevc_is_read_in_place_as_p010(hevc10, tmp_path):
+    """P010 surfaces (uint16, the sample in the high bits) read in place give what the CPU decoder's 10-bit
+    frames give (HEVC decoding is bit-exact), 10 bits kept to the output, the HDR metadata carried."""
+    from test_hdr import hdr_of, planes10
+
+    chain = "eq=contrast=1.1:saturation=0.8"
+    stats = tmp_path / "s.json"
+    proc = run_cli("run", hevc10, "-o", tmp_path / "nvdec.mkv", "-q", "--device", "cuda", "--decode", "nvdec",
+                   "-c", "ffv1", "-vf", chain, "--stats-json", stats)
+    if proc.returncode == 3 and "NVDEC cannot decode" in proc.stderr:
+        pytest.skip(f"this GPU's NVDEC refuses 10-bit HEVC: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(stats.read_text())
+    assert data["decode"] == "nvdec" and data["layouts"] == {"input": "p010", "output": "i420p10"}
+    assert data["pix_fmt"] == "yuv420p10le" and data["frames_out"] == 12
+    run(hevc10, tmp_path / "cpu.mkv", "--decode", "cpu", "-vf", chain)
+    a, b = planes10(tmp_path / "nvdec.mkv"), planes10(tmp_path / "cpu.mkv")
+    assert len(a) == len(b) == 12
+    for x, y in zip(a, b):
+        for p, q in zip(x, y):
+            np.testing.assert_array_equal(p, q)
+    out = tmp_path / "hdr.mkv"
+    proc = run_cli("run", hevc10, "-o", out, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "libx265")
+    assert proc.returncode == 0, proc.stderr
+    assert hdr_of(out) == hdr_of(hevc10)

@@ -3,9 +3,11 @@
 A pointwise filter declares ``pointwise_expr()``: a block of CUDA C that updates the floats ``r``, ``g``,
 ``b`` of one pixel in place, and may read the ints ``x``, ``y`` (the pixel) and ``w``, ``h`` (the frame
 size). Parameters are baked into the text as exact literals (:func:`~pipeline.gpu.cuda.float_literal`).
-The prelude's helpers are in scope (``clamp01``, ``luma709``..., also under the names ``pw_clamp01(v)`` and
-``pw_luma709(r, g, b)``: see :mod:`pipeline.gpu.kernels`); local names should start with ``pw_``
-(each block gets its own braces, so two filters' locals never clash).
+The prelude's helpers are in scope (``clamp01``, ``luma601``, ``luma709``, ``luma2020``, also under the names
+``pw_clamp01(v)`` and ``pw_luma709(r, g, b)``: see :mod:`pipeline.gpu.kernels`); local names should start with
+``pw_`` (each block gets its own braces, so two filters' locals never clash). An expression that takes luma
+should use the frames' own matrix, ``self.luma_matrix`` (bound before the kernel is built), through
+:func:`~pipeline.filters.luma.cuda_luma` (``luma601``, ``luma709`` or ``luma2020``).
 
 :func:`fuse_pointwise` turns ``[gblur, eq, hue, vignette, sobel]`` into ``[gblur, fused(eq+hue+vignette), sobel]``:
 one read and one write of the frame instead of three. The fused filter's CPU path runs the members' own
@@ -75,11 +77,16 @@ def pointwise_source(members: list[Filter]) -> tuple[str, str]:
 
 
 def pointwise_kernel(owner: Any, members: list[Filter]):
-    """The kernel applying ``members``, built once and kept on ``owner``."""
+    """The kernel applying ``members``, built once and kept on ``owner`` (until a colour is bound to it:
+    the expressions may read the matrix, see :func:`forget_kernel`)."""
     kernel = owner.__dict__.get("_pw_kernel")
     if kernel is None:
         kernel = owner.__dict__["_pw_kernel"] = raw_kernel(*pointwise_source(members))
     return kernel
+
+
+def forget_kernel(owner: Any) -> None:
+    owner.__dict__.pop("_pw_kernel", None)
 
 
 def launch_pointwise(owner: Any, members: list[Filter], src, dst) -> None:
@@ -93,6 +100,10 @@ class PointwiseFilter(Filter):
 
     def pointwise_expr(self) -> str:
         raise NotImplementedError
+
+    def use_colour(self, colour) -> None:
+        super().use_colour(colour)
+        forget_kernel(self)
 
     def cuda(self, src, dst, scratch):
         launch_pointwise(self, [self], src, dst)
@@ -118,6 +129,12 @@ class FusedPointwise(Filter):
     def reset(self) -> None:
         for f in self.members:
             f.reset()
+
+    def use_colour(self, colour) -> None:
+        super().use_colour(colour)
+        for f in self.members:
+            f.use_colour(colour)
+        forget_kernel(self)
 
     def cpu(self, src, dst, scratch):
         # Ping-pong between dst and one private temporary so that the last member writes dst.

@@ -12,25 +12,25 @@ import math
 import numpy as np
 
 from ..gpu.cuda import float_literal as lit
-from ..video import LUMA
 from .fuse import PointwiseFilter
+from .luma import cuda_luma, luma
 from .registry import Param, register_filter
 
 _F = np.float32
-KR, KG, KB = (_F(k) for k in LUMA["bt709"])
 
 
 @register_filter("grayscale")
 class Grayscale(PointwiseFilter):
-    help = "Grey: BT.709 luma (0.2126 R + 0.7152 G + 0.0722 B) written to all three channels."
+    help = ("Grey: luma written to all three channels, weighed by the input's own colour matrix (BT.601, BT.709 "
+            "or BT.2020), so the output's Y plane is the input's and its chroma neutral.")
 
     def cpu(self, src, dst, scratch):
-        np.clip(KR * src[0] + KG * src[1] + KB * src[2], 0, 1, out=dst[0])
+        np.clip(luma(src, self.luma_matrix), 0, 1, out=dst[0])
         dst[1] = dst[0]
         dst[2] = dst[0]
 
     def pointwise_expr(self):
-        return "r = g = b = pw_clamp01(pw_luma709(r, g, b));"
+        return f"r = g = b = pw_clamp01({cuda_luma(self.luma_matrix)}(r, g, b));"
 
 
 @register_filter("invert")

@@ -77,6 +77,9 @@ class Filter:
     name: ClassVar[str] = ""
     help: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
+    # The colour matrix of the frames (bt601, bt709 or bt2020), bound by use_colour when the frame plan is
+    # built: filters that take luma (grayscale, eq's saturation, sobel) weigh R, G, B as it does.
+    luma_matrix: str = "bt709"
 
     def __init__(self, **values: Any):
         known = {p.name: p for p in self.params}
@@ -89,6 +92,11 @@ class Filter:
     def __repr__(self) -> str:
         args = ":".join(f"{p.name}={getattr(self, p.name)}" for p in self.params)
         return f"{self.name}={args}" if args else self.name
+
+    def use_colour(self, colour) -> None:
+        """Bind the colour (:class:`~pipeline.video.Colour`) of the frames this filter will see; called once
+        per run, before any kernel is bound. A filter whose work depends on it reads ``self.luma_matrix``."""
+        self.luma_matrix = colour.matrix
 
     def output_size(self, width: int, height: int) -> tuple[int, int]:
         return width, height

@@ -7,19 +7,15 @@ buffer.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from ..gpu.cuda import f32, i32, launch_2d
 from ..gpu.kernels import kernel, load
-from ..video import LUMA
 from .blur import SeparableFilter, gaussian_taps, separable_cpu
+from .luma import cuda_luma, luma
 from .registry import Filter, Param, register_filter
 
 _F = np.float32
-# Edges are taken on BT.709 luma whatever the stream's matrix, as eq's saturation: a look, not a conversion.
-KR, KG, KB = (_F(k) for k in LUMA["bt709"])
 
 
 def box_taps(radius: int) -> np.ndarray:
@@ -75,7 +71,7 @@ extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restri
         #pragma unroll
         for (int k = 0; k < 3; ++k) {
             size_t i = (size_t)yy * w + reflect101(x + k - 1, w);
-            l[j][k] = luma709(src[i], src[n + i], src[2 * n + i]);
+            l[j][k] = @LUMA@(src[i], src[n + i], src[2 * n + i]);
         }
     }
     float gx = __fadd_rn(__fadd_rn(__fsub_rn(l[0][2], l[0][0]), __fmul_rn(2.f, __fsub_rn(l[1][2], l[1][0]))),
@@ -91,13 +87,9 @@ extern "C" __global__ void @NAME@(const float* __restrict__ src, float* __restri
 """
 
 
-def luma709(rgb: np.ndarray) -> np.ndarray:
-    return KR * rgb[0] + KG * rgb[1] + KB * rgb[2]
-
-
-def sobel_cpu(src: np.ndarray, scale: float) -> np.ndarray:
-    """Sobel 3x3 gradient magnitude of BT.709 luma, times ``scale``, clamped to [0, 1]; (H, W)."""
-    p = np.pad(luma709(src), 1, mode="reflect")  # NumPy's "reflect" is reflect-101
+def sobel_cpu(src: np.ndarray, scale: float, matrix: str = "bt709") -> np.ndarray:
+    """Sobel 3x3 gradient magnitude of the luma of ``matrix``, times ``scale``, clamped to [0, 1]; (H, W)."""
+    p = np.pad(luma(src, matrix), 1, mode="reflect")  # NumPy's "reflect" is reflect-101
     h, w = src.shape[1:]
 
     def at(j: int, k: int) -> np.ndarray:
@@ -110,19 +102,23 @@ def sobel_cpu(src: np.ndarray, scale: float) -> np.ndarray:
 
 @register_filter("sobel")
 class Sobel(Filter):
-    help = "Edges: Sobel 3x3 gradient magnitude of BT.709 luma (reflect-101 borders), grey, clamped to [0, 1]."
+    help = ("Edges: Sobel 3x3 gradient magnitude of luma (the input's own colour matrix; reflect-101 borders), grey, "
+            "clamped to [0, 1].")
     params = (Param("scale", float, 1.0, low=0.0, high=100.0, low_exclusive=True, help="gain on the magnitude"),)
 
     def cpu(self, src, dst, scratch):
-        dst[:] = sobel_cpu(src, self.scale)[None]
+        dst[:] = sobel_cpu(src, self.scale, self.luma_matrix)[None]
 
     def prepare(self):
-        load(self._kernel)
+        load(self._kernel())
 
-    @functools.cached_property
     def _kernel(self):
-        return kernel(_SOBEL_SRC, "pipeline_sobel")
+        """The kernel for the bound matrix, built once per matrix."""
+        kernels = self.__dict__.setdefault("_kernels", {})
+        if self.luma_matrix not in kernels:
+            kernels[self.luma_matrix] = kernel(_SOBEL_SRC, f"pipeline_sobel_{self.luma_matrix}", LUMA=cuda_luma(self.luma_matrix))
+        return kernels[self.luma_matrix]
 
     def cuda(self, src, dst, scratch):
         _, h, w = src.shape
-        launch_2d(self._kernel, w, h, (src, dst, i32(w), i32(h), f32(self.scale)))
+        launch_2d(self._kernel(), w, h, (src, dst, i32(w), i32(h), f32(self.scale)))

@@ -1,7 +1,8 @@
 """Frames a hardware decoder left in device memory, seen by CuPy in place (DLPack, no copy).
 
 PyAV exports each plane of a CUDA frame through DLPack (NV12: Y as (H, W) uint8 and UV as (H/2, W/2, 2),
-rows padded to the surface pitch). ``cupy.from_dlpack(plane)`` would pass a stream argument that PyAV
+rows padded to the surface pitch; P010, from 10-bit streams: the same shapes in uint16, each sample in the
+high 10 bits). ``cupy.from_dlpack(plane)`` would pass a stream argument that PyAV
 refuses, so the capsule is taken first: ``cupy.from_dlpack(plane.__dlpack__())``. The views keep the
 frame's buffer referenced; the processor drops them once the frame's work has completed, and only then
 does the buffer go back to the decoder's pool.

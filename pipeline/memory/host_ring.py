@@ -39,12 +39,14 @@ class HostSlot:
                 self.last_use.synchronize()
             self.last_use = None
 
-    def lend(self, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """A view of the buffer for a consumer that may keep it (an encoder holding a frame).
+    def lend(self, shape: tuple[int, ...] | None = None, dtype=None) -> np.ndarray:
+        """A view of the buffer for a consumer that may keep it (an encoder holding a frame), as ``dtype``
+        (uint16 samples of a 10-bit frame) and ``shape``.
 
         The slot stays busy while that very view object is alive: ``in_use_elsewhere`` tells.
         """
-        view = self.array.reshape(shape) if shape else self.array.view()
+        view = self.array if dtype is None or self.array.dtype == dtype else self.array.view(dtype)
+        view = view.reshape(shape) if shape else view.view()
         self._lent = weakref.ref(view)
         return view
 

@@ -1,0 +1,147 @@
+"""What a decoded frame is, for the pipeline: the layout it enters in, its colour, its HDR metadata, and
+the copy of its planes into a host slot. Part of the source (with :mod:`pipeline.source`, it reads PyAV frames).
+
+Layouts (see :mod:`pipeline.convert`): NVDEC's surfaces stay in device memory, ``nv12`` or ``p010``;
+frames decoded on the CPU enter as ``i420`` (8-bit YUV), ``i420p10`` (YUV deeper than 8 bits: 10-bit kept,
+9-bit widened, 12 and more bits rounded to 10) or ``rgb24`` (RGB, grey or palette frames: no chroma
+subsampled on the way in). An RGB input deeper than 8 bits enters as ``i420p10``, converted by swscale with
+the matrix the output is tagged with.
+
+RGB input has no YUV matrix, but the output is YUV: it is written with BT.709 (HD) or BT.601 (SD), limited
+range, and tagged so (a notice says which).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import av
+import numpy as np
+from av.sidedata.sidedata import Type as SideData
+from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
+
+from .convert.layouts import layout_depth
+from .errors import DecoderRefused
+from .hdr import HdrMetadata
+from .video import AVCOL_RANGE_JPEG, AVCOL_SPC_BT2020_CL, Colour, VideoFormat
+
+# What each host layout's frames are, as PyAV names the format; frames in another format are converted.
+TARGET_FORMAT = {"i420": "yuv420p", "i420p10": "yuv420p10le", "rgb24": "rgb24"}
+NATIVE = {"i420": ("yuv420p", "yuvj420p"), "i420p10": ("yuv420p10le",), "rgb24": ("rgb24",)}
+SURFACE_LAYOUT = {"nv12": "nv12", "p010le": "p010"}  # NVDEC's sw_format -> device layout
+SWS_MATRIX = {"bt709": Colorspace.ITU709, "bt601": Colorspace.ITU601, "bt2020": Colorspace.BT2020}
+
+
+def depth_of(fmt: av.VideoFormat) -> int:
+    return max((c.bits for c in fmt.components), default=8)
+
+
+def is_rgb_like(fmt: av.VideoFormat) -> bool:
+    """RGB, grey or palette frames: no YUV matrix of their own."""
+    return bool(fmt.is_rgb or fmt.has_palette or len(fmt.components) <= 2)  # gray, gray + alpha
+
+
+def host_layout(fmt: av.VideoFormat) -> str:
+    """The layout a CPU-decoded frame of ``fmt`` enters in."""
+    if is_rgb_like(fmt):
+        return "i420p10" if depth_of(fmt) > 8 else "rgb24"
+    return "i420p10" if depth_of(fmt) > 8 else "i420"
+
+
+def surface_layout(path: str, frame: av.VideoFrame, describe: Callable[[], str]) -> str:
+    """The device layout of an NVDEC frame. With software fallback off PyAV still decodes a codec without a
+    CUDA path on the CPU, silently: only the frame's format tells."""
+    sw = getattr(frame, "sw_format", None)
+    if frame.format.name != "cuda" or sw is None or sw.name not in SURFACE_LAYOUT:
+        what = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
+        raise DecoderRefused(f"{path}: NVDEC cannot decode this stream ({describe()}, gave {what} "
+                             "frames); use --decode cpu")
+    return SURFACE_LAYOUT[sw.name]
+
+
+def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[[str], None]) -> VideoFormat:
+    """The format the pipeline works in: the frame's size (even), colour and depth."""
+    w, h = frame.width, frame.height
+    pix = _sw_format(frame)
+    if layout == "rgb24" or is_rgb_like(pix):
+        colour = Colour.for_rgb(h - h % 2, frame.color_primaries, frame.color_trc)
+        notice(f"{path}: {pix.name} input, the output is YUV: converted with {colour.name} and tagged so")
+    else:
+        colour_range = frame.color_range
+        if pix.name.startswith("yuvj") and colour_range == 0:
+            colour_range = AVCOL_RANGE_JPEG
+        colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h)
+        if frame.colorspace == AVCOL_SPC_BT2020_CL:
+            notice(f"{path}: BT.2020 constant luminance is processed as non-constant luminance (the same "
+                   "weights, applied to R'G'B' rather than linear light); the output keeps the input's tags")
+    depth = layout_depth(layout)
+    if depth_of(pix) > 10 and depth == 10:
+        notice(f"{path}: {pix.name} is kept to 10 bits")
+    return VideoFormat(w - w % 2, h - h % 2, colour, depth)
+
+
+def _sw_format(frame: av.VideoFrame) -> av.VideoFormat:
+    sw = getattr(frame, "sw_format", None) if frame.format.name == "cuda" else None
+    return sw if sw is not None else frame.format
+
+
+def read_hdr(frame: av.VideoFrame) -> HdrMetadata | None:
+    """The mastering display and content light level the frame carries (the first frame of an HDR stream,
+    a keyframe, does)."""
+    side = frame.side_data
+    mastering, light = side.get(SideData.MASTERING_DISPLAY_METADATA), side.get(SideData.CONTENT_LIGHT_LEVEL)
+    return HdrMetadata.parse(bytes(mastering) if mastering is not None else None,
+                             bytes(light) if light is not None else None)
+
+
+def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
+    """The rotation/flip matrix a player applies when showing the frame (FFmpeg's layout), if any."""
+    data = frame.side_data.get(SideData.DISPLAYMATRIX)
+    if data is None:
+        return None
+    values = tuple(int(v) for v in np.frombuffer(bytes(data), np.int32))
+    return values if len(values) == 9 else None
+
+
+class SlotWriter:
+    """Copies decoded frames into host slots of one layout, converting (swscale) a format or size the
+    kernels do not take; the first conversion is noticed once."""
+
+    def __init__(self, path: str, layout: str, fmt: VideoFormat, notice: Callable[[str], None]):
+        self.path, self.layout, self.fmt, self.notice = path, layout, fmt, notice
+        self._reformatter = VideoReformatter()  # keeps its swscale context across frames
+        self._noticed = False
+
+    def __call__(self, frame: av.VideoFrame, dst: np.ndarray) -> None:
+        fmt, layout = self.fmt, self.layout
+        same_size = (frame.width & ~1, frame.height & ~1) == (fmt.width, fmt.height)
+        if frame.format.name not in NATIVE[layout] or not same_size:
+            frame = self._convert(frame, same_size)
+        if layout == "rgb24":
+            rows, cols = fmt.height, fmt.width * 3
+            plane = frame.planes[0]
+            src = np.frombuffer(plane, np.uint8).reshape(-1, plane.line_size)[:rows, :cols]
+            np.copyto(dst.reshape(rows, cols), src)
+            return
+        dtype = np.uint16 if layout == "i420p10" else np.uint8
+        samples = dst if dst.dtype == dtype else dst.view(dtype)
+        for plane, target in zip(frame.planes, fmt.planes(samples)):
+            rows, cols = target.shape
+            # Decoders pad rows to line_size (bytes); copy only the visible part.
+            src = np.frombuffer(plane, dtype).reshape(-1, plane.line_size // np.dtype(dtype).itemsize)
+            np.copyto(target, src[:rows, :cols])
+
+    def _convert(self, frame: av.VideoFrame, same_size: bool) -> av.VideoFrame:
+        fmt, target = self.fmt, TARGET_FORMAT[self.layout]
+        if not self._noticed:
+            self.notice(f"{self.path}: converting {frame.format.name} {frame.width}x{frame.height} "
+                        f"to {target} {fmt.width}x{fmt.height}")
+            self._noticed = True
+        # Same size: convert the format only and crop the odd row/column after, rather than resample the
+        # whole picture by a pixel. Another size (a mid-stream change): scale.
+        width, height = (frame.width, frame.height) if same_size else (fmt.width, fmt.height)
+        colour = {}
+        if target != "rgb24" and is_rgb_like(frame.format):  # RGB into YUV: the matrix the output is tagged with
+            colour = {"dst_colorspace": SWS_MATRIX[fmt.colour.matrix],
+                      "dst_color_range": ColorRange.JPEG if fmt.colour.full_range else ColorRange.MPEG}
+        return self._reformatter.reformat(frame, width=width, height=height, format=target, **colour)
