@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import av
 import numpy as np
@@ -39,7 +39,7 @@ from .config import is_url, pipe_fd
 from .damage import DamageLog
 from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
 from .ingest import (SURFACE_LAYOUT, SlotWriter, display_matrix, host_layout, input_format, read_hdr,
-                     surface_layout)
+                     refuse_deep_surfaces, surface_layout)
 from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .span import SKIP, STOP, Span
@@ -158,6 +158,7 @@ class Source:
         video.thread_type = "SLICE" if self.live or self.hwaccel is not None or self.strict else "AUTO"
         if self.hwaccel is not None:
             video.thread_count = 1  # the GPU decodes: one parsing thread each, not one per core per stream
+            refuse_deep_surfaces(self.path, video)
         return video
 
     def _open(self):

@@ -240,6 +240,19 @@ def test_12bit_input_is_kept_to_10_bits(tmp_path):
     assert worst(planes10(out)[0], to_yuv_f64(to_rgb_f64(*p12, BT601, 12), BT601, 10)) <= 2
 
 
+def test_nvdec_is_refused_deep_input_before_decoding(hdr_clip):
+    """Deep streams never reach NVDEC (see ingest.refuse_deep_surfaces): refused from the stream's header,
+    before a packet is read; 8-bit YUV and RGB streams pass."""
+    from pipeline.errors import DecoderRefused
+    from pipeline.ingest import refuse_deep_surfaces
+
+    with av.open(str(hdr_clip)) as c:
+        with pytest.raises(DecoderRefused, match=r"10-bit input \(yuv420p10le\).*--decode cpu"):
+            refuse_deep_surfaces("hdr10.mkv", c.streams.video[0])
+    with av.open("samples/sample.mp4") as c:
+        refuse_deep_surfaces("sample.mp4", c.streams.video[0])
+
+
 def test_bt2020_constant_luminance_is_read_as_non_constant_with_a_notice(tmp_path):
     clip = tmp_path / "cl.mkv"
     with av.open(str(clip), "w") as o:

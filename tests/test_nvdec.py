@@ -113,28 +113,23 @@ def test_nvenc_is_refused_on_a_gpu_without_it(h264, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_nvdec_10bit_hevc_is_read_in_place_as_p010(hevc10, tmp_path):
-    """P010 surfaces (uint16, the sample in the high bits) read in place give what the CPU decoder's 10-bit
-    frames give (HEVC decoding is bit-exact), 10 bits kept to the output, the HDR metadata carried."""
+def test_10bit_hevc_is_refused_by_nvdec_and_auto_decodes_it_on_the_cpu(hevc10, tmp_path):
+    """NVDEC does not take input deeper than 8 bits (see ingest.refuse_deep_surfaces): exit 3 in one line,
+    nothing written; --decode auto gives the CPU decoder's 10-bit frames and keeps the HDR metadata."""
     from test_hdr import hdr_of, planes10
 
     chain = "eq=contrast=1.1:saturation=0.8"
-    stats = tmp_path / "s.json"
-    proc = run_cli("run", hevc10, "-o", tmp_path / "nvdec.mkv", "-q", "--device", "cuda", "--decode", "nvdec",
-                   "-c", "ffv1", "-vf", chain, "--stats-json", stats)
-    if proc.returncode == 3 and "NVDEC cannot decode" in proc.stderr:
-        pytest.skip(f"this GPU's NVDEC refuses 10-bit HEVC: {proc.stderr.strip()}")
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(stats.read_text())
-    assert data["decode"] == "nvdec" and data["layouts"] == {"input": "p010", "output": "i420p10"}
-    assert data["pix_fmt"] == "yuv420p10le" and data["frames_out"] == 12
+    out = tmp_path / "nvdec.mkv"
+    proc = run_cli("run", hevc10, "-o", out, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "ffv1", "-vf", chain)
+    assert proc.returncode == 3 and "10-bit input" in proc.stderr and not out.exists()
+    assert len(proc.stderr.strip().splitlines()) == 1
+    auto = run(hevc10, tmp_path / "auto.mkv", "--decode", "auto", "-vf", chain)
+    assert auto["decode"] == "cpu" and auto["layouts"]["input"] == "i420p10" and auto["pix_fmt"] == "yuv420p10le"
     run(hevc10, tmp_path / "cpu.mkv", "--decode", "cpu", "-vf", chain)
-    a, b = planes10(tmp_path / "nvdec.mkv"), planes10(tmp_path / "cpu.mkv")
-    assert len(a) == len(b) == 12
-    for x, y in zip(a, b):
+    for x, y in zip(planes10(tmp_path / "auto.mkv"), planes10(tmp_path / "cpu.mkv"), strict=True):
         for p, q in zip(x, y):
             np.testing.assert_array_equal(p, q)
-    out = tmp_path / "hdr.mkv"
-    proc = run_cli("run", hevc10, "-o", out, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "libx265")
+    proc = run_cli("run", hevc10, "-o", tmp_path / "hdr.mkv", "-q", "--device", "cuda", "--decode", "auto",
+                   "-c", "libx265")
     assert proc.returncode == 0, proc.stderr
-    assert hdr_of(out) == hdr_of(hevc10)
+    assert hdr_of(tmp_path / "hdr.mkv") == hdr_of(hevc10)
