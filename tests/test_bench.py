@@ -68,8 +68,8 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
     """Consistency, not speed: frame counts and allocation counters per strategy."""
     out = tmp_path / "b.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "bench", str(ROOT / "samples" / "sample.mp4"), "--repeats", "1", "--frames", "24",
-         "--warmup", "4", "--json", str(out), "--chart", str(tmp_path / "b.png")],
+        [sys.executable, "-m", "pipeline", "bench", str(ROOT / "samples" / "sample.mp4"), "--scope", "gpu,e2e", "--repeats", "1",
+         "--frames", "24", "--warmup", "4", "--json", str(out), "--chart", str(tmp_path / "b.png")],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
@@ -82,7 +82,20 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
         assert rows["pool"]["x_pooled"] == 1.0
         assert all(r["fps"] > 0 for r in rows.values())
     assert {r["strategy"]: r for r in result["scopes"]["e2e"]}["naive, nvdec"]["x_pooled"] < 1.5
-    run = result["run"]
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    assert result["peers"]["transcode"]["frames"] > 0
+
+
+@pytest.mark.gpu
+def test_bench_run_scope_pairs_whole_processes(tmp_path):
+    """The run scope: one `pipeline run` process per row, pooled against naive, per decoder and output."""
+    out = tmp_path / "b.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "bench", str(ROOT / "samples" / "sample.mp4"), "--scope", "run",
+         "--repeats", "1", "--frames", "24", "--no-peers", "--no-chart", "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(out.read_text())["run"]
     assert {(r["decode"], r["alloc"], r["output"]) for r in run} == {
         (d, a, o) for d in ("cpu", "nvdec") for a in ("pool", "naive") for o in ("null", "file")}
     for r in run:
@@ -90,5 +103,3 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
         assert r["process_fps"] > 0 and r["ttff_ms"] > 0
         assert (r["allocs_per_frame"] == 0) == (r["alloc"] == "pool")
         assert ("x_naive" in r) == (r["alloc"] == "pool")
-    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
-    assert result["peers"]["transcode"]["frames"] > 0

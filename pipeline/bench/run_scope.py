@@ -20,6 +20,7 @@ from typing import Any
 
 OUTPUTS = ("null", "file")
 DECODERS = ("cpu", "nvdec")
+RUN_TIMEOUT_S = 300  # one run that makes no progress is a row's error, not a benchmark that never ends
 
 
 def run_once(args, decode: str, alloc: str, output: str, tmp: Path) -> dict[str, Any]:
@@ -31,7 +32,10 @@ def run_once(args, decode: str, alloc: str, output: str, tmp: Path) -> dict[str,
     for key, value in _encoder_opts(args).items():
         cmd += ["--encoder-opt", f"{key}={value}"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {RUN_TIMEOUT_S} s (stopped)", "exit": None}
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1], "exit": proc.returncode}
