@@ -1,29 +1,13 @@
-"""Shared fixtures: devices to run one test body on, and small clips built with PyAV."""
+"""Fixtures and hooks: the `gpu` marker skips without a usable GPU (fails instead when PIPELINE_REQUIRE_GPU=1)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from utils import gpu_available
 
 REQUIRE_GPU = os.environ.get("PIPELINE_REQUIRE_GPU") == "1"
-
-
-def gpu_available() -> bool:
-    try:
-        import cupy
-
-        return cupy.is_available()
-    except Exception:
-        return False
-
-
-def all_devices():
-    """One test body on every backend: ``@pytest.mark.parametrize("device", all_devices())``."""
-    return ("cpu", pytest.param("cuda", marks=pytest.mark.gpu))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,7 @@
 """The Python API: pipeline.frames, pipeline.run with a stage, frames from your own source.
 
 Each body runs on the CPU backend and on CUDA; outputs are checked against the CPU reference of the
-same chain applied to the decoded input (helpers.apply_chain_cpu), and the pooled path's allocations
+same chain applied to the decoded input (utils.apply_chain_cpu), and the pooled path's allocations
 are counted.
 """
 
@@ -15,8 +15,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from conftest import all_devices
-from helpers import decode, max_abs_diff
+from utils import all_devices, decode, max_abs_diff
 from pipeline.convert import i420_to_rgb_cpu, rgb_to_rgb24_cpu
 from pipeline.filters import parse_chain
 from pipeline.video import Colour, VideoFormat

@@ -9,7 +9,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from conftest import ROOT
+from utils import ROOT
 from pipeline.bench import report
 
 ROWS = [
@@ -46,7 +46,7 @@ def test_json_round_trips(tmp_path):
 
 
 def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
-    from conftest import gpu_available
+    from utils import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")

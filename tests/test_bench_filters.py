@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 import pytest
-from conftest import ROOT, gpu_available
+from utils import ROOT, gpu_available
 
 from pipeline.filters import FILTERS, parse_chain
 

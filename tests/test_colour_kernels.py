@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import all_devices
+from utils import all_devices
 from pipeline.convert import (
     converter,
     from_rgb_cuda,

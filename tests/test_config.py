@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from utils import run_cli
 from pipeline.cli import add_run_arguments, build_parser, config_from_args, main
 from pipeline.config import DEFAULT_FILTERS, RunConfig, build_config, load_toml
 from pipeline.errors import ConfigError

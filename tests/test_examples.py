@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from utils import ROOT
 
 
 def readme_api_snippets() -> list[str]:

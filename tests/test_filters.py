@@ -17,7 +17,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from conftest import ROOT, all_devices
+from utils import ROOT, all_devices
 
 from pipeline import sample
 from pipeline.config import PRESETS_DIR

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import remux
+from utils import remux
 
 from pipeline.sample import make_clip
 

@@ -15,7 +15,7 @@ import pytest
 from av.sidedata.sidedata import Type
 
 import pipeline
-from helpers import run_cli
+from utils import run_cli
 from pipeline.hdr import HdrMetadata, MasteringDisplay, merge_params, parse_mastering
 from pipeline.sample import make_clip, synth_frame
 from pipeline.video import VideoFormat

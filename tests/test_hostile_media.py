@@ -111,7 +111,7 @@ def test_captured_stderr_passes_other_writers_through(capfd):
 
 @pytest.fixture(scope="module")
 def containers(tmp_path_factory):
-    from helpers import remux
+    from utils import remux
 
     d = tmp_path_factory.mktemp("containers")
     src = make_clip(d / "src.mp4", width=160, height=96, frames=30, audio=True)

@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 
-from conftest import all_devices
+from utils import all_devices
 from pipeline.convert import (
     converter,
     from_rgb_cuda,

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import all_devices
-from helpers import decode, run_cli
+from utils import all_devices, decode, run_cli
 from pipeline import sample as make_sample
 from pipeline.config import RunConfig
 from pipeline.many import configs_for, run_many, shared_memory_for

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from helpers import decode, max_abs_diff, run_cli
+from utils import decode, max_abs_diff, run_cli
 
 pytestmark = pytest.mark.gpu
 

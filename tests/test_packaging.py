@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from utils import ROOT
 
 # What pip says when the index cannot be reached (urllib3's errors, resolver and socket messages).
 OFFLINE = ("NewConnectionError", "ConnectTimeoutError", "Failed to establish a new connection", "ProxyError",

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import all_devices
-from helpers import Decoded, apply_chain_cpu, decode, max_abs_diff, run_cli
+from utils import Decoded, all_devices, apply_chain_cpu, decode, max_abs_diff, run_cli
 from pipeline import OutputError, Pipeline, RunConfig, sample
 from pipeline.config import DEFAULT_FILTERS
 from pipeline.video import Colour, VideoFormat

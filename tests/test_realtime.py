@@ -20,7 +20,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from conftest import all_devices
+from utils import all_devices
 
 from pipeline.errors import ConfigError
 from pipeline.sample import make_clip

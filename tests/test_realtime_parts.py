@@ -123,7 +123,7 @@ def test_realtime_config_fields_and_preset(tmp_path):
 
 def test_a_plain_file_is_never_dropped_from(tmp_path):
     """An explicit drop policy applies to live and paced sources; a file run keeps every frame."""
-    from helpers import run_cli
+    from utils import run_cli
     from pipeline.sample import make_clip
 
     clip = make_clip(tmp_path / "in.mp4", width=160, height=96, frames=24, audio=False)

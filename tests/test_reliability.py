@@ -23,7 +23,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from helpers import remux
+from utils import remux
 
 from pipeline import build, cli, engine
 from pipeline.errors import GPUError, InputError
@@ -670,11 +670,10 @@ def test_short_soak_grows_nothing(tmp_path):
 
 def test_unwritable_stats_json_is_refused_before_the_run(tmp_path):
     """--stats-json is written after the run: a path that cannot be written is exit 4 before any output."""
-    from conftest import ROOT
-    from helpers import run_cli as run_pipeline
+    from utils import ROOT, run_cli
 
     out = tmp_path / "out.mp4"
-    proc = run_pipeline("run", str(ROOT / "samples" / "sample.mp4"), "-o", str(out), "--device", "cpu", "-q",
+    proc = run_cli("run", str(ROOT / "samples" / "sample.mp4"), "-o", str(out), "--device", "cpu", "-q",
                    "--stats-json", str(tmp_path / "missing" / "s.json"))
     assert proc.returncode == 4
     assert "--stats-json" in proc.stderr and "Traceback" not in proc.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import ROOT
+from utils import ROOT
 
 from pipeline import Pipeline
 from pipeline.config import build_config

@@ -1,4 +1,5 @@
-"""Shared by the tests: decode a clip into I420 frames, and the CPU reference of a whole filter chain.
+"""What the tests share: the CLI in a child process, clips decoded with PyAV, and the CPU reference of a
+whole filter chain.
 
 The reference re-does the pipeline's per-frame work with plain arrays (no ring, no arena, no threads), so a
 mismatch with a pipeline run points at the plumbing: buffer reuse, aliasing, ordering, timestamps.
@@ -14,13 +15,49 @@ from pathlib import Path
 
 import av
 import numpy as np
+import pytest
 
-from pipeline.filters import parse_chain
 from pipeline.convert import i420_to_rgb_cpu as yuv_to_rgb_cpu
 from pipeline.convert import rgb_to_i420_cpu as rgb_to_yuv_cpu
+from pipeline.filters import parse_chain
 from pipeline.video import VideoFormat
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- devices -----------------------------------------------------------------------------------------------
+
+
+def gpu_available() -> bool:
+    """Whether CuPy imports and sees a usable CUDA device."""
+    try:
+        import cupy
+
+        return cupy.is_available()
+    except Exception:
+        return False
+
+
+def all_devices():
+    """One test body on every backend: ``@pytest.mark.parametrize("device", all_devices())``."""
+    return ("cpu", pytest.param("cuda", marks=pytest.mark.gpu))
+
+
+# --- child processes ---------------------------------------------------------------------------------------
+
+
+def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m pipeline ARGS`` in a fresh process, so a crash shows as a return code."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# --- clips decoded with PyAV ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -56,10 +93,25 @@ def decode(path: str | Path) -> Decoded:
 
 
 def count_audio_packets(path: str | Path) -> int:
+    """The packets of the first audio stream (0 without one), not counting the demuxer's empty flush packets."""
     with av.open(str(path)) as container:
         if not container.streams.audio:
             return 0
         return sum(1 for p in container.demux(container.streams.audio[0]) if p.dts is not None)
+
+
+def remux(src: Path, dst: Path, options: dict | None = None) -> Path:
+    """Copy every stream of ``src`` into a new container (chosen by ``dst``'s suffix), no re-encoding."""
+    with av.open(str(src)) as i, av.open(str(dst), "w", options=options or {}) as o:
+        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
+        for packet in i.demux():
+            if packet.dts is not None:
+                packet.stream = streams[packet.stream.index]
+                o.mux(packet)
+    return dst
+
+
+# --- CPU references and comparisons --------------------------------------------------------------------------
 
 
 def apply_chain_cpu(i420: np.ndarray, fmt: VideoFormat, filters: str) -> np.ndarray:
@@ -81,26 +133,5 @@ def apply_chain_cpu(i420: np.ndarray, fmt: VideoFormat, filters: str) -> np.ndar
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> int:
+    """The largest difference between two arrays of 8-bit code values, in code values."""
     return int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max())
-
-
-def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m pipeline ARGS`` in a fresh process, so a crash shows as a return code."""
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def remux(src: Path, dst: Path, options: dict | None = None) -> Path:
-    """Copy every stream of ``src`` into a new container (chosen by ``dst``'s suffix), no re-encoding."""
-    with av.open(str(src)) as i, av.open(str(dst), "w", options=options or {}) as o:
-        streams = {s.index: o.add_stream_from_template(s) for s in i.streams}
-        for packet in i.demux():
-            if packet.dts is not None:
-                packet.stream = streams[packet.stream.index]
-                o.mux(packet)
-    return dst
