@@ -1,19 +1,12 @@
-"""What the test_hostile_*.py files share: the CLI as a subprocess, and the contract every failure holds
-(one line on stderr, the documented exit code, no traceback, nothing left behind)."""
+"""What the test_hostile_*.py files share: a small clip, and the contract every failure holds (one line on
+stderr, the documented exit code, no traceback, nothing left behind)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pipeline.sample import make_clip
-
-
-def run_cli(*args, cwd: Path, timeout: float = 60, device: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), *(["--device", "cpu"] if device else []), "-q"]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def partials(directory: Path) -> list[Path]:

@@ -12,12 +12,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import av
 import pytest
+from utils import ROOT, cli_command, environment, run_command
 
 from pipeline import sample as make_sample
 from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
@@ -29,7 +29,6 @@ from pipeline.errors import ConfigError, GPUError
 
 distributed = pytest.importorskip("distributed")
 
-ROOT = Path(__file__).resolve().parents[1]
 CHAIN = "gblur=sigma=1,eq=contrast=1.1"
 FRAMES = 6
 FILE_FIELDS = {"input", "output", "status", "exit_code", "error", "frames", "fps", "seconds", "worker", "gpu",
@@ -248,11 +247,11 @@ def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):
 
 
 def batch_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "batch", "--device", "cpu", "--workers", "2", *args]
+    return cli_command("batch", "--device", "cpu", "--workers", "2", *args)
 
 
 def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return environment(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
 def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
@@ -260,7 +259,7 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     listing.write_text(f"{clips / 'clip*.mkv'}\n{tmp_path / 'missing.mkv'}\n")
     cmd = batch_command(f"@{listing}", "-o", str(tmp_path / "out"), "--filters", CHAIN, "--json",
                         str(tmp_path / "r.json"))
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env())
+    result = run_command(cmd, timeout=120, env=child_env())
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
     assert "4 files: 3 done, 1 failed" in result.stdout and "exit 3" in result.stdout
@@ -273,7 +272,7 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
 
 def test_cli_refuses_options_of_a_single_run(clips, tmp_path):
     cmd = batch_command(str(clips / "clip0.mkv"), "--stats-json", str(tmp_path / "s.json"))
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=child_env())
+    result = run_command(cmd, timeout=60, env=child_env())
     assert result.returncode == 2 and "--json" in result.stderr
 
 

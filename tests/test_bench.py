@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from rich.console import Console
 
-from utils import ROOT
+from utils import ROOT, run_cli
 from pipeline.bench import report
 
 ROWS = [
@@ -50,16 +48,14 @@ def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
 
     if gpu_available():
         pytest.skip("a GPU is present")
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "bench", "samples/sample.mp4", "--json",
-                           str(tmp_path / "x.json")], capture_output=True, text=True)
+    proc = run_cli("bench", "samples/sample.mp4", "--json", tmp_path / "x.json")
     assert proc.returncode == 5
     assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_bad_strategy_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "bench", "x.mp4", "--strategies", "pool,bogus"],
-                          capture_output=True, text=True)
+    proc = run_cli("bench", "x.mp4", "--strategies", "pool,bogus")
     assert proc.returncode == 2 and "bogus" in proc.stderr
 
 
@@ -67,10 +63,8 @@ def test_bad_strategy_is_a_usage_error():
 def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
     """Consistency, not speed: frame counts and allocation counters per strategy."""
     out = tmp_path / "b.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "bench", str(ROOT / "samples" / "sample.mp4"), "--scope", "gpu,e2e", "--repeats", "1",
-         "--frames", "24", "--warmup", "4", "--json", str(out), "--chart", str(tmp_path / "b.png")],
-        capture_output=True, text=True, timeout=600)
+    proc = run_cli("bench", ROOT / "samples" / "sample.mp4", "--scope", "gpu,e2e", "--repeats", "1", "--frames", "24",
+                   "--warmup", "4", "--json", out, "--chart", tmp_path / "b.png", timeout=600)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     strategies = {"pool", "naive", "cupy", "async", "pinned-per-frame"}
@@ -90,10 +84,8 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
 def test_bench_run_scope_pairs_whole_processes(tmp_path):
     """The run scope: one `pipeline run` process per row, pooled against naive, per decoder and output."""
     out = tmp_path / "b.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline", "bench", str(ROOT / "samples" / "sample.mp4"), "--scope", "run",
-         "--repeats", "1", "--frames", "24", "--no-peers", "--no-chart", "--json", str(out)],
-        capture_output=True, text=True, timeout=600)
+    proc = run_cli("bench", ROOT / "samples" / "sample.mp4", "--scope", "run", "--repeats", "1", "--frames", "24",
+                   "--no-peers", "--no-chart", "--json", out, timeout=600)
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())["run"]
     assert {(r["decode"], r["alloc"], r["output"]) for r in run} == {

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 import types
 
 import numpy as np
 import pytest
-from utils import ROOT, gpu_available
+from utils import ROOT, gpu_available, run_python
 
 from pipeline.filters import FILTERS, parse_chain
 
@@ -205,8 +204,7 @@ def test_rich_table_and_json(tmp_path):
 def test_without_gpu_exits_5_with_one_line(tmp_path):
     if gpu_available():
         pytest.skip("a GPU is present")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--iters", "3", "--json", str(tmp_path / "x.json")],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = run_python(SCRIPT, "--iters", "3", "--json", tmp_path / "x.json", cwd=tmp_path)
     assert proc.returncode == 5
     assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -214,7 +212,7 @@ def test_without_gpu_exits_5_with_one_line(tmp_path):
 
 
 def test_bad_sizes_are_a_usage_error():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "1921x1080"], capture_output=True, text=True)
+    proc = run_python(SCRIPT, "--sizes", "1921x1080")
     assert proc.returncode == 2 and "even" in proc.stderr
 
 
@@ -316,9 +314,8 @@ def test_orchestration_with_a_fake_cupy(monkeypatch, tmp_path, capsys):
 @pytest.mark.gpu
 def test_quick_run_on_the_gpu(tmp_path):
     out = tmp_path / "filters.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--iters", "3", "--sizes", "320x180", "--copy-mib", "256",
-                           "--quiet", "--json", str(out), "--markdown", str(tmp_path / "filters.md")],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_python(SCRIPT, "--iters", "3", "--sizes", "320x180", "--copy-mib", "256", "--quiet", "--json", out,
+                      "--markdown", tmp_path / "filters.md", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["copy"]["gbps"] > 0

@@ -5,13 +5,11 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from utils import ROOT
+from utils import ROOT, run_python
 
 
 def readme_api_snippets() -> list[str]:
@@ -28,23 +26,19 @@ def workdir(tmp_path) -> Path:
     return tmp_path
 
 
-def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
 def test_the_readme_has_api_snippets():
     assert len(readme_api_snippets()) >= 3
 
 
 @pytest.mark.parametrize("index", range(len(readme_api_snippets())))
 def test_readme_api_snippet_runs(index, workdir):
-    result = run_python(["-c", readme_api_snippets()[index]], workdir)
+    result = run_python("-c", readme_api_snippets()[index], cwd=workdir, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip(), "every snippet prints what it found"
 
 
 def test_analytics_example(workdir):
-    result = run_python([str(ROOT / "examples" / "analytics.py"), "samples/sample.mp4"], workdir)
+    result = run_python(ROOT / "examples" / "analytics.py", "samples/sample.mp4", cwd=workdir, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = result.stdout.strip().splitlines()
     assert rows[0] == "index,time_s,brightness,motion" and len(rows) == 91
@@ -52,13 +46,14 @@ def test_analytics_example(workdir):
 
 
 def test_custom_source_example(workdir):
-    result = run_python([str(ROOT / "examples" / "custom_source.py"), "camera.mp4"], workdir)
+    result = run_python(ROOT / "examples" / "custom_source.py", "camera.mp4", cwd=workdir, timeout=300)
     assert result.returncode == 0, result.stderr
     assert (workdir / "camera.mp4").stat().st_size > 0 and "150 frames" in result.stdout
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch")
 def test_torch_stage_example(workdir):
-    result = run_python([str(ROOT / "examples" / "torch_stage.py"), "samples/sample.mp4", "sharp.mp4"], workdir)
+    result = run_python(ROOT / "examples" / "torch_stage.py", "samples/sample.mp4", "sharp.mp4", cwd=workdir,
+                        timeout=300)
     assert result.returncode == 0, result.stderr
     assert "90 frames through torch" in result.stdout and (workdir / "sharp.mp4").exists()

@@ -4,14 +4,13 @@ syntax of -ss/-t/-to, and -progress. Parsing is checked in process; each alias o
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import av
 import numpy as np
 import pytest
+from utils import run_pipeline
 
 from pipeline.cli import build_parser, config_from_args, main
 from pipeline.config import RunConfig
@@ -25,11 +24,6 @@ FPS, FRAMES = 30, 60
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> Path:
     return make_clip(tmp_path_factory.mktemp("clip") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS)
-
-
-def cli(*args, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu"]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def frames_of(path: Path) -> list[av.VideoFrame]:
@@ -124,16 +118,16 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
 
 def test_ffmpeg_style_command_line(clip, tmp_path):
     """`pipeline run -i in.mp4 -vf hflip -t 1 out.mp4`, as the README shows it."""
-    r = cli("-i", clip, "-vf", "hflip", "-t", "1", "out.mp4", "-q", cwd=tmp_path)
+    r = run_pipeline("-i", clip, "-vf", "hflip", "-t", "1", "out.mp4", "-q", quiet=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert len(frames_of(tmp_path / "out.mp4")) == FPS
 
 
 def test_aliases_write_what_the_long_options_write(clip, tmp_path):
-    short = cli("-i", clip, "-vf", "hflip", "-c:v", "ffv1", "-f", "matroska", "-ss", "0.5", "-t", "1",
-                "-v", "error", "short.bin", cwd=tmp_path)
-    long = cli(clip, "-o", "long.bin", "--filters", "hflip", "--codec", "ffv1", "--format", "matroska",
-               "--start", "0.5", "--duration", "1", "--loglevel", "error", cwd=tmp_path)
+    short = run_pipeline("-i", clip, "-vf", "hflip", "-c:v", "ffv1", "-f", "matroska", "-ss", "0.5", "-t", "1",
+                         "-v", "error", "short.bin", quiet=False, cwd=tmp_path)
+    long = run_pipeline(clip, "-o", "long.bin", "--filters", "hflip", "--codec", "ffv1", "--format", "matroska",
+                        "--start", "0.5", "--duration", "1", "--loglevel", "error", quiet=False, cwd=tmp_path)
     assert short.returncode == 0 and long.returncode == 0, short.stderr + long.stderr
     with av.open(str(tmp_path / "short.bin")) as c:
         assert "matroska" in c.format.name and c.streams.video[0].codec_context.name == "ffv1"
@@ -143,8 +137,9 @@ def test_aliases_write_what_the_long_options_write(clip, tmp_path):
 
 
 def test_flip_of_vf_is_applied(clip, tmp_path):
-    plain = cli(clip, "plain.mkv", "-c:v", "ffv1", "-vf", "", "-t", "0.2", "-q", cwd=tmp_path)
-    flipped = cli(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-t", "0.2", "-q", cwd=tmp_path)
+    plain = run_pipeline(clip, "plain.mkv", "-c:v", "ffv1", "-vf", "", "-t", "0.2", "-q", quiet=False, cwd=tmp_path)
+    flipped = run_pipeline(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-t", "0.2", "-q", quiet=False,
+                           cwd=tmp_path)
     assert plain.returncode == flipped.returncode == 0, plain.stderr + flipped.stderr
     a = frames_of(tmp_path / "plain.mkv")[0].to_ndarray(format="rgb24").astype(int)
     b = frames_of(tmp_path / "flip.mkv")[0].to_ndarray(format="rgb24").astype(int)
@@ -153,10 +148,10 @@ def test_flip_of_vf_is_applied(clip, tmp_path):
 
 def test_n_never_replaces_an_existing_output(clip, tmp_path):
     (tmp_path / "out.mp4").write_bytes(b"keep me")
-    r = cli("-n", "-i", clip, "out.mp4", "-q", cwd=tmp_path)
+    r = run_pipeline("-n", "-i", clip, "out.mp4", "-q", quiet=False, cwd=tmp_path)
     assert r.returncode == 2 and "already exists" in r.stderr
     assert (tmp_path / "out.mp4").read_bytes() == b"keep me"
-    r = cli("-n", "-y", "-i", clip, "out.mp4", "-q", cwd=tmp_path)
+    r = run_pipeline("-n", "-y", "-i", clip, "out.mp4", "-q", quiet=False, cwd=tmp_path)
     assert r.returncode == 2 and "not allowed with" in r.stderr
 
 
@@ -164,8 +159,8 @@ def test_n_never_replaces_an_existing_output(clip, tmp_path):
 def test_loglevel_aliases(clip, tmp_path, option):
     # A notice at info level: --drop-policy on a file is read with block.
     args = (clip, "out.mp4", "-t", "0.2", "-q", "--drop-policy", "drop-oldest")
-    shown = cli(*args, cwd=tmp_path)
-    quiet = cli(*args, "-y", option, "error", cwd=tmp_path)
+    shown = run_pipeline(*args, quiet=False, cwd=tmp_path)
+    quiet = run_pipeline(*args, "-y", option, "error", quiet=False, cwd=tmp_path)
     assert shown.returncode == quiet.returncode == 0, shown.stderr + quiet.stderr
     assert "--drop-policy" in shown.stderr and quiet.stderr == ""
 
@@ -190,7 +185,7 @@ def blocks(text: str) -> list[dict[str, str]]:
 
 
 def test_progress_to_a_file(clip, tmp_path):
-    r = cli(clip, "out.mp4", "-q", "-progress", "progress.txt", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-q", "-progress", "progress.txt", quiet=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     found = blocks((tmp_path / "progress.txt").read_text())
     last = found[-1]
@@ -205,7 +200,7 @@ def test_progress_to_a_file(clip, tmp_path):
 
 def test_progress_about_once_a_second_on_stdout(clip, tmp_path):
     # --realtime reads the 2 s clip at its own rate: a block a second while it runs, then the last.
-    r = cli(clip, "out.mp4", "-q", "--realtime", "-progress", "pipe:1", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-q", "--realtime", "-progress", "pipe:1", quiet=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     found = blocks(r.stdout)
     assert 2 <= len(found) <= 4, r.stdout
@@ -216,11 +211,11 @@ def test_progress_about_once_a_second_on_stdout(clip, tmp_path):
 
 
 def test_progress_refusals(clip, tmp_path):
-    r = cli(clip, "-o", "-", "-f", "mpegts", "-progress", "pipe:1", cwd=tmp_path)
+    r = run_pipeline(clip, "-o", "-", "-f", "mpegts", "-progress", "pipe:1", quiet=False, cwd=tmp_path)
     assert r.returncode == 2 and "stdout carries the video" in r.stderr and r.stdout == ""
-    r = cli(clip, "out.mp4", "-progress", "udp://127.0.0.1:9", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-progress", "udp://127.0.0.1:9", quiet=False, cwd=tmp_path)
     assert r.returncode == 2 and "-progress" in r.stderr
-    r = cli(clip, "out.mp4", "-progress", tmp_path / "missing" / "p.txt", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-progress", tmp_path / "missing" / "p.txt", quiet=False, cwd=tmp_path)
     assert r.returncode == 4 and "cannot write -progress" in r.stderr
     assert not (tmp_path / "out.mp4").exists()
 

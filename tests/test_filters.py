@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from utils import ROOT, all_devices
+from utils import ROOT, all_devices, environment, run_cli
 
 from pipeline import sample
 from pipeline.config import PRESETS_DIR
@@ -50,6 +48,7 @@ CASES = [
     "gblur=sigma=2", "eq=contrast=1.2:saturation=1.3:gamma=1.5",
 ]
 STATEFUL = ["tdenoise", "tdenoise=threshold=0.3:alpha=0.5", "motion", "motion=mode=highlight:threshold=0.2"]
+WIDE = {"COLUMNS": "200"}  # for the CLI: rich tables wide enough that no name is cut
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -102,12 +101,6 @@ def run(device: str, f, src: np.ndarray) -> np.ndarray:
 
 def cv_planes(fn, src: np.ndarray) -> np.ndarray:
     return np.stack([fn(np.ascontiguousarray(p)) for p in src])
-
-
-def run_cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}  # rich tables: wide enough that no name is cut
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env=env, check=False)
 
 
 def frame_size(path: Path) -> tuple[int, int, int]:
@@ -172,11 +165,11 @@ def test_every_filter_has_help():
 
 
 def test_filters_command_lists_everything():
-    result = run_cli("filters", "--plugin", PLUGIN)
+    result = run_cli("filters", "--plugin", PLUGIN, env=environment(**WIDE))
     assert result.returncode == 0, result.stderr
     for name in [*builtin_filters(), "posterize"]:
         assert re.search(rf"^\W*{name}\s", result.stdout, re.MULTILINE), f"{name} not listed"
-    shown = run_cli("filters", "transpose")
+    shown = run_cli("filters", "transpose", env=environment(**WIDE))
     assert shown.returncode == 0 and "cclock" in shown.stdout
 
 
@@ -476,13 +469,15 @@ def test_crop_checked_against_the_input_size(chain, needle):
 
 def test_cli_scales_the_output(clip, tmp_path):
     out = tmp_path / "small.mp4"
-    result = run_cli("run", clip, "-o", out, "--device", "cpu", "-q", "--filters", "scale=w=160:h=90")
+    result = run_cli("run", clip, "-o", out, "--device", "cpu", "-q", "--filters", "scale=w=160:h=90",
+                     env=environment(**WIDE))
     assert result.returncode == 0, result.stderr
     assert frame_size(out) == (160, 90, 5)
 
 
 def test_cli_reports_a_bad_crop(clip, tmp_path):
-    result = run_cli("run", clip, "-o", tmp_path / "x.mp4", "--device", "cpu", "-q", "--filters", "crop=w=400:h=50")
+    result = run_cli("run", clip, "-o", tmp_path / "x.mp4", "--device", "cpu", "-q", "--filters", "crop=w=400:h=50",
+                     env=environment(**WIDE))
     assert result.returncode == 2
     assert "crop" in result.stderr and "larger than the input" in result.stderr
 
@@ -635,6 +630,6 @@ def test_posterize_plugin_loads_and_runs(device):
 def test_posterize_plugin_through_the_cli(clip, tmp_path):
     out = tmp_path / "poster.mp4"
     result = run_cli("run", clip, "-o", out, "--device", "cpu", "-q", "--plugin", PLUGIN,
-                     "--filters", "posterize=levels=4")
+                     "--filters", "posterize=levels=4", env=environment(**WIDE))
     assert result.returncode == 0, result.stderr
     assert frame_size(out) == (192, 108, 5)

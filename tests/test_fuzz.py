@@ -8,12 +8,10 @@ Each case runs the CLI as a subprocess, so a crash inside FFmpeg shows as a fail
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from utils import remux
+from utils import remux, run_pipeline
 
 from pipeline.sample import make_clip
 
@@ -61,9 +59,7 @@ def check_case(tmp_path: Path, seeds: dict[str, bytes], seed: int) -> None:
     src = tmp_path / f"fuzz{seed}{suffix}"
     src.write_bytes(mutate(seeds[suffix], rng))
     out = tmp_path / f"out{seed}.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(src), "-o", str(out), "--device", "cpu", "-q",
-           "--filters", "eq=contrast=1.1"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
+    result = run_pipeline(src, "-o", out, "--filters", "eq=contrast=1.1", cwd=tmp_path, timeout=TIMEOUT_S)
     where = f"seed {seed} ({src.name}): rc {result.returncode}\n{result.stderr}"
     assert result.returncode in ALLOWED, where
     assert "Traceback" not in result.stderr, where

@@ -9,11 +9,11 @@ style); a file appearing mid-run is made in-process, from the engine's per-frame
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hostile_common import clip, one_error, partials, restore_signals, run_cli  # noqa: F401  (fixtures too)
+from hostile_common import clip, one_error, partials, restore_signals  # noqa: F401  (fixtures too)
+from utils import pipeline_command, run_pipeline, run_python
 from pipeline.sample import make_clip
 
 
@@ -29,7 +29,7 @@ def test_stats_json_never_overwrites_the_input_or_the_output(tmp_path, clip, whi
     if which == "output-hardlink":
         out.write_bytes(b"old output")
         stats.hardlink_to(out)
-    result = run_cli(src, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
     one_error(result, 2, "--stats-json is the", which.split("-")[0])
     assert src.read_bytes() == clip.read_bytes()
     assert partials(tmp_path) == []
@@ -39,9 +39,9 @@ def test_existing_stats_json_needs_overwrite(tmp_path, clip):
     stats = tmp_path / "s.json"
     stats.write_text("precious")
     out = tmp_path / "out.mp4"
-    one_error(run_cli(clip, "-o", out, "--stats-json", stats, cwd=tmp_path), 2, "already exists", "-y")
+    one_error(run_pipeline(clip, "-o", out, "--stats-json", stats, cwd=tmp_path), 2, "already exists", "-y")
     assert stats.read_text() == "precious" and not out.exists()
-    result = run_cli(clip, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "-y", "--stats-json", stats, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert '"frames_out"' in stats.read_text()
 
@@ -78,7 +78,7 @@ def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwri
         os.mkfifo(out)
     else:  # a link to /dev/null: were it replaced, the link would go, never /dev/null itself
         out.symlink_to("/dev/null")
-    result = run_cli(clip, "-o", out, "--format", "mp4", *(["-y"] * overwrite), cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "--format", "mp4", *(["-y"] * overwrite), cwd=tmp_path)
     one_error(result, 4, "not a regular file")
     mode = os.stat(out).st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
@@ -90,8 +90,7 @@ def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwri
 
 def test_two_runs_into_one_output_without_y_one_wins_one_exits_2(tmp_path, clip):
     out = tmp_path / "out.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(out), "--device", "cpu", "-q",
-           "--filters", "gblur=sigma=6,gblur=sigma=6"]
+    cmd = pipeline_command(clip, "-o", out, "--filters", "gblur=sigma=6,gblur=sigma=6")
     procs = [subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=60), p.stderr.read()) for p in procs]
     assert sorted(code for code, _ in results) == [0, 2], results
@@ -152,14 +151,14 @@ def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, rena
 @pytest.mark.parametrize("length", [240, 250, 255])
 def test_output_names_up_to_the_limit_work(tmp_path, clip, length):
     out = tmp_path / ("n" * (length - 4) + ".mkv")
-    result = run_cli(clip, "-o", out, "--frames", "2", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "--frames", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert out.is_file() and partials(tmp_path) == []
 
 
 def test_an_output_name_past_the_limit_exits_4(tmp_path, clip):
     out = tmp_path / ("n" * 252 + ".mkv")
-    one_error(run_cli(clip, "-o", out, cwd=tmp_path), 4, "too long", "256 bytes")
+    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 4, "too long", "256 bytes")
 
 
 def test_temporary_names_of_long_targets_fit_and_stay_distinct(tmp_path):
@@ -171,7 +170,7 @@ def test_temporary_names_of_long_targets_fit_and_stay_distinct(tmp_path):
     ta, tb = temp_path_for(a, 4194304), temp_path_for(b, 4194304)
     assert ta != tb and max(len(ta.name.encode()), len(tb.name.encode())) <= name_max(tmp_path)
     assert ta.suffix == ".mp4" and ta.name.startswith(".é")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = run_python("-c", "import os; print(os.getpid())")
     stale = temp_path_for(a, int(dead.stdout))
     stale.write_bytes(b"x")
     remove_stale_partials(a)
@@ -183,14 +182,14 @@ def test_local_names_are_files_never_protocols(tmp_path, clip, name):
     src = tmp_path / name
     src.write_bytes(clip.read_bytes())
     out = tmp_path / ("out" + name.replace("\\", "_"))
-    result = run_cli(f"./{name}" if name.startswith("-") else name, "-o", out.name, "--frames", "2", cwd=tmp_path)
+    result = run_pipeline(f"./{name}" if name.startswith("-") else name, "-o", out.name, "--frames", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert out.is_file() and partials(tmp_path) == []
 
 
 def test_colon_in_the_default_output_name(tmp_path, clip):
     (tmp_path / "cam1:take2.mp4").write_bytes(clip.read_bytes())
-    result = run_cli("cam1:take2.mp4", "--frames", "2", cwd=tmp_path)
+    result = run_pipeline("cam1:take2.mp4", "--frames", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cam1:take2_processed.mp4").is_file()
 
@@ -219,7 +218,7 @@ def test_setup_files_are_regular_and_bounded(tmp_path, clip, what, option):
         with open(path, "wb") as f:
             f.truncate(600 << 20)  # sparse: the size is checked before anything is read
     args = ("--filters", f"lut3d=file={path}") if option == "lut3d" else ("--config", path)
-    result = run_cli(clip, "-o", tmp_path / "out.mp4", *args, cwd=tmp_path, timeout=30)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mp4", *args, cwd=tmp_path, timeout=30)
     words = {"dev-zero": "not a regular file", "fifo": "not a regular file", "too-large": "the limit is",
              "directory": "is a directory"}[what]
     one_error(result, 2, str(path), words)
@@ -233,8 +232,7 @@ def test_one_signal_ends_a_set_up_step_that_takes_long(tmp_path, clip, signame, 
     plugin = tmp_path / "slow.py"
     plugin.write_text("import time\ntime.sleep(60)\n")  # any long step of set-up: a plugin, a huge LUT
     out = tmp_path / "out.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(out), "--device", "cpu", "-q",
-           "--plugin", str(plugin)]
+    cmd = pipeline_command(clip, "-o", out, "--plugin", plugin)
     proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     time.sleep(1.5)
     t0 = time.monotonic()
@@ -282,7 +280,7 @@ def test_a_fifo_with_no_writer_ends_at_the_timeout(tmp_path, fifo):
     import time
 
     t0 = time.monotonic()
-    result = run_cli(fifo, "-o", tmp_path / "out.mkv", "--timeout", "1", cwd=tmp_path, timeout=30)
+    result = run_pipeline(fifo, "-o", tmp_path / "out.mkv", "--timeout", "1", cwd=tmp_path, timeout=30)
     one_error(result, 3, "in.fifo", "--timeout")
     assert time.monotonic() - t0 < 10
 
@@ -292,8 +290,7 @@ def test_a_signal_ends_a_wait_for_a_fifo_writer(tmp_path, fifo, signame, code):
     import signal
     import time
 
-    cmd = [sys.executable, "-m", "pipeline", "run", str(fifo), "-o", str(tmp_path / "out.mkv"), "--device", "cpu",
-           "-q"]
+    cmd = pipeline_command(fifo, "-o", tmp_path / "out.mkv")
     proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     time.sleep(1.5)
     proc.send_signal(getattr(signal, signame))
@@ -306,7 +303,7 @@ def test_a_signal_ends_a_wait_for_a_fifo_writer(tmp_path, fifo, signame, code):
 def test_a_fifo_is_read_to_its_end(tmp_path, fifo, ts_clip):
     writer = feed(fifo, ts_clip.read_bytes())
     out = tmp_path / "out.mkv"
-    result = run_cli(fifo, "-o", out, "--drop-policy", "block", "--filters", "", cwd=tmp_path)
+    result = run_pipeline(fifo, "-o", out, "--drop-policy", "block", "--filters", "", cwd=tmp_path)
     writer.join(5)
     assert result.returncode == 0, result.stderr
     import av
@@ -321,8 +318,7 @@ def test_a_signal_during_a_stalled_fifo_keeps_the_frames_done(tmp_path, fifo, ts
 
     writer = feed(fifo, ts_clip.read_bytes(), hold=30)  # then silent, the write end still open
     out = tmp_path / "out.mkv"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(fifo), "-o", str(out), "--device", "cpu", "-q",
-           "--drop-policy", "block", "--filters", "", "--timeout", "10"]
+    cmd = pipeline_command(fifo, "-o", out, "--drop-policy", "block", "--filters", "", "--timeout", "10")
     proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not partials(tmp_path):

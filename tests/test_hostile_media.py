@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hostile_common import clip, one_error, partials, restore_signals, run_cli  # noqa: F401  (fixtures too)
+from hostile_common import clip, one_error, partials, restore_signals  # noqa: F401  (fixtures too)
+from utils import run_pipeline
 from pipeline.sample import make_clip
 
 
@@ -22,14 +23,14 @@ from pipeline.sample import make_clip
 ], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo"])
 def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
     out = tmp_path / "out.mp4"
-    one_error(run_cli(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
+    one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
     assert not out.exists() and partials(tmp_path) == []
 
 
 def test_options_that_are_used_pass(tmp_path, clip):
     out = tmp_path / "out.mp4"
-    result = run_cli(clip, "-o", out, "--encoder-opt", "crf=30", "--encoder-opt", "g=12",
-                     "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "--encoder-opt", "crf=30", "--encoder-opt", "g=12",
+                          "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = out.read_bytes()
     assert data.find(b"moov") < data.find(b"mdat")  # faststart was applied
@@ -46,7 +47,7 @@ def test_muxer_option_lookup():
 
 
 def test_a_bad_preset_is_one_line_with_x264s_own_words(tmp_path, clip):
-    result = run_cli(clip, "-o", tmp_path / "out.mkv", "--encoder-opt", "preset=bogus", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mkv", "--encoder-opt", "preset=bogus", cwd=tmp_path)
     one_error(result, 2, "invalid preset 'bogus'")
 
 
@@ -57,10 +58,10 @@ def test_encoder_banners_stay_off_stderr(tmp_path, clip, codec):
     if codec not in av.codecs_available:
         pytest.skip(f"{codec} is not in this PyAV build")
     out = tmp_path / "out.mkv"
-    result = run_cli(clip, "-o", out, "-c", codec, "--frames", "3", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "-c", codec, "--frames", "3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    debug = run_cli(clip, "-o", out, "-y", "-c", codec, "--frames", "3", "--loglevel", "debug", cwd=tmp_path)
+    debug = run_pipeline(clip, "-o", out, "-y", "-c", codec, "--frames", "3", "--loglevel", "debug", cwd=tmp_path)
     assert debug.returncode == 0, debug.stderr
     lines = debug.stderr.splitlines()
     assert any(line.startswith("pipeline: ffmpeg: [") for line in lines)  # FFmpeg's own lines, when asked
@@ -129,17 +130,17 @@ def test_truncated_files_warn_in_every_container_and_fail_with_strict(tmp_path, 
     src = tmp_path / f"cut{suffix}"
     src.write_bytes(data[:size])
     out = tmp_path / "out.mkv"
-    result = run_cli(src, "-o", out, cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "warning" in result.stderr and "cut short" in result.stderr and words in result.stderr
     assert out.is_file()
     out.unlink()
-    one_error(run_cli(src, "-o", out, "--strict", cwd=tmp_path), 3, "--strict")  # its cut frame, or the cut
+    one_error(run_pipeline(src, "-o", out, "--strict", cwd=tmp_path), 3, "--strict")  # its cut frame, or the cut
 
 
 def test_complete_files_get_no_warning(tmp_path, containers):
     for suffix, src in containers.items():
-        result = run_cli(src, "-o", tmp_path / f"out{suffix}.mkv", cwd=tmp_path)
+        result = run_pipeline(src, "-o", tmp_path / f"out{suffix}.mkv", cwd=tmp_path)
         assert result.returncode == 0 and result.stderr == "", (suffix, result.stderr)
 
 
@@ -162,11 +163,11 @@ def test_concealed_decoder_errors_are_reported_and_fatal_with_strict(tmp_path, c
     import json
 
     out, stats = tmp_path / "out.mp4", tmp_path / "s.json"
-    result = run_cli(concealed, "-o", out, "--stats-json", stats, cwd=tmp_path)
+    result = run_pipeline(concealed, "-o", out, "--stats-json", stats, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "warning" in result.stderr
     assert json.loads(stats.read_text())["corrupt_frames"] > 0
-    line = one_error(run_cli(concealed, "-o", tmp_path / "strict.mp4", "--strict", cwd=tmp_path), 3, "--strict")
+    line = one_error(run_pipeline(concealed, "-o", tmp_path / "strict.mp4", "--strict", cwd=tmp_path), 3, "--strict")
     assert "decoder error" in line or "corrupt frame" in line
 
 
@@ -214,7 +215,7 @@ def _frames(path: Path):
 ], ids=["2x2-input", "crop-to-2-rows"])
 def test_frames_two_rows_high_are_encoded(tmp_path, make, args, size):
     out = tmp_path / "out.mkv"
-    result = run_cli(make(tmp_path), "-o", out, *args, cwd=tmp_path)
+    result = run_pipeline(make(tmp_path), "-o", out, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     frames = _frames(out)
     assert len(frames) == 4 and {(f.width, f.height) for f in frames} == {size}
@@ -225,7 +226,7 @@ def test_a_height_of_4n_plus_2_is_not_rescaled(tmp_path):
 
     src = make_clip(tmp_path / "in.mkv", width=64, height=54, frames=2, codec="ffv1", audio=False)
     out = tmp_path / "out.mkv"
-    result = run_cli(src, "-o", out, "--filters", "", "-c", "ffv1", cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "--filters", "", "-c", "ffv1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for a, b in zip(_frames(src), _frames(out)):
         ya, yb = (f.to_ndarray()[:54].astype(np.int16) for f in (a, b))  # the Y plane
@@ -304,7 +305,7 @@ def test_hardware_encoders_exit_2_when_unavailable(tmp_path, tiny, encoder, caps
 
 def test_mpeg2_gets_a_frame_rate_it_takes_and_keeps_the_timing(tmp_path, tiny):
     out = tmp_path / "out.mkv"
-    result = run_cli(tiny, "-o", out, "-c", "mpeg2video", cwd=tmp_path)  # the input's time base is 1/15360
+    result = run_pipeline(tiny, "-o", out, "-c", "mpeg2video", cwd=tmp_path)  # the input's time base is 1/15360
     assert result.returncode == 0, result.stderr
     frames = _frames(out)
     assert len(frames) == 5
@@ -321,7 +322,7 @@ def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder
     from pipeline.encoders import containers_for
 
     out = tmp_path / f"out{containers_for(av.Codec(encoder, 'w').name, ('.mkv', '.nut', '.mov'))[0]}"
-    result = run_cli(tiny, "-o", out, "-c", encoder, "--filters", "", cwd=tmp_path)
+    result = run_pipeline(tiny, "-o", out, "-c", encoder, "--filters", "", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     with av.open(str(out)) as c:
         if pix_fmt:
@@ -331,7 +332,7 @@ def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder
 
 
 def test_an_audio_codec_as_the_video_codec_exits_2(tmp_path, tiny):
-    one_error(run_cli(tiny, "-o", tmp_path / "out.mp4", "-c", "aac", cwd=tmp_path), 2, "aac is an audio encoder")
+    one_error(run_pipeline(tiny, "-o", tmp_path / "out.mp4", "-c", "aac", cwd=tmp_path), 2, "aac is an audio encoder")
 
 
 # -- 18. what the output does not keep is said; AVI states the right rate --------------------------------------
@@ -360,7 +361,7 @@ def two_streams_interlaced(tmp_path_factory) -> Path:
 
 
 def test_extra_video_streams_and_interlacing_are_said(tmp_path, two_streams_interlaced):
-    result = run_cli(two_streams_interlaced, "-o", tmp_path / "out.mkv", cwd=tmp_path)
+    result = run_pipeline(two_streams_interlaced, "-o", tmp_path / "out.mkv", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "2 video streams; processing #0 (h264 64x48); not in the output: #1 mpeg4 32x32" in result.stderr
     assert "interlaced video (top field first); processed and written as progressive" in result.stderr
@@ -371,7 +372,7 @@ def test_avi_states_the_input_frame_rate(tmp_path, clip):
     import av
 
     out = tmp_path / "out.avi"
-    result = run_cli(clip, "-o", out, cwd=tmp_path)  # clip: 30 fps in a 1/15360 time base
+    result = run_pipeline(clip, "-o", out, cwd=tmp_path)  # clip: 30 fps in a 1/15360 time base
     assert result.returncode == 0, result.stderr
     with av.open(str(out)) as c:
         assert c.streams.video[0].average_rate == 30
@@ -396,7 +397,7 @@ def _audio(path: Path) -> tuple[list[str], float]:
 
 def test_aac_into_webm_is_encoded_as_opus_with_a_notice(tmp_path, clip):
     out = tmp_path / "out.webm"
-    result = run_cli(clip, "-o", out, "-c", "libvpx", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "-c", "libvpx", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"pipeline: {out}: audio stream #1 (aac) cannot go into webm; encoded as libopus"]
@@ -414,7 +415,7 @@ def test_aac_into_webm_is_encoded_as_opus_with_a_notice(tmp_path, clip):
 def test_audio_modes(tmp_path, clip, args, suffix, expected):
     out = tmp_path / f"out{suffix}"
     video = ("-c", "libvpx") if suffix == ".webm" else ()
-    result = run_cli(clip, "-o", out, *video, *args, cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, *video, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     codecs, seconds = _audio(out)
@@ -426,6 +427,6 @@ def test_audio_modes(tmp_path, clip, args, suffix, expected):
 def test_audio_mode_from_toml_and_a_bad_one(tmp_path, clip):
     (config := tmp_path / "c.toml").write_text('audio = "none"\n')
     out = tmp_path / "out.mp4"
-    assert run_cli(clip, "-o", out, "--config", config, cwd=tmp_path).returncode == 0
+    assert run_pipeline(clip, "-o", out, "--config", config, cwd=tmp_path).returncode == 0
     assert _audio(out)[0] == []
-    one_error(run_cli(clip, "-o", tmp_path / "x.mp4", "--audio", "mute", cwd=tmp_path), 2, "--audio")
+    one_error(run_pipeline(clip, "-o", tmp_path / "x.mp4", "--audio", "mute", cwd=tmp_path), 2, "--audio")

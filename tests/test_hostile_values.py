@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile_common import clip, one_error, partials, restore_signals, run_cli  # noqa: F401  (fixtures too)
+from hostile_common import clip, one_error, partials, restore_signals  # noqa: F401  (fixtures too)
+from utils import environment, run_pipeline
 
 import pipeline
 from pipeline.errors import ConfigError
@@ -30,19 +31,19 @@ from pipeline.errors import ConfigError
 ], ids=lambda v: v if isinstance(v, str) else "_".join(v))
 def test_non_finite_numbers_exit_2(tmp_path, clip, args, word):
     out = tmp_path / "out.mp4"
-    one_error(run_cli(clip, "-o", out, *args, cwd=tmp_path), 2, word)
+    one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, word)
     assert not out.exists() and partials(tmp_path) == []
 
 
 def test_non_finite_toml_value_exits_2(tmp_path, clip):
     (config := tmp_path / "c.toml").write_text("arena_headroom = nan\n")
-    one_error(run_cli(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
+    one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
 
 
 def test_non_finite_cube_row_exits_2(tmp_path, clip):
     rows = ["0 0 0"] * 7 + ["1e999 0 0"]  # overflows to inf; "nan" is refused as a keyword
     (cube := tmp_path / "bad.cube").write_text("LUT_3D_SIZE 2\n" + "\n".join(rows) + "\n")
-    one_error(run_cli(clip, "-o", tmp_path / "out.mp4", "--filters", f"lut3d=file={cube.name}", cwd=tmp_path),
+    one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--filters", f"lut3d=file={cube.name}", cwd=tmp_path),
               2, "finite")
 
 
@@ -88,14 +89,14 @@ def write_plugin(directory: Path, name: str, *, init: str = "pass", cpu: str = "
 ], ids=["text-file", "sys-exit", "base-exception", "import-error"])
 def test_a_plugin_failing_to_load_exits_2_naming_it(tmp_path, clip, make, word):
     plugin = make(tmp_path)
-    result = run_cli(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, cwd=tmp_path)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, cwd=tmp_path)
     one_error(result, 2, plugin.name, word)
     assert not (tmp_path / "out.mp4").exists()
 
 
 def test_a_plugin_failing_while_the_chain_is_built_exits_2_naming_it(tmp_path, clip):
     plugin = write_plugin(tmp_path, "picky", init="raise ValueError('level is not to my taste')")
-    result = run_cli(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "picky", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "picky", cwd=tmp_path)
     one_error(result, 2, "picky.py", "not to my taste")
 
 
@@ -104,7 +105,7 @@ def test_a_plugin_failing_while_the_chain_is_built_exits_2_naming_it(tmp_path, c
 def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, clip, cpu, word):
     plugin = write_plugin(tmp_path, "flaky", cpu=cpu)
     out = tmp_path / "out.mp4"
-    result = run_cli(clip, "-o", out, "--plugin", plugin, "--filters", "gblur=sigma=1,flaky", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", out, "--plugin", plugin, "--filters", "gblur=sigma=1,flaky", cwd=tmp_path)
     line = one_error(result, 1, "'flaky'", str(plugin.resolve()), "frame 0", word)
     assert "internal error" not in line and "bug" not in line
     assert not out.exists() and partials(tmp_path) == []
@@ -252,14 +253,13 @@ def fake_cupy(tmp_path) -> Path:
 def run_with_fake_cupy(fake: Path, fail: str, clip: Path, cwd: Path) -> subprocess.CompletedProcess:
     import os
 
-    env = {**os.environ, "FAKE_CUPY_FAIL": fail, "CUPY_CACHE_DIR": str(cwd / "kernel_cache"),
-           "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")] + sys.path)}
+    env = environment(FAKE_CUPY_FAIL=fail, CUPY_CACHE_DIR=str(cwd / "kernel_cache"),
+                      PYTHONPATH=os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")] + sys.path))
     (cwd / "kernel_cache").mkdir(exist_ok=True)  # a warm kernel cache: no first-run notice before the error
     from pipeline import __version__
 
     (cwd / "kernel_cache" / f"pipeline-{__version__}-sm90.warm").write_text("")
-    cmd = [sys.executable, "-m", "pipeline", "run", str(clip), "-o", str(cwd / "out.mp4"), "--device", "cuda", "-q"]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return run_pipeline(clip, "-o", cwd / "out.mp4", device="cuda", cwd=cwd, env=env)
 
 
 def test_a_cuda_failure_at_set_up_is_exit_5_and_half_built_objects_print_nothing(tmp_path, clip, fake_cupy):
@@ -312,6 +312,6 @@ def test_cupy_destructor_noise_goes_to_the_debug_log(capsys):
 
 def test_an_error_message_with_newlines_is_printed_on_one_line(tmp_path, clip):
     plugin = write_plugin(tmp_path, "chatty", cpu="raise RuntimeError('first line\\nsecond line')")
-    line = one_error(run_cli(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "chatty",
-                             cwd=tmp_path), 1)
+    line = one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "chatty",
+                                  cwd=tmp_path), 1)
     assert "first line second line" in line

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from utils import ROOT
+from utils import ROOT, run_command
 
 # What pip says when the index cannot be reached (urllib3's errors, resolver and socket messages).
 OFFLINE = ("NewConnectionError", "ConnectTimeoutError", "Failed to establish a new connection", "ProxyError",
@@ -29,8 +29,7 @@ def clean_env() -> dict[str, str]:
 
 def pip(python: str | Path, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     cmd = [str(python), "-m", "pip", *args, "--disable-pip-version-check", "--retries", "2", "--timeout", "30"]
-    return subprocess.run(cmd, cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return run_command(cmd, cwd=cwd, env=clean_env(), timeout=timeout)
 
 
 def skip_if_offline(result: subprocess.CompletedProcess) -> None:
@@ -71,8 +70,7 @@ def tools_only_path(tmp_path: Path) -> Path:
 
 
 def cuda_extra(bin_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/sh", str(ROOT / "scripts" / "cuda_extra.sh")], env={"PATH": str(bin_dir)},
-                          capture_output=True, text=True, timeout=30, check=False)
+    return run_command(["/bin/sh", ROOT / "scripts" / "cuda_extra.sh"], env={"PATH": str(bin_dir)}, timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -160,8 +158,7 @@ def test_cuda_extra_brings_nvrtc_from_the_index(tmp_path, extra, cupy, nvrtc, ma
 
 
 def run(cmd: list, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(c) for c in cmd], cwd=cwd, env=clean_env(), capture_output=True, text=True,
-                            timeout=timeout, check=False)
+    result = run_command(cmd, cwd=cwd, env=clean_env(), timeout=timeout)
     assert result.returncode == 0, f"{cmd}: {result.stdout}{result.stderr}"
     return result
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import pytest
+from utils import pipeline_command, python_command, run_pipeline
 
 from pipeline import sink
 from pipeline.config import pipe_fd
@@ -41,16 +41,13 @@ def clip(tmp_path_factory) -> Path:
     return make_clip(tmp_path_factory.mktemp("pipes") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS)
 
 
-def pipeline_cmd(*args) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu"]
-
-
 def run(*args, stdin: bytes | None = None, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(pipeline_cmd(*args), input=stdin, cwd=cwd, capture_output=True, timeout=60)
+    """``pipeline run ARGS`` on the CPU with ``stdin`` fed in; stdout and stderr come back as bytes."""
+    return run_pipeline(*args, quiet=False, input=stdin, text=False, cwd=cwd)
 
 
 def ts_bytes(clip: Path) -> bytes:
-    return subprocess.run([sys.executable, "-c", PRODUCER, str(clip)], capture_output=True, check=True).stdout
+    return subprocess.run(python_command("-c", PRODUCER, clip), capture_output=True, check=True).stdout
 
 
 def decoded(data: bytes) -> tuple[int, int, list[Fraction]]:
@@ -70,10 +67,10 @@ def test_pipe_names():
 
 def test_producer_pipeline_consumer(clip, tmp_path):
     """producer | pipeline run - --input-format mpegts -o - -f mpegts | consumer"""
-    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, str(clip)], stdout=subprocess.PIPE)
-    middle = subprocess.Popen(pipeline_cmd("-", "--input-format", "mpegts", "-o", "-", "-f", "mpegts"),
+    producer = subprocess.Popen(python_command("-c", PRODUCER, clip), stdout=subprocess.PIPE)
+    middle = subprocess.Popen(pipeline_command("-", "--input-format", "mpegts", "-o", "-", "-f", "mpegts", quiet=False),
                               stdin=producer.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
-    consumer = subprocess.Popen([sys.executable, "-c", CONSUMER], stdin=middle.stdout, stdout=subprocess.PIPE,
+    consumer = subprocess.Popen(python_command("-c", CONSUMER), stdin=middle.stdout, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
     producer.stdout.close()  # the next process holds the only copy: it sees the end when the writer does
     middle.stdout.close()

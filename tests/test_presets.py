@@ -3,12 +3,11 @@ paths in a config are relative to the config file; two run end to end."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import av
 import pytest
+from utils import run_cli
 
 from pipeline import sample
 from pipeline.config import DEFAULT_FILTERS, PRESETS_DIR, build_config, find_config, load_toml, preset_names
@@ -19,11 +18,6 @@ from pipeline.processor import FramePlan
 
 EXPECTED = {"default", "denoise", "sharpen", "grade", "edges", "stream720p", "realtime"}
 WARM_LUT = PRESETS_DIR / "luts" / "warm.cube"
-
-
-def run_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, check=False)
 
 
 def test_every_expected_preset_is_shipped():

@@ -20,7 +20,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from utils import all_devices
+from utils import all_devices, environment, pipeline_command, python_command, run_pipeline
 
 from pipeline.errors import ConfigError
 from pipeline.sample import make_clip
@@ -51,16 +51,12 @@ def free_port(kind: int) -> int:
         return s.getsockname()[1]
 
 
-def pipeline_cmd(*args) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu", "-q"]
-
-
 def start(cmd: list[str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def sender(clip: Path, url: str, *extra, cwd: Path) -> subprocess.Popen:
-    return start([sys.executable, str(SENDER), str(clip), url, *map(str, extra)], cwd)
+    return start(python_command(SENDER, clip, url, *extra), cwd)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
@@ -120,8 +116,8 @@ def assert_accounted(stats: dict, output: Path) -> None:
 def test_udp_stream_is_processed_live(tmp_path, clips):
     port = free_port(socket.SOCK_DGRAM)
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
-    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 5,
-                             "--frames", 30, "--stats-json", stats_path), tmp_path)
+    run = start(pipeline_command(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 5,
+                                 "--frames", 30, "--stats-json", stats_path), tmp_path)
     send = None
     try:
         wait_udp_bound(port, run)
@@ -139,8 +135,8 @@ def test_udp_stream_is_processed_live(tmp_path, clips):
 def test_tcp_stream_to_a_listening_pipeline_ends_with_the_stream(tmp_path, clips):
     port = free_port(socket.SOCK_STREAM)
     out, stats_path = tmp_path / "out.mkv", tmp_path / "stats.json"
-    run = start(pipeline_cmd(f"tcp://127.0.0.1:{port}?listen=1", "-o", out, "--config", REALTIME,
-                             "--timeout", 10, "--stats-json", stats_path), tmp_path)
+    run = start(pipeline_command(f"tcp://127.0.0.1:{port}?listen=1", "-o", out, "--config", REALTIME,
+                                 "--timeout", 10, "--stats-json", stats_path), tmp_path)
     send = sender(clips["ts"], f"tcp://127.0.0.1:{port}", "--connect-s", 20, cwd=tmp_path)
     try:
         code, err = finish(run)
@@ -161,8 +157,8 @@ def test_a_live_stream_with_the_default_settings_drops_nothing(tmp_path):
                      options={"preset": "ultrafast", "g": "10", "bf": "0"}, seed=5)
     port = free_port(socket.SOCK_STREAM)
     out, stats_path = tmp_path / "out.mkv", tmp_path / "stats.json"
-    run = start(pipeline_cmd(f"tcp://127.0.0.1:{port}?listen=1", "-o", out, "--timeout", 10,
-                             "--stats-json", stats_path), tmp_path)
+    run = start(pipeline_command(f"tcp://127.0.0.1:{port}?listen=1", "-o", out, "--timeout", 10,
+                                 "--stats-json", stats_path), tmp_path)
     send = sender(clip, f"tcp://127.0.0.1:{port}", "--connect-s", 20, cwd=tmp_path)
     try:
         code, err = finish(run)
@@ -178,8 +174,8 @@ def test_a_live_stream_with_the_default_settings_drops_nothing(tmp_path):
 def test_stalled_source_exits_3_and_keeps_a_playable_output(tmp_path, clips):
     port = free_port(socket.SOCK_DGRAM)
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
-    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 1,
-                             "--reconnect", 1, "--stats-json", stats_path), tmp_path)
+    run = start(pipeline_command(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 1,
+                                 "--reconnect", 1, "--stats-json", stats_path), tmp_path)
     send = None
     try:
         wait_udp_bound(port, run)
@@ -206,7 +202,7 @@ def test_stalled_source_exits_3_and_keeps_a_playable_output(tmp_path, clips):
 def test_ctrl_c_during_a_stall_stops_at_once_and_keeps_the_output(tmp_path, clips):
     port = free_port(socket.SOCK_DGRAM)
     out = tmp_path / "out.mp4"
-    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 30),
+    run = start(pipeline_command(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 30),
                 tmp_path)
     send = None
     try:
@@ -231,8 +227,8 @@ def test_ctrl_c_during_a_stall_stops_at_once_and_keeps_the_output(tmp_path, clip
 def test_a_source_back_after_a_stall_is_reconnected(tmp_path, clips):
     port = free_port(socket.SOCK_DGRAM)
     out, stats_path = tmp_path / "out.mkv", tmp_path / "stats.json"
-    run = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 1,
-                             "--reconnect", 4, "--frames", 45, "--stats-json", stats_path), tmp_path)
+    run = start(pipeline_command(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 1,
+                                 "--reconnect", 4, "--frames", 45, "--stats-json", stats_path), tmp_path)
     send = None
     try:
         wait_udp_bound(port, run)
@@ -254,15 +250,15 @@ def test_url_output_streams_to_a_live_receiver(tmp_path, clips):
     """One pipeline paces a file out to udp://, another receives it: both ends of a live hop."""
     port = free_port(socket.SOCK_DGRAM)
     out, stats_path = tmp_path / "received.mkv", tmp_path / "stats.json"
-    receiver = start(pipeline_cmd(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 5,
-                                  "--frames", 20, "--stats-json", stats_path, "--filters", ""), tmp_path)
+    receiver = start(pipeline_command(f"udp://127.0.0.1:{port}", "-o", out, "--config", REALTIME, "--timeout", 5,
+                                      "--frames", 20, "--stats-json", stats_path, "--filters", ""), tmp_path)
     send_dir = tmp_path / "send"
     send_dir.mkdir()
     streamer = None
     try:
         wait_udp_bound(port, receiver)
-        streamer = start(pipeline_cmd(clips["mp4"], "-o", f"udp://127.0.0.1:{port}", "--format", "mpegts",
-                                      "--realtime", "--config", REALTIME, "--encoder-opt", "g=10"), send_dir)
+        streamer = start(pipeline_command(clips["mp4"], "-o", f"udp://127.0.0.1:{port}", "--format", "mpegts",
+                                          "--realtime", "--config", REALTIME, "--encoder-opt", "g=10"), send_dir)
         code, err = finish(receiver)
         streamed, streamed_err = finish(streamer)
     finally:
@@ -278,8 +274,7 @@ def test_url_output_streams_to_a_live_receiver(tmp_path, clips):
 
 def run_paced(tmp_path: Path, clip: Path, *extra) -> tuple[dict, Path]:
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
-    result = subprocess.run(pipeline_cmd(clip, "-o", out, "--realtime", "--stats-json", stats_path, *extra),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clip, "-o", out, "--realtime", "--stats-json", stats_path, *extra, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     return json.loads(stats_path.read_text()), out
 
@@ -327,10 +322,8 @@ def test_latency_hops_are_in_order(tmp_path, clips, device):
     """Per frame, every timestamp follows the previous hop's; on CUDA the GPU hops are event times
     moved onto the host clock, so allow the clock tie's few microseconds."""
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
-    cmd = pipeline_cmd(clips["mp4"], "-o", out, "--realtime", "--config", REALTIME, "--stats-json", stats_path,
-                       "--frames", 20, "--latency-budget", 1000)
-    cmd[cmd.index("cpu")] = device
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    result = run_pipeline(clips["mp4"], "-o", out, "--realtime", "--config", REALTIME, "--stats-json", stats_path,
+                          "--frames", 20, "--latency-budget", 1000, device=device, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     stats = json.loads(stats_path.read_text())
     series = stats["per_frame"]
@@ -343,9 +336,8 @@ def test_latency_hops_are_in_order(tmp_path, clips, device):
 
 def test_latency_budget_warns_once_and_counts(tmp_path, clips):
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
-    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--realtime", "--filters", SLOW_CHAIN,
-                                         "--frames", 10, "--latency-budget", 1, "--stats-json", stats_path),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["mp4"], "-o", out, "--realtime", "--filters", SLOW_CHAIN, "--frames", 10,
+                          "--latency-budget", 1, "--stats-json", stats_path, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "budget" in line]
     assert len(warnings) == 1 and "largest hop" in warnings[0]
@@ -359,8 +351,7 @@ def test_latency_budget_warns_once_and_counts(tmp_path, clips):
 def test_preview_without_a_display_is_one_line_exit_2(tmp_path, clips):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     out = tmp_path / "out.mp4"
-    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--preview"), cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["mp4"], "-o", out, "--preview", cwd=tmp_path, env=env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--preview" in lines[0] and "Traceback" not in result.stderr
@@ -369,8 +360,7 @@ def test_preview_without_a_display_is_one_line_exit_2(tmp_path, clips):
 
 def test_nvtx_without_cupy_or_nvtx_runs_with_a_notice(tmp_path, clips):
     out = tmp_path / "out.mp4"
-    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--nvtx", "--frames", 3), cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["mp4"], "-o", out, "--nvtx", "--frames", 3, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     from pipeline.gpu.nvtx import _cupy_nvtx, _nvtx_package
 
@@ -441,10 +431,9 @@ def test_preview_window_shows_frames_and_q_stops(monkeypatch):
 def test_preview_run_on_the_offscreen_driver(tmp_path, clips, monkeypatch):
     monkeypatch.setenv("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     pytest.importorskip("pygame", reason="the [preview] extra (pygame-ce) is not installed")
-    env = {**os.environ, "SDL_VIDEODRIVER": "dummy"}
     out = tmp_path / "out.mp4"
-    result = subprocess.run(pipeline_cmd(clips["mp4"], "-o", out, "--preview", "--frames", 10), cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["mp4"], "-o", out, "--preview", "--frames", 10, cwd=tmp_path,
+                          env=environment(SDL_VIDEODRIVER="dummy"))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and len(decoded_times(out)) == 10
 

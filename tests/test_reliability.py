@@ -13,8 +13,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 from fractions import Fraction
 from pathlib import Path
@@ -23,7 +21,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from utils import remux
+from utils import ROOT, remux, run_cli, run_pipeline, run_python
 
 from pipeline import build, cli, engine
 from pipeline.errors import GPUError, InputError
@@ -34,11 +32,6 @@ W, H, N = 320, 180, 30
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def run_cli(*args, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu", "-q"]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def partials(directory: Path) -> list[Path]:
@@ -210,7 +203,7 @@ def test_not_a_video_exits_3_without_output(tmp_path, build):
     src = build(tmp_path)
     out = tmp_path / "out" / "result.mp4"
     out.parent.mkdir()
-    result = run_cli(src, "-o", out, cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert_failed(result, 3, out, name=src.name)
 
 
@@ -222,7 +215,7 @@ def test_mp4_truncated_before_moov_exits_3(tmp_path, clips):
     assert data.find(b"moov") > len(data) // 2  # not faststart: the index is at the end
     (src := tmp_path / "cut.mp4").write_bytes(data[: len(data) // 2])
     out = tmp_path / "out.mp4"
-    assert_failed(run_cli(src, "-o", out, cwd=tmp_path), 3, out, name="cut.mp4")
+    assert_failed(run_pipeline(src, "-o", out, cwd=tmp_path), 3, out, name="cut.mp4")
 
 
 def test_faststart_mp4_truncated_in_media_keeps_every_decodable_frame(tmp_path, clips):
@@ -231,7 +224,7 @@ def test_faststart_mp4_truncated_in_media_keeps_every_decodable_frame(tmp_path, 
     assert data.find(b"moov") < data.find(b"mdat")
     (src := tmp_path / "cut.mp4").write_bytes(data[: len(data) // 2])
     out = tmp_path / "out.mp4"
-    result = run_cli(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "warning" in result.stderr and "ends early" in result.stderr
     expected = decodable_frames(src)
@@ -256,9 +249,7 @@ def corrupt_clip(tmp_path, clips):
 
 def test_corrupt_packets_are_skipped_counted_and_reported(tmp_path, corrupt_clip):
     out = tmp_path / "out.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(corrupt_clip), "-o", str(out), "--device", "cpu",
-           "--stats-json", str(tmp_path / "s.json")]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(corrupt_clip, "-o", out, "--stats-json", tmp_path / "s.json", quiet=False, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     stats = json.loads((tmp_path / "s.json").read_text())
     assert stats["decode_errors"] + stats["corrupt_frames"] > 0
@@ -270,7 +261,7 @@ def test_corrupt_packets_are_skipped_counted_and_reported(tmp_path, corrupt_clip
 
 def test_strict_makes_the_first_decode_error_fatal(tmp_path, corrupt_clip):
     out = tmp_path / "out.mp4"
-    result = run_cli(corrupt_clip, "-o", out, "--strict", cwd=tmp_path)
+    result = run_pipeline(corrupt_clip, "-o", out, "--strict", cwd=tmp_path)
     assert_failed(result, 3, out, name="corrupt.mp4")
     assert "--strict" in result.stderr
 
@@ -320,7 +311,7 @@ def test_resolution_change_mid_stream_is_scaled_to_the_first_size(tmp_path):
     (src := tmp_path / "joined.ts").write_bytes(a.read_bytes() + b.read_bytes())
     assert {(f.width, f.height) for f in video_frames(src)} == {(320, 180), (256, 144)}
     out = tmp_path / "out.mp4"
-    result = run_cli(src, "-o", out, "--filters", "", cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "--filters", "", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     frames = video_frames(out)
     assert len(frames) == 20
@@ -341,7 +332,7 @@ def test_resolution_change_mid_stream_is_scaled_to_the_first_size(tmp_path):
 def test_other_formats_are_converted_with_a_notice(tmp_path, w, h, codec, pix_fmt):
     src = make_clip(tmp_path / "in.mkv", width=w, height=h, frames=4, codec=codec, pix_fmt=pix_fmt, audio=False)
     out = tmp_path / "out.mp4"
-    result = run_cli(src, "-o", out, "--filters", "", cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "--filters", "", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"converting {pix_fmt}" in result.stderr
     frames = video_frames(out)
@@ -363,7 +354,7 @@ def test_variable_frame_rate_keeps_every_timestamp(tmp_path, suffix):
     src = write_frames(tmp_path / "vfr.mkv", [(p, flat(10 + 20 * i)) for i, p in enumerate(pts)],
                        rate=30, time_base=Fraction(1, 1000))
     out = tmp_path / f"out{suffix}"
-    result = run_cli(src, "-o", out, cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert seconds(video_frames(out)) == [Fraction(p, 1000) for p in pts]
 
@@ -375,7 +366,7 @@ def test_variable_frame_rate_keeps_every_timestamp(tmp_path, suffix):
 def test_rotation_is_kept_not_applied(tmp_path, rotation):
     src = write_frames(tmp_path / "rot.mp4", [(i, flat(50 + 10 * i, 160, 96)) for i in range(4)], rotation=rotation)
     out = tmp_path / "out.mp4"
-    result = run_cli(src, "-o", out, cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     matrix = av.sidedata.sidedata.Type.DISPLAYMATRIX
     a, b = video_frames(src)[0], video_frames(out)[0]
@@ -420,8 +411,8 @@ def test_8k_frames_are_processed(tmp_path):
             c.mux(s.encode(frame))
         c.mux(s.encode(None))
     out = tmp_path / "out.mkv"
-    result = run_cli(src, "-o", out, "--filters", "", "--in-flight", "1", "--ring-size", "2", cwd=tmp_path,
-                     timeout=300)
+    result = run_pipeline(src, "-o", out, "--filters", "", "--in-flight", "1", "--ring-size", "2", cwd=tmp_path,
+                          timeout=300)
     assert result.returncode == 0, result.stderr
     frames = video_frames(out)
     assert [(f.width, f.height) for f in frames] == [(w, h)] * 2
@@ -439,16 +430,14 @@ def _gpu_available() -> bool:
 @pytest.mark.skipif(_gpu_available(), reason="there is a GPU here")
 def test_device_cuda_without_gpu_exits_5_before_output(tmp_path, clips):
     out = tmp_path / "out.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--device", "cuda", "-q"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["av"], "-o", out, device="cuda", cwd=tmp_path)
     assert_failed(result, 5, out)
     assert "--device cuda" in result.stderr
 
 
 def test_device_auto_falls_back_to_the_cpu(tmp_path, clips):
     out = tmp_path / "out.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--device", "auto", "-q"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["av"], "-o", out, device="auto", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     if not _gpu_available():
         assert "running on the CPU" in result.stderr
@@ -491,7 +480,7 @@ def test_device_oom_mid_run_keeps_a_playable_partial_output(tmp_path, clips, mon
 def test_missing_output_directory_exits_4_before_decoding(tmp_path):
     src = _text(tmp_path)  # undecodable: exit 4 rather than 3 shows the output was checked first
     out = tmp_path / "nowhere" / "out.mp4"
-    assert_failed(run_cli(src, "-o", out, cwd=tmp_path), 4, out, name="nowhere")
+    assert_failed(run_pipeline(src, "-o", out, cwd=tmp_path), 4, out, name="nowhere")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories anyway")
@@ -501,7 +490,7 @@ def test_unwritable_output_directory_exits_4(tmp_path, clips):
     locked.chmod(0o500)
     try:
         out = locked / "out.mp4"
-        assert_failed(run_cli(clips["av"], "-o", out, cwd=tmp_path), 4, out, name="not writable")
+        assert_failed(run_pipeline(clips["av"], "-o", out, cwd=tmp_path), 4, out, name="not writable")
     finally:
         locked.chmod(0o700)
 
@@ -532,7 +521,7 @@ def test_output_that_is_the_input_exits_2_and_leaves_it_intact(tmp_path, clips, 
         out.symlink_to(src)
     elif how == "hardlink":
         os.link(src, out)
-    result = run_cli(src, "-o", out, "-y", cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "-y", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "output is the input" in result.stderr and "Traceback" not in result.stderr
     assert Path(src).read_bytes() == before
@@ -584,10 +573,10 @@ def test_disk_full_while_muxing_exits_4_and_removes_the_partial_file(tmp_path, c
 def test_existing_output_is_kept_without_overwrite_and_replaced_with_it(tmp_path, clips):
     out = tmp_path / "out.mp4"
     out.write_bytes(b"precious")
-    result = run_cli(clips["av"], "-o", out, cwd=tmp_path)
+    result = run_pipeline(clips["av"], "-o", out, cwd=tmp_path)
     assert result.returncode == 2 and "already exists" in result.stderr
     assert out.read_bytes() == b"precious"
-    result = run_cli(clips["av"], "-o", out, "-y", cwd=tmp_path)
+    result = run_pipeline(clips["av"], "-o", out, "-y", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(video_frames(out)) == N
 
@@ -595,7 +584,7 @@ def test_existing_output_is_kept_without_overwrite_and_replaced_with_it(tmp_path
 def test_stale_partial_files_of_dead_runs_are_removed(tmp_path):
     from pipeline.sink import remove_stale_partials
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = run_python("-c", "import os; print(os.getpid())")
     names = [f".out.partial-{dead.stdout.strip()}.mp4",  # killed run: removed
              f".out.partial-{os.getpid()}.mp4",  # ours (a reused pid): the sink truncates it
              ".out.partial-1.mp4",  # a live process, maybe writing right now
@@ -624,7 +613,7 @@ def test_good_input_loses_nothing(tmp_path, clips, suffix):
     # Other containers have other time bases (1/1000, 1/90000) than the output's: nothing may be lost.
     src = clips["av"] if suffix == ".mp4" else remux(clips["av"], tmp_path / f"in{suffix}")
     out = tmp_path / "out.mp4"
-    result = run_cli(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
+    result = run_pipeline(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     stats = json.loads((tmp_path / "s.json").read_text())
@@ -661,17 +650,14 @@ def test_a_failing_stage_stops_the_others_and_is_reported_once(tmp_path, clips, 
 @pytest.mark.slow
 def test_short_soak_grows_nothing(tmp_path):
     """scripts/soak.py: a long run and many open/close cycles, no growth in memory, fds or threads."""
-    soak = Path(__file__).resolve().parents[1] / "scripts" / "soak.py"
-    cmd = [sys.executable, str(soak), "--frames", "600", "--cycles", "60", "--device", "cpu"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    soak = ROOT / "scripts" / "soak.py"
+    result = run_python(soak, "--frames", "600", "--cycles", "60", "--device", "cpu", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "nothing grew" in result.stdout
 
 
 def test_unwritable_stats_json_is_refused_before_the_run(tmp_path):
     """--stats-json is written after the run: a path that cannot be written is exit 4 before any output."""
-    from utils import ROOT, run_cli
-
     out = tmp_path / "out.mp4"
     proc = run_cli("run", str(ROOT / "samples" / "sample.mp4"), "-o", str(out), "--device", "cpu", "-q",
                    "--stats-json", str(tmp_path / "missing" / "s.json"))
@@ -685,19 +671,18 @@ def test_unwritable_stats_json_is_refused_before_the_run(tmp_path):
 
 def test_null_output_processes_every_frame_and_writes_nothing(tmp_path, clips):
     stats = tmp_path / "s.json"
-    result = run_cli(clips["av"], "-o", "null", "--stats-json", stats, cwd=tmp_path)
+    result = run_pipeline(clips["av"], "-o", "null", "--stats-json", stats, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(stats.read_text())
     assert data["frames_out"] == N and data["output"] == "null"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
-    result = run_cli(clips["av"], "-o", tmp_path / "x.mp4", "--format", "null", cwd=tmp_path)
+    result = run_pipeline(clips["av"], "-o", tmp_path / "x.mp4", "--format", "null", cwd=tmp_path)
     assert result.returncode == 0 and not (tmp_path / "x.mp4").exists()
 
 
 def test_a_gpu_that_does_not_exist_exits_5_naming_the_ones_that_do(tmp_path, clips):
     out = tmp_path / "out.mp4"
-    cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--device", "cuda:99", "-q"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(clips["av"], "-o", out, device="cuda:99", cwd=tmp_path)
     assert_failed(result, 5, out, "cuda:99")
     if _gpu_available():
         assert "there is no GPU 99" in result.stderr and "cuda:0" in result.stderr
@@ -705,18 +690,17 @@ def test_a_gpu_that_does_not_exist_exits_5_naming_the_ones_that_do(tmp_path, cli
 
 def test_nvdec_needs_the_gpu(tmp_path, clips):
     out = tmp_path / "out.mp4"
-    result = run_cli(clips["av"], "-o", out, "--decode", "nvdec", cwd=tmp_path)  # run_cli adds --device cpu
+    result = run_pipeline(clips["av"], "-o", out, "--decode", "nvdec", cwd=tmp_path)  # run_pipeline adds --device cpu
     assert_failed(result, 2, out)
     assert "--decode nvdec" in result.stderr
     if not _gpu_available():
-        cmd = [sys.executable, "-m", "pipeline", "run", str(clips["av"]), "-o", str(out), "--decode", "nvdec", "-q"]
-        result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        result = run_pipeline(clips["av"], "-o", out, "--decode", "nvdec", device=None, cwd=tmp_path)
         assert_failed(result, 5, out)
 
 
 def test_an_encoder_this_machine_lacks_is_refused_before_the_run(tmp_path, clips):
     out = tmp_path / "out.mp4"
-    result = run_cli(clips["av"], "-o", out, "-c", "h264_nvenc", cwd=tmp_path)
+    result = run_pipeline(clips["av"], "-o", out, "-c", "h264_nvenc", cwd=tmp_path)
     if result.returncode == 0:
         pytest.skip("this machine has NVENC")
     assert_failed(result, 2, out, "h264_nvenc")

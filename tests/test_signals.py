@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from fractions import Fraction
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import av
 import pytest
+from utils import pipeline_command, run_pipeline
 
 from pipeline import cli, engine
 from pipeline.sample import make_clip
@@ -34,8 +34,7 @@ def long_clip(tmp_path_factory):
 
 
 def start(src: Path, out: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "pipeline", "run", str(src), "-o", str(out), "--device", "cpu", "-q",
-           "--filters", SLOW_CHAIN, "--ring-size", "16", "--in-flight", "8"]
+    cmd = pipeline_command(src, "-o", out, "--filters", SLOW_CHAIN, "--ring-size", "16", "--in-flight", "8")
     return subprocess.Popen(cmd, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -103,9 +102,7 @@ def test_sigkill_leaves_the_target_untouched_and_the_next_run_clean(tmp_path, lo
     assert not out.exists()  # never a half-written target
     stale = partials(out)
     assert len(stale) == 1  # the temporary file of the killed run
-    cmd = [sys.executable, "-m", "pipeline", "run", str(long_clip), "-o", str(out), "--device", "cpu", "-q",
-           "--frames", "5"]
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_pipeline(long_clip, "-o", out, "--frames", "5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(video_times(out)) == 5
     assert partials(out) == []  # the dead run's leftover was removed

@@ -3,14 +3,13 @@ and the audio cut to the same span (to the packet)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
+from utils import run_pipeline
 
 from pipeline.span import KEEP, SKIP, STOP, Span
 from pipeline.sample import make_clip
@@ -30,11 +29,6 @@ def clip(tmp_path_factory) -> Path:
 def source_frames(clip) -> list[np.ndarray]:
     with av.open(str(clip)) as c:
         return [f.to_ndarray().astype(np.float32) for f in c.decode(video=0)]
-
-
-def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipeline", "run", *map(str, args), "--device", "cpu", "-q", "--filters", ""]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def which_frames(path: Path, source: list[np.ndarray]) -> list[int]:
@@ -101,7 +95,7 @@ def test_seek_only_where_it_saves_decoding():
     (("-to", "1.9"), 0, 57, 0),
 ])
 def test_span_is_frame_accurate(clip, source_frames, tmp_path, args, first, count, start):
-    r = cli(clip, "out.mp4", *args, cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", *args, "--filters", "", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert which_frames(tmp_path / "out.mp4", source_frames) == list(range(first, first + count))
     # -ss: the output starts at 0 at the start (ffmpeg's -ss before -i); else the input's own times.
@@ -109,7 +103,7 @@ def test_span_is_frame_accurate(clip, source_frames, tmp_path, args, first, coun
 
 
 def test_audio_is_cut_to_the_same_span(clip, tmp_path):
-    r = cli(clip, "out.mp4", "-ss", "0.5", "-t", "1", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-ss", "0.5", "-t", "1", "--filters", "", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     audio = times(tmp_path / "out.mp4", "audio")
     assert 0 <= audio[0] < AAC_PACKET  # the first packet that starts within the span
@@ -118,13 +112,13 @@ def test_audio_is_cut_to_the_same_span(clip, tmp_path):
 
 
 def test_start_past_the_end_is_a_usage_error(clip, tmp_path):
-    r = cli(clip, "out.mp4", "-ss", "5", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-ss", "5", "--filters", "", cwd=tmp_path)
     assert r.returncode == 2 and "no video frames in the span" in r.stderr, r.stderr
     assert not (tmp_path / "out.mp4").exists()
 
 
 def test_duration_past_the_end_takes_what_there_is(clip, tmp_path):
-    r = cli(clip, "out.mp4", "-ss", "1.5", "-t", "10", cwd=tmp_path)
+    r = run_pipeline(clip, "out.mp4", "-ss", "1.5", "-t", "10", "--filters", "", cwd=tmp_path)
     assert r.returncode == 0 and "ends early" not in r.stderr, r.stderr
     assert len(times(tmp_path / "out.mp4")) == FRAMES - 45
 

@@ -7,6 +7,7 @@ mismatch with a pipeline run points at the plumbing: buffer reuse, aliasing, ord
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,15 +47,50 @@ def all_devices():
 # --- child processes ---------------------------------------------------------------------------------------
 
 
-def run_cli(*args: str, cwd: str | Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m pipeline ARGS`` in a fresh process, so a crash shows as a return code."""
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def python_command(*args) -> list[str]:
+    """The argv of ``python ARGS`` with this interpreter, every argument as a string."""
+    return [sys.executable, *map(str, args)]
+
+
+def cli_command(*args) -> list[str]:
+    """The argv of ``python -m pipeline ARGS``."""
+    return python_command("-m", "pipeline", *args)
+
+
+def pipeline_command(*args, device: str | None = "cpu", quiet: bool = True) -> list[str]:
+    """The argv of ``python -m pipeline run ARGS --device DEVICE -q``; ``device=None`` leaves the device to
+    the CLI, ``quiet=False`` keeps its progress output."""
+    return cli_command("run", *args, *(["--device", device] if device else []), *(["-q"] if quiet else []))
+
+
+def run_command(cmd: list, *, cwd: str | Path | None = None, timeout: float | None = 120,
+                input: str | bytes | None = None, env: dict[str, str] | None = None,
+                text: bool = True) -> subprocess.CompletedProcess:
+    """``cmd`` in a fresh process with its output captured, so a crash shows as a return code and a hang
+    as a ``TimeoutExpired`` after ``timeout`` seconds."""
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, input=input, env=env, capture_output=True, text=text,
+                          timeout=timeout)
+
+
+def run_python(*args, **options) -> subprocess.CompletedProcess:
+    """``python ARGS`` (a script, ``-c CODE``) in a fresh process; ``options`` as for :func:`run_command`."""
+    return run_command(python_command(*args), **options)
+
+
+def run_cli(*args, **options) -> subprocess.CompletedProcess:
+    """``python -m pipeline ARGS`` in a fresh process; ``options`` as for :func:`run_command`."""
+    return run_command(cli_command(*args), **options)
+
+
+def run_pipeline(*args, device: str | None = "cpu", quiet: bool = True, timeout: float | None = 60,
+                 **options) -> subprocess.CompletedProcess:
+    """``python -m pipeline run ARGS --device cpu -q`` in a fresh process (see :func:`pipeline_command`)."""
+    return run_command(pipeline_command(*args, device=device, quiet=quiet), timeout=timeout, **options)
+
+
+def environment(**changes: str) -> dict[str, str]:
+    """This process's environment with ``changes``: the ``env`` of a child that needs a few variables set."""
+    return {**os.environ, **changes}
 
 
 # --- clips decoded with PyAV ---------------------------------------------------------------------------------
