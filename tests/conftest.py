@@ -1,11 +1,16 @@
-"""Fixtures and hooks: the `gpu` marker skips without a usable GPU (fails instead when PIPELINE_REQUIRE_GPU=1)."""
+"""Fixtures and hooks: a small clip, pytest's signal handlers kept, and the `gpu` marker, which skips
+without a usable GPU (and fails instead when PIPELINE_REQUIRE_GPU=1)."""
 
 from __future__ import annotations
 
 import os
+import signal
+from pathlib import Path
 
 import pytest
 from utils import gpu_available
+
+from pipeline.sample import make_clip
 
 REQUIRE_GPU = os.environ.get("PIPELINE_REQUIRE_GPU") == "1"
 
@@ -22,3 +27,18 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     if REQUIRE_GPU and "gpu" in item.keywords and not gpu_available():
         pytest.fail("PIPELINE_REQUIRE_GPU=1 but no usable CUDA GPU / CuPy", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    """64x48, 6 frames, with audio; a test module that needs another clip defines its own ``clip``."""
+    return make_clip(tmp_path_factory.mktemp("clip") / "clip.mp4", width=64, height=48, frames=6, audio=True)
+
+
+@pytest.fixture
+def restore_signals():
+    """cli.main installs SIGINT/SIGTERM handlers; put pytest's back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)

@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hostile_common import clip, one_error, partials, restore_signals  # noqa: F401  (fixtures too)
-from utils import pipeline_command, run_pipeline, run_python
+from utils import one_error, partials, pipeline_command, run_pipeline, run_python
 from pipeline.sample import make_clip
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hostile_common import clip, one_error, partials, restore_signals  # noqa: F401  (fixtures too)
-from utils import run_pipeline
+from utils import one_error, partials, run_pipeline
 from pipeline.sample import make_clip
 
 

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile_common import clip, one_error, partials, restore_signals  # noqa: F401  (fixtures too)
-from utils import environment, run_pipeline
+from utils import environment, one_error, partials, run_pipeline
 
 import pipeline
 from pipeline.errors import ConfigError

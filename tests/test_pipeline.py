@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from utils import Decoded, all_devices, apply_chain_cpu, decode, max_abs_diff, run_cli
+from utils import Decoded, all_devices, apply_chain_cpu, decode, max_abs_diff, partials, run_cli
 from pipeline import OutputError, Pipeline, RunConfig, sample
 from pipeline.config import DEFAULT_FILTERS
 from pipeline.video import Colour, VideoFormat
@@ -65,10 +65,6 @@ def assert_matches_reference(out: Decoded, src: Decoded, filters: str, tolerance
     assert worst <= tolerance
 
 
-def partial_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob(".*partial*"))
-
-
 def pipeline_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
 
@@ -90,7 +86,7 @@ def test_cli_run_keeps_frames_timestamps_audio_and_size(device, clips, inputs, t
     assert (got.width, got.height) == (src.width, src.height) == (W, H)
     assert (got.colorspace, got.color_range) == (src.colorspace, src.color_range) == (6, 1)
     assert_matches_reference(got, src, DEFAULT_FILTERS, TOLERANCE[device])
-    assert partial_files(tmp_path) == []
+    assert partials(tmp_path) == []
 
     stats = json.loads(stats_path.read_text())
     assert stats["frames_in"] == stats["frames_out"] == MP4_FRAMES
@@ -131,12 +127,12 @@ def test_cli_existing_output_needs_overwrite(clips, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "exists" in lines[0] and "Traceback" not in proc.stderr
     assert out.read_bytes() == b"precious"
-    assert partial_files(tmp_path) == []
+    assert partials(tmp_path) == []
 
     proc = run_cli("run", clips["mkv"], "-o", out, "--device", "cpu", "-q", "-c", "ffv1", "--frames", "3", "-y")
     assert proc.returncode == 0, proc.stderr
     assert len(decode(out).frames) == 3
-    assert partial_files(tmp_path) == []
+    assert partials(tmp_path) == []
 
 
 def test_cli_unknown_encoder_exits_2_without_files(clips, tmp_path):
@@ -233,7 +229,7 @@ def test_failing_sink_stops_every_stage(device, clips, tmp_path, monkeypatch):
     assert "simulated write failure" in str(outcome["error"])
     assert len(written) == 3
     assert not out.exists()
-    assert partial_files(tmp_path) == []
+    assert partials(tmp_path) == []
     assert pipeline_threads() == []
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import threading
 from fractions import Fraction
 from pathlib import Path
@@ -21,7 +20,7 @@ import av
 import cv2
 import numpy as np
 import pytest
-from utils import ROOT, remux, run_cli, run_pipeline, run_python
+from utils import ROOT, assert_failed, partials, remux, run_cli, run_pipeline, run_python
 
 from pipeline import build, cli, engine
 from pipeline.errors import GPUError, InputError
@@ -32,22 +31,6 @@ W, H, N = 320, 180, 30
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def partials(directory: Path) -> list[Path]:
-    return sorted(directory.glob(".*.partial-*"))
-
-
-def assert_failed(result, code: int, out: Path, name: str | None = None) -> None:
-    """The contract for every failure: the exit code, one line naming the cause, no output left."""
-    assert result.returncode == code, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("pipeline: error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    if name is not None:
-        assert name in lines[0]
-    assert not out.exists()
-    assert partials(out.parent) == []
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -116,15 +99,6 @@ def clips(tmp_path_factory):
         "av": make_clip(d / "av.mp4", width=W, height=H, frames=N, audio=True),
         "video": make_clip(d / "video.mp4", width=W, height=H, frames=60, audio=False),
     }
-
-
-@pytest.fixture
-def restore_signals():
-    """cli.main installs SIGINT/SIGTERM handlers; put pytest's back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, handler in saved.items():
-        signal.signal(s, handler)
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import av
 import pytest
-from utils import pipeline_command, run_pipeline
+from utils import partials, pipeline_command, run_pipeline
 
 from pipeline import cli, engine
 from pipeline.sample import make_clip
@@ -38,16 +38,12 @@ def start(src: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def partials(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f".{out.stem}.partial-*"))
-
-
 def wait_for_progress(proc: subprocess.Popen, out: Path, settle: float = 1.0) -> None:
     """Until the run has started writing (the temporary file and its header exist), then ``settle``
     seconds of processing (some 50 frames here). The file's size says nothing finer: the encoder's
     look-ahead and the muxer's write buffer hold back the first hundreds of kilobytes."""
     deadline = time.monotonic() + 30
-    while not partials(out):
+    while not partials(out.parent):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no progress"
         time.sleep(0.02)
@@ -75,7 +71,7 @@ def test_first_signal_drains_and_finalises(tmp_path, long_clip, signum, code):
     times = video_times(out)  # playable, and exactly the frames done, with the input's timestamps
     assert len(times) == done
     assert times == video_times(long_clip)[:done]
-    assert partials(out) == []
+    assert partials(out.parent) == []
 
 
 def test_second_signal_exits_at_once_without_output(tmp_path, long_clip):
@@ -90,7 +86,7 @@ def test_second_signal_exits_at_once_without_output(tmp_path, long_clip):
     assert proc.returncode == 130, err
     assert "again" in err and "Traceback" not in err
     assert time.monotonic() - t0 < 5
-    assert not out.exists() and partials(out) == []
+    assert not out.exists() and partials(out.parent) == []
 
 
 def test_sigkill_leaves_the_target_untouched_and_the_next_run_clean(tmp_path, long_clip):
@@ -100,17 +96,16 @@ def test_sigkill_leaves_the_target_untouched_and_the_next_run_clean(tmp_path, lo
     proc.kill()
     proc.wait(timeout=30)
     assert not out.exists()  # never a half-written target
-    stale = partials(out)
+    stale = partials(out.parent)
     assert len(stale) == 1  # the temporary file of the killed run
     result = run_pipeline(long_clip, "-o", out, "--frames", "5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(video_times(out)) == 5
-    assert partials(out) == []  # the dead run's leftover was removed
+    assert partials(out.parent) == []  # the dead run's leftover was removed
 
 
-def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypatch, capsys):
+def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypatch, capsys, restore_signals):
     """The same path, timed precisely: the encode thread signals the process after frame 20."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     real_init = engine.Pipeline.__init__
 
     def init(self, *args, **kwargs):
@@ -119,16 +114,12 @@ def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypat
 
     monkeypatch.setattr(engine.Pipeline, "__init__", init)
     out = tmp_path / "out.mp4"
-    try:
-        code = cli.main(["run", str(long_clip), "-o", str(out), "--device", "cpu", "-q", "--filters", "",
-                         "--frames", str(FRAMES)])
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    code = cli.main(["run", str(long_clip), "-o", str(out), "--device", "cpu", "-q", "--filters", "",
+                     "--frames", str(FRAMES)])
     err = capsys.readouterr().err
     assert code == 143, err
     done = int(err.split("holds the ")[1].split()[0])
     assert 20 <= done < FRAMES  # the frames in flight when the signal came were finished, not dropped
     assert video_times(out) == video_times(long_clip)[:done]
-    assert partials(out) == []
+    assert partials(out.parent) == []
     assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]

@@ -93,6 +93,34 @@ def environment(**changes: str) -> dict[str, str]:
     return {**os.environ, **changes}
 
 
+# --- what a run leaves behind --------------------------------------------------------------------------------
+
+
+def partials(directory: Path) -> list[Path]:
+    """The hidden temporary outputs in ``directory`` (``.NAME.partial-PID.EXT``, or any hidden name holding
+    "partial"): a finished or failed run leaves none."""
+    return sorted(directory.glob(".*partial*"))
+
+
+def one_error(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    """The contract of every failure: the exit code, exactly one line on stderr, no traceback; the line
+    names ``words``. Returns the line."""
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeline: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def assert_failed(result: subprocess.CompletedProcess, code: int, out: Path, name: str | None = None) -> None:
+    """:func:`one_error` (naming ``name`` if given), and no output left: neither ``out`` nor a partial file."""
+    one_error(result, code, *([name] if name is not None else []))
+    assert not out.exists()
+    assert partials(out.parent) == []
+
+
 # --- clips decoded with PyAV ---------------------------------------------------------------------------------
 
 
