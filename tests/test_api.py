@@ -7,7 +7,6 @@ are counted.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from utils import all_devices, decode, max_abs_diff
+from utils import all_devices, decode, max_abs_diff, pipeline_threads
 from pipeline.convert import i420_to_rgb_cpu, rgb_to_rgb24_cpu
 from pipeline.filters import parse_chain
 from pipeline.video import Colour, VideoFormat
@@ -52,10 +51,6 @@ def expected_rgb(i420: np.ndarray, filters: str) -> np.ndarray:
 
 def as_numpy(array) -> np.ndarray:
     return array if isinstance(array, np.ndarray) else array.get()
-
-
-def pipeline_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
 
 
 # --- frames() --------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ several machines is joined); the command-line tests start their own, as ``pipeli
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -15,9 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import av
 import pytest
-from utils import ROOT, cli_command, environment, run_command
+from utils import ROOT, cli_command, environment, read_json, run_command, video_frames, wait_until
 
 from pipeline import sample as make_sample
 from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
@@ -61,11 +59,6 @@ def good(clips: Path) -> list[Path]:
 
 def by_name(report: BatchReport) -> dict[str, FileResult]:
     return {Path(r.input).name: r for r in report.results}
-
-
-def frame_count(path: Path) -> int:
-    with av.open(str(path)) as c:
-        return sum(1 for _ in c.decode(video=0))
 
 
 # --- inputs, outputs, workers, resume markers (no cluster) -----------------------------------------------
@@ -151,7 +144,7 @@ def test_a_bad_file_fails_alone_and_the_others_are_complete(clips, tmp_path, sch
         assert (r.status, r.exit_code, r.error, r.frames) == ("done", 0, "", FRAMES)
         assert r.output == str(out / f"{clip.stem}_processed.mkv") and r.gpu == "cpu"
         assert r.worker in {w["name"] for w in report.workers}
-        assert frame_count(Path(r.output)) == FRAMES and marker_path(Path(r.output)).exists()
+        assert len(video_frames(r.output)) == FRAMES and marker_path(Path(r.output)).exists()
     assert not (out / "bad_processed.mkv").exists()
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".done")) == sorted(
         [f"{c.stem}_processed.mkv" for c in good(clips)] + [f".{c.stem}_processed.mkv.done.json" for c in good(clips)])
@@ -161,7 +154,7 @@ def test_results_json_has_every_field_and_sane_overhead(clips, tmp_path, schedul
     report = run_batch([str(p) for p in good(clips)], tmp_path, filters=CHAIN, device="cpu", scheduler=scheduler)
     path = tmp_path / "results.json"
     report.write_json(path)
-    data = json.loads(path.read_text())
+    data = read_json(path)
     assert data["batch"]["scheduler"] == scheduler and len(data["batch"]["workers"]) == 2
     totals = data["totals"]
     assert {"files", "done", "skipped", "failed", "interrupted", "cancelled", "frames", "wall_s",
@@ -263,7 +256,7 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
     assert "4 files: 3 done, 1 failed" in result.stdout and "exit 3" in result.stdout
-    data = json.loads((tmp_path / "r.json").read_text())
+    data = read_json(tmp_path / "r.json")
     assert [f["status"] for f in data["files"]] == ["done", "done", "done", "failed"]
     assert data["files"][3]["input"].endswith("missing.mkv") and data["files"][3]["exit_code"] == 3
     assert data["totals"]["exit_code"] == 3 and data["batch"]["scheduler"] == "local"
@@ -292,14 +285,6 @@ def slow_clips(tmp_path_factory) -> Path:
     return folder
 
 
-def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
-        time.sleep(0.02)
-
-
 def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(slow_clips, tmp_path):
     out, results = tmp_path / "out", tmp_path / "r.json"
     cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--filters", SLOW_CHAIN, "--json", str(results),
@@ -318,7 +303,7 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     assert "interrupted by SIGINT" in err and "Traceback" not in err
-    files = json.loads(results.read_text())["files"]
+    files = read_json(results)["files"]
     statuses = [f["status"] for f in files]
     assert set(statuses) <= {"done", "interrupted", "cancelled"} and "done" in statuses
     assert set(statuses) != {"done"}
@@ -326,4 +311,4 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
     kept = sorted(p for p in out.iterdir() if not p.name.startswith("."))
     assert kept == sorted(Path(f["output"]) for f in files if f["status"] == "done")
     for path in kept:  # complete: every frame, and the marker that lets the next batch skip it
-        assert frame_count(path) == SLOW_FRAMES and marker_path(path).exists()
+        assert len(video_frames(path)) == SLOW_FRAMES and marker_path(path).exists()

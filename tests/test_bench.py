@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from rich.console import Console
 
-from utils import ROOT, run_cli
+from utils import ROOT, read_json, run_cli
 from pipeline.bench import report
 
 ROWS = [
@@ -40,7 +39,7 @@ def test_chart_is_a_png(tmp_path):
 
 def test_json_round_trips(tmp_path):
     report.write_json(RESULT, tmp_path / "r.json")
-    assert json.loads((tmp_path / "r.json").read_text()) == RESULT
+    assert read_json(tmp_path / "r.json") == RESULT
 
 
 def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
@@ -66,7 +65,7 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
     proc = run_cli("bench", ROOT / "samples" / "sample.mp4", "--scope", "gpu,e2e", "--repeats", "1", "--frames", "24",
                    "--warmup", "4", "--json", out, "--chart", tmp_path / "b.png", timeout=600)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(out.read_text())
+    result = read_json(out)
     strategies = {"pool", "naive", "cupy", "async", "pinned-per-frame"}
     for scope, names in (("gpu", strategies), ("e2e", strategies | {f"{s}, nvdec" for s in strategies})):
         rows = {r["strategy"]: r for r in result["scopes"][scope]}
@@ -87,7 +86,7 @@ def test_bench_run_scope_pairs_whole_processes(tmp_path):
     proc = run_cli("bench", ROOT / "samples" / "sample.mp4", "--scope", "run", "--repeats", "1", "--frames", "24",
                    "--no-peers", "--no-chart", "--json", out, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    run = json.loads(out.read_text())["run"]
+    run = read_json(out)["run"]
     assert {(r["decode"], r["alloc"], r["output"]) for r in run} == {
         (d, a, o) for d in ("cpu", "nvdec") for a in ("pool", "naive") for o in ("null", "file")}
     for r in run:

@@ -4,13 +4,12 @@ the orchestration against a fake CuPy; a short real run on the GPU."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import types
 
 import numpy as np
 import pytest
-from utils import ROOT, gpu_available, run_python
+from utils import ROOT, gpu_available, read_json, run_python
 
 from pipeline.filters import FILTERS, parse_chain
 
@@ -194,7 +193,7 @@ def test_rich_table_and_json(tmp_path):
     for word in ("NVIDIA H200", "1920x1080", "eq", "scale 1/2 (area)", "tdenoise", "error"):
         assert word in out
     bf.write_json(META, canned_rows(), tmp_path / "r.json")
-    data = json.loads((tmp_path / "r.json").read_text())
+    data = read_json(tmp_path / "r.json")
     assert data["device"]["name"] == "NVIDIA H200" and len(data["rows"]) == 4
 
 
@@ -299,7 +298,7 @@ def test_orchestration_with_a_fake_cupy(monkeypatch, tmp_path, capsys):
     rc = bf.main(["--sizes", "64x36", "--iters", "40", "--warmup", "1", "--quiet",
                   "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "sub" / "r.md")])
     assert rc == 0, capsys.readouterr().err
-    data = json.loads((tmp_path / "r.json").read_text())
+    data = read_json(tmp_path / "r.json")
     rows = data["rows"]
     assert {r["label"] for r in rows} == {c.label for c in bf.build_cases(64, 36)}
     assert all(r["error"] is None and r["ms"] > 0 and r["iters"] == 40 and not r["host_bound"] for r in rows)
@@ -317,7 +316,7 @@ def test_quick_run_on_the_gpu(tmp_path):
     proc = run_python(SCRIPT, "--iters", "3", "--sizes", "320x180", "--copy-mib", "256", "--quiet", "--json", out,
                       "--markdown", tmp_path / "filters.md", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    data = json.loads(out.read_text())
+    data = read_json(out)
     assert data["copy"]["gbps"] > 0
     rows = data["rows"]
     assert not [r for r in rows if r["error"]]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import av
 import numpy as np
 import pytest
-from utils import run_pipeline
+from utils import run_pipeline, video_frames
 
 from pipeline.cli import build_parser, config_from_args, main
 from pipeline.config import RunConfig
@@ -24,11 +24,6 @@ FPS, FRAMES = 30, 60
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> Path:
     return make_clip(tmp_path_factory.mktemp("clip") / "in.mp4", width=128, height=72, frames=FRAMES, fps=FPS)
-
-
-def frames_of(path: Path) -> list[av.VideoFrame]:
-    with av.open(str(path)) as c:
-        return list(c.decode(video=0))
 
 
 def _parse(*argv: str) -> RunConfig:
@@ -120,7 +115,7 @@ def test_ffmpeg_style_command_line(clip, tmp_path):
     """`pipeline run -i in.mp4 -vf hflip -t 1 out.mp4`, as the README shows it."""
     r = run_pipeline("-i", clip, "-vf", "hflip", "-t", "1", "out.mp4", "-q", quiet=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert len(frames_of(tmp_path / "out.mp4")) == FPS
+    assert len(video_frames(tmp_path / "out.mp4")) == FPS
 
 
 def test_aliases_write_what_the_long_options_write(clip, tmp_path):
@@ -131,7 +126,7 @@ def test_aliases_write_what_the_long_options_write(clip, tmp_path):
     assert short.returncode == 0 and long.returncode == 0, short.stderr + long.stderr
     with av.open(str(tmp_path / "short.bin")) as c:
         assert "matroska" in c.format.name and c.streams.video[0].codec_context.name == "ffv1"
-    a, b = frames_of(tmp_path / "short.bin"), frames_of(tmp_path / "long.bin")
+    a, b = video_frames(tmp_path / "short.bin"), video_frames(tmp_path / "long.bin")
     assert len(a) == len(b) == FPS
     assert all(np.array_equal(x.to_ndarray(), y.to_ndarray()) and x.pts == y.pts for x, y in zip(a, b))
 
@@ -141,8 +136,8 @@ def test_flip_of_vf_is_applied(clip, tmp_path):
     flipped = run_pipeline(clip, "flip.mkv", "-c:v", "ffv1", "-vf", "hflip", "-t", "0.2", "-q", quiet=False,
                            cwd=tmp_path)
     assert plain.returncode == flipped.returncode == 0, plain.stderr + flipped.stderr
-    a = frames_of(tmp_path / "plain.mkv")[0].to_ndarray(format="rgb24").astype(int)
-    b = frames_of(tmp_path / "flip.mkv")[0].to_ndarray(format="rgb24").astype(int)
+    a = video_frames(tmp_path / "plain.mkv")[0].to_ndarray(format="rgb24").astype(int)
+    b = video_frames(tmp_path / "flip.mkv")[0].to_ndarray(format="rgb24").astype(int)
     assert np.abs(a[:, ::-1] - b).mean() < 3 < np.abs(a - b).mean()
 
 

@@ -11,11 +11,10 @@ import re
 import sys
 from pathlib import Path
 
-import av
 import cv2
 import numpy as np
 import pytest
-from utils import ROOT, all_devices, environment, run_cli
+from utils import ROOT, all_devices, environment, run_cli, video_frames
 
 from pipeline import sample
 from pipeline.config import PRESETS_DIR
@@ -104,8 +103,7 @@ def cv_planes(fn, src: np.ndarray) -> np.ndarray:
 
 
 def frame_size(path: Path) -> tuple[int, int, int]:
-    with av.open(str(path)) as c:
-        frames = list(c.decode(video=0))
+    frames = video_frames(path)
     return frames[0].width, frames[0].height, len(frames)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from utils import one_error, partials, run_pipeline
+from utils import one_error, partials, read_json, run_pipeline, video_frames
 from pipeline.sample import make_clip
 
 
@@ -159,13 +159,11 @@ def concealed(tmp_path_factory):
 
 
 def test_concealed_decoder_errors_are_reported_and_fatal_with_strict(tmp_path, concealed):
-    import json
-
     out, stats = tmp_path / "out.mp4", tmp_path / "s.json"
     result = run_pipeline(concealed, "-o", out, "--stats-json", stats, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "warning" in result.stderr
-    assert json.loads(stats.read_text())["corrupt_frames"] > 0
+    assert read_json(stats)["corrupt_frames"] > 0
     line = one_error(run_pipeline(concealed, "-o", tmp_path / "strict.mp4", "--strict", cwd=tmp_path), 3, "--strict")
     assert "decoder error" in line or "corrupt frame" in line
 
@@ -200,13 +198,6 @@ def test_strict_decodes_with_slice_threads(clip):
 # -- 16. frames whose height is not a multiple of 4 ------------------------------------------------------------
 
 
-def _frames(path: Path):
-    import av
-
-    with av.open(str(path)) as c:
-        return list(c.decode(video=0))
-
-
 @pytest.mark.parametrize("make, args, size", [
     (lambda d: make_clip(d / "2x2.mkv", width=2, height=2, frames=4, codec="ffv1", audio=False), (), (2, 2)),
     (lambda d: make_clip(d / "in.mp4", width=64, height=48, frames=4, audio=False), ("--filters", "crop=w=16:h=2"),
@@ -216,7 +207,7 @@ def test_frames_two_rows_high_are_encoded(tmp_path, make, args, size):
     out = tmp_path / "out.mkv"
     result = run_pipeline(make(tmp_path), "-o", out, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    frames = _frames(out)
+    frames = video_frames(out)
     assert len(frames) == 4 and {(f.width, f.height) for f in frames} == {size}
 
 
@@ -227,7 +218,7 @@ def test_a_height_of_4n_plus_2_is_not_rescaled(tmp_path):
     out = tmp_path / "out.mkv"
     result = run_pipeline(src, "-o", out, "--filters", "", "-c", "ffv1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    for a, b in zip(_frames(src), _frames(out)):
+    for a, b in zip(video_frames(src), video_frames(out)):
         ya, yb = (f.to_ndarray()[:54].astype(np.int16) for f in (a, b))  # the Y plane
         diff = np.abs(ya - yb)
         assert diff.mean() < 0.5 and diff.max() <= 4  # colour round trip only; 52 rows stretched to 54: 10, 128
@@ -286,7 +277,7 @@ def test_every_video_encoder_works_or_exits_2_saying_why(tmp_path, tiny, encoder
         assert not out.exists()
     else:
         assert lines == []
-        assert len(_frames(out)) == 5
+        assert len(video_frames(out)) == 5
     assert partials(tmp_path) == []
 
 
@@ -306,7 +297,7 @@ def test_mpeg2_gets_a_frame_rate_it_takes_and_keeps_the_timing(tmp_path, tiny):
     out = tmp_path / "out.mkv"
     result = run_pipeline(tiny, "-o", out, "-c", "mpeg2video", cwd=tmp_path)  # the input's time base is 1/15360
     assert result.returncode == 0, result.stderr
-    frames = _frames(out)
+    frames = video_frames(out)
     assert len(frames) == 5
     times = [float(f.pts * f.time_base) for f in frames]
     assert times == pytest.approx([i / 30 for i in range(5)], abs=2e-3)
@@ -326,7 +317,7 @@ def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder
     with av.open(str(out)) as c:
         if pix_fmt:
             assert c.streams.video[0].codec_context.pix_fmt == pix_fmt
-    a, b = (f.to_ndarray(format="rgb24").astype(int) for f in (_frames(tiny)[0], _frames(out)[0]))
+    a, b = (f.to_ndarray(format="rgb24").astype(int) for f in (video_frames(tiny)[0], video_frames(out)[0]))
     assert abs(a.mean() - b.mean()) < 4  # the picture, converted, not a green or dark one
 
 
@@ -364,7 +355,7 @@ def test_extra_video_streams_and_interlacing_are_said(tmp_path, two_streams_inte
     assert result.returncode == 0, result.stderr
     assert "2 video streams; processing #0 (h264 64x48); not in the output: #1 mpeg4 32x32" in result.stderr
     assert "interlaced video (top field first); processed and written as progressive" in result.stderr
-    assert len(_frames(tmp_path / "out.mkv")) == 5
+    assert len(video_frames(tmp_path / "out.mkv")) == 5
 
 
 def test_avi_states_the_input_frame_rate(tmp_path, clip):
@@ -375,7 +366,7 @@ def test_avi_states_the_input_frame_rate(tmp_path, clip):
     assert result.returncode == 0, result.stderr
     with av.open(str(out)) as c:
         assert c.streams.video[0].average_rate == 30
-    assert len(_frames(out)) == 6
+    assert len(video_frames(out)) == 6
 
 
 # -- 14. audio the container cannot hold; --audio copy|encode|none ----------------------------------------------

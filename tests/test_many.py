@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from utils import all_devices, decode, run_cli
+from utils import all_devices, decode, pipeline_threads, read_json, run_cli
 from pipeline import sample as make_sample
 from pipeline.config import RunConfig
 from pipeline.many import configs_for, run_many, shared_memory_for
@@ -22,10 +20,6 @@ def clips(tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("many")
     return [make_sample.make_clip(root / f"clip{w}x{h}.mkv", width=w, height=h, frames=12, fps=30, seed=i,
                                   codec="ffv1", audio=i == 0) for i, (w, h) in enumerate(SIZES)]
-
-
-def threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
 
 
 @pytest.mark.parametrize("device", all_devices())
@@ -46,7 +40,7 @@ def test_streams_of_three_sizes_give_what_single_runs_give(device, clips, tmp_pa
     shared = result.totals()["shared"]
     assert shared["arena_device_allocs"] >= 1 and shared["arena_bytes_in_use"] == 0
     assert shared["pinned_bytes_in_use"] == 0  # every ring went back to the pool
-    assert threads() == []
+    assert pipeline_threads() == []
 
 
 def test_a_failing_stream_fails_alone_and_sets_the_exit_code(clips, tmp_path):
@@ -90,7 +84,7 @@ def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{c.stem}_processed.mkv" for c in clips[:2])
     assert "2 streams" in proc.stdout
-    data = json.loads(stats.read_text())
+    data = read_json(stats)
     assert data["totals"]["streams"] == 2 and data["totals"]["frames_out"] == 24
     config = tmp_path / "streams.toml"
     config.write_text(f'codec = "ffv1"\n[[streams]]\ninput = "{clips[0]}"\noutput = "{tmp_path / "a.mkv"}"\n'

@@ -7,7 +7,6 @@ bounded.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from utils import decode, max_abs_diff, run_cli
+from utils import decode, max_abs_diff, read_json, run_cli
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +44,7 @@ def run(clip: Path, out: Path, *args: str) -> dict:
     stats = out.with_suffix(".json")
     proc = run_cli("run", clip, "-o", out, "-q", "--device", "cuda", "-c", "ffv1", "--stats-json", stats, *args)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(stats.read_text())
+    return read_json(stats)
 
 
 def test_nvdec_output_matches_the_cpu_decoder(h264, tmp_path):
@@ -80,7 +79,7 @@ def test_nvdec_odd_size_and_null_output(odd_h264, tmp_path):
     stats = tmp_path / "s.json"
     proc = run_cli("run", odd_h264, "-o", "null", "-q", "--device", "cuda", "--decode", "nvdec", "--stats-json", stats)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(stats.read_text())
+    data = read_json(stats)
     assert data["frames_out"] == 6 and data["size"] == [322, 182] and data["decode"] == "nvdec"
 
 

@@ -5,14 +5,23 @@ Exact comparisons use FFV1 in Matroska (lossless); the H.264 run uses crf=0 (los
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from utils import Decoded, all_devices, apply_chain_cpu, decode, max_abs_diff, partials, run_cli
+from utils import (
+    Decoded,
+    all_devices,
+    apply_chain_cpu,
+    decode,
+    max_abs_diff,
+    partials,
+    pipeline_threads,
+    read_json,
+    run_cli,
+)
 from pipeline import OutputError, Pipeline, RunConfig, sample
 from pipeline.config import DEFAULT_FILTERS
 from pipeline.video import Colour, VideoFormat
@@ -65,10 +74,6 @@ def assert_matches_reference(out: Decoded, src: Decoded, filters: str, tolerance
     assert worst <= tolerance
 
 
-def pipeline_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
-
-
 # --- the CLI ----------------------------------------------------------------------------------------------
 
 
@@ -88,7 +93,7 @@ def test_cli_run_keeps_frames_timestamps_audio_and_size(device, clips, inputs, t
     assert_matches_reference(got, src, DEFAULT_FILTERS, TOLERANCE[device])
     assert partials(tmp_path) == []
 
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["frames_in"] == stats["frames_out"] == MP4_FRAMES
     assert stats["audio_packets"] == src.audio_packets
     assert stats["device"] == device
@@ -105,7 +110,7 @@ def test_cli_frames_stops_after_n(clips, tmp_path):
                    "--stats-json", stats_path)
     assert proc.returncode == 0, proc.stderr
     assert len(decode(out).frames) == 5
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["frames_in"] == stats["frames_out"] == 5
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import pytest
-from utils import pipeline_command, python_command, run_pipeline
+from utils import count_audio_packets, pipeline_command, python_command, read_json, run_pipeline, video_times
 
 from pipeline import sink
 from pipeline.config import pipe_fd
@@ -52,11 +50,8 @@ def ts_bytes(clip: Path) -> bytes:
 
 def decoded(data: bytes) -> tuple[int, int, list[Fraction]]:
     """Video frames, audio packets and the video's timestamps of a stream held in memory."""
-    with av.open(io.BytesIO(data)) as c:
-        audio = sum(1 for p in c.demux(audio=0) if p.dts is not None) if c.streams.audio else 0
-    with av.open(io.BytesIO(data)) as c:
-        times = [Fraction(f.pts) * f.time_base for f in c.decode(video=0)]
-    return len(times), audio, times
+    times = video_times(io.BytesIO(data))
+    return len(times), count_audio_packets(io.BytesIO(data)), times
 
 
 def test_pipe_names():
@@ -91,7 +86,7 @@ def test_stdout_holds_only_the_stream(clip, tmp_path):
     assert frames == FRAMES and audio > 0
     err = r.stderr.decode()
     assert f"{FRAMES} frames in" in err and "wrote pipe:1" in err
-    stats = json.loads((tmp_path / "stats.json").read_text())
+    stats = read_json(tmp_path / "stats.json")
     # stdin is a stream read as fast as it comes, not a live source: every frame, no drops
     assert (stats["mode"], stats["drop_policy"], stats["drops"]["total"]) == ("file", "block", 0)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import pytest
-from utils import run_cli
+from utils import run_cli, video_frames
 
 from pipeline import sample
 from pipeline.config import DEFAULT_FILTERS, PRESETS_DIR, build_config, find_config, load_toml, preset_names
@@ -106,6 +105,5 @@ def test_preset_end_to_end_on_cpu_from_another_directory(given, tmp_path):
     config = str(PRESETS_DIR / "grade.toml") if given == "absolute" else given
     result = run_cli("run", clip, "-o", out, "--config", config, "--device", "cpu", "-q", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    with av.open(str(out)) as c:
-        frames = list(c.decode(video=0))
+    frames = video_frames(out)
     assert len(frames) == 4 and (frames[0].width, frames[0].height) == (128, 72)

@@ -13,6 +13,7 @@ import types
 
 import pytest
 from rich.console import Console
+from utils import read_json
 
 from pipeline.bench import probe, probe_report
 from pipeline.errors import EXIT_GPU, GPUError
@@ -72,7 +73,7 @@ def test_probe_main_on_gpu_writes_json(tmp_path):
     out = tmp_path / "probe.json"
     args = argparse.Namespace(repeats=2, json=str(out), quiet=True)
     assert probe.main(args) == 0
-    data = json.loads(out.read_text())
+    data = read_json(out)
     assert data["repeats"] == 2 and data["alloc"] and data["bandwidth"]
 
 
@@ -181,7 +182,7 @@ def test_main_prints_tables_and_writes_json(monkeypatch, tmp_path, capsys):
     out = tmp_path / "probe.json"
     assert probe.main(argparse.Namespace(repeats=7, json=str(out), quiet=False)) == 0
     assert "Allocation costs on NVIDIA H200 (median of 7)" in capsys.readouterr().out
-    assert json.loads(out.read_text()) == dict(CANNED, repeats=7)
+    assert read_json(out) == dict(CANNED, repeats=7)
 
     assert probe.main(argparse.Namespace(repeats=7, json=None, quiet=True)) == 0
     assert capsys.readouterr().out == ""

@@ -7,20 +7,17 @@ OS. Every wait is bounded, and every process started is ended by the test.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
-from utils import all_devices, environment, pipeline_command, python_command, run_pipeline
+from utils import all_devices, environment, pipeline_command, python_command, read_json, run_pipeline, video_times
 
 from pipeline.errors import ConfigError
 from pipeline.sample import make_clip
@@ -92,16 +89,11 @@ def wait_udp_bound(port: int, proc: subprocess.Popen, timeout: float = 20) -> No
     pytest.fail(f"nothing bound UDP port {port} within {timeout} s")
 
 
-def decoded_times(path: Path) -> list[Fraction]:
-    with av.open(str(path)) as c:
-        return [Fraction(f.pts) * f.time_base for f in c.decode(video=0)]
-
-
 def assert_accounted(stats: dict, output: Path) -> None:
     """Every frame that came in went out or was dropped and counted; the latency report is complete."""
     assert stats["frames_out"] + stats["drops"]["total"] == stats["frames_in"], stats["drops"]
     assert stats["drops"]["total"] == sum(v for k, v in stats["drops"].items() if k != "total")
-    assert len(decoded_times(output)) == stats["frames_out"] > 0
+    assert len(video_times(output)) == stats["frames_out"] > 0
     for queue in stats["queues"].values():
         assert queue["peak"] <= queue["size"]  # bounded: nothing piled up
     hops = stats["latency_hops_ms"]
@@ -126,7 +118,7 @@ def test_udp_stream_is_processed_live(tmp_path, clips):
     finally:
         end(*(p for p in (run, send) if p is not None))
     assert code == 0, err
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["mode"] == "live" and stats["drop_policy"] == "drop-oldest"
     assert stats["frames_in"] == 30
     assert_accounted(stats, out)
@@ -144,7 +136,7 @@ def test_tcp_stream_to_a_listening_pipeline_ends_with_the_stream(tmp_path, clips
     finally:
         end(run, send)
     assert code == 0, err  # the sender closing the connection is the end of the stream, not a stall
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["frames_in"] == N  # TCP loses nothing, and the pipeline listened from the start
     assert_accounted(stats, out)
     assert stats["audio_packets"] > 0
@@ -166,7 +158,7 @@ def test_a_live_stream_with_the_default_settings_drops_nothing(tmp_path):
     finally:
         end(run, send)
     assert code == 0, err
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["frames_in"] == stats["frames_out"] == 60 and stats["drops"]["total"] == 0
     assert_accounted(stats, out)
 
@@ -193,8 +185,8 @@ def test_stalled_source_exits_3_and_keeps_a_playable_output(tmp_path, clips):
     assert last.startswith("pipeline: error: ") and "stalled" in err and "gave up after 1 reconnect" in last
     done = int(last.split("holds the ")[1].split()[0])
     assert 0 < done <= 30
-    assert len(decoded_times(out)) == done  # finalised and playable
-    assert json.loads(stats_path.read_text())["frames_out"] == done
+    assert len(video_times(out)) == done  # finalised and playable
+    assert read_json(stats_path)["frames_out"] == done
     assert took < 20  # 1 s of video, a 1 s stall timeout, 0.5 s back-off, a 1 s open timeout
     assert not list(tmp_path.glob(".*partial*"))
 
@@ -221,7 +213,7 @@ def test_ctrl_c_during_a_stall_stops_at_once_and_keeps_the_output(tmp_path, clip
     line = err.strip().splitlines()[-1]
     assert "interrupted by SIGINT" in line and "Traceback" not in err
     done = int(line.split("holds the ")[1].split()[0])
-    assert len(decoded_times(out)) == done > 0
+    assert len(video_times(out)) == done > 0
 
 
 def test_a_source_back_after_a_stall_is_reconnected(tmp_path, clips):
@@ -239,10 +231,10 @@ def test_a_source_back_after_a_stall_is_reconnected(tmp_path, clips):
         end(*(p for p in (run, send) if p is not None))
     assert code == 0, err
     assert "reconnected" in err
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["reconnects"] == 1 and stats["frames_in"] == 45
     assert_accounted(stats, out)
-    times = decoded_times(out)
+    times = video_times(out)
     assert all(a < b for a, b in zip(times, times[1:]))  # one stream across the two connections
 
 
@@ -266,7 +258,7 @@ def test_url_output_streams_to_a_live_receiver(tmp_path, clips):
     assert code == 0, err
     assert streamed == 0, streamed_err
     assert list(send_dir.iterdir()) == []  # a stream URL: no temporary file, nothing renamed
-    assert_accounted(json.loads(stats_path.read_text()), out)
+    assert_accounted(read_json(stats_path), out)
 
 
 # -- pacing and drops ----------------------------------------------------------------------------------
@@ -276,7 +268,7 @@ def run_paced(tmp_path: Path, clip: Path, *extra) -> tuple[dict, Path]:
     out, stats_path = tmp_path / "out.mp4", tmp_path / "stats.json"
     result = run_pipeline(clip, "-o", out, "--realtime", "--stats-json", stats_path, *extra, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    return json.loads(stats_path.read_text()), out
+    return read_json(stats_path), out
 
 
 def test_realtime_paces_a_file_at_its_frame_rate(tmp_path, clips):
@@ -301,8 +293,8 @@ def test_a_slow_chain_drops_frames_and_memory_stays_bounded(tmp_path, clips, pol
     assert stats["drops"]["total"] > 5  # 30 fps in, about 8 fps out
     assert_accounted(stats, out)
     assert stats["memory"]["device_allocs"] == 1 and stats["memory"]["host_allocs"] == 0
-    kept = decoded_times(out)
-    source = decoded_times(clips["mp4"])[:30]
+    kept = video_times(out)
+    source = video_times(clips["mp4"])[:30]
     assert set(kept) <= set(source) and kept == sorted(kept)
     # drop-oldest lets the freshest frames through, the last one included; drop-newest the queued
     # ones, the first included.
@@ -325,7 +317,7 @@ def test_latency_hops_are_in_order(tmp_path, clips, device):
     result = run_pipeline(clips["mp4"], "-o", out, "--realtime", "--config", REALTIME, "--stats-json", stats_path,
                           "--frames", 20, "--latency-budget", 1000, device=device, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     series = stats["per_frame"]
     names = ["decoded", "slotted", "uploaded", "filtered", "downloaded", "encoder", "packet"]
     stamps = np.array([series[n] for n in names], dtype=float)
@@ -341,7 +333,7 @@ def test_latency_budget_warns_once_and_counts(tmp_path, clips):
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "budget" in line]
     assert len(warnings) == 1 and "largest hop" in warnings[0]
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     assert stats["over_budget"] == stats["frames_out"] > 0
 
 
@@ -366,7 +358,7 @@ def test_nvtx_without_cupy_or_nvtx_runs_with_a_notice(tmp_path, clips):
 
     has_nvtx = (_cupy_nvtx() or _nvtx_package()) is not None  # as the run decides
     assert ("no NVTX ranges" in result.stderr) is not has_nvtx
-    assert len(decoded_times(out)) == 3
+    assert len(video_times(out)) == 3
 
 
 def test_preview_draws_the_latest_frame_and_q_stops():
@@ -435,7 +427,7 @@ def test_preview_run_on_the_offscreen_driver(tmp_path, clips, monkeypatch):
     result = run_pipeline(clips["mp4"], "-o", out, "--preview", "--frames", 10, cwd=tmp_path,
                           env=environment(SDL_VIDEODRIVER="dummy"))
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "" and len(decoded_times(out)) == 10
+    assert result.stdout == "" and len(video_times(out)) == 10
 
 
 def test_preview_without_pygame_is_one_line_naming_the_extra(monkeypatch):

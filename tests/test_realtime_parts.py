@@ -123,7 +123,7 @@ def test_realtime_config_fields_and_preset(tmp_path):
 
 def test_a_plain_file_is_never_dropped_from(tmp_path):
     """An explicit drop policy applies to live and paced sources; a file run keeps every frame."""
-    from utils import run_cli
+    from utils import read_json, run_cli
     from pipeline.sample import make_clip
 
     clip = make_clip(tmp_path / "in.mp4", width=160, height=96, frames=24, audio=False)
@@ -132,7 +132,5 @@ def test_a_plain_file_is_never_dropped_from(tmp_path):
                    "--filters", "bilateral=sigma_s=3", "--stats-json", str(stats))
     assert proc.returncode == 0, proc.stderr
     assert "applies to live or --realtime sources" in proc.stderr
-    import json
-
-    d = json.loads(stats.read_text())
+    d = read_json(stats)
     assert d["frames_in"] == d["frames_out"] == 24

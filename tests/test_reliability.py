@@ -8,11 +8,9 @@ in-process with one function monkeypatched. Signals are in test_signals.py, fuzz
 from __future__ import annotations
 
 import errno
-import json
 import os
 import random
 import shutil
-import threading
 from fractions import Fraction
 from pathlib import Path
 
@@ -20,7 +18,21 @@ import av
 import cv2
 import numpy as np
 import pytest
-from utils import ROOT, assert_failed, partials, remux, run_cli, run_pipeline, run_python
+from utils import (
+    ROOT,
+    assert_failed,
+    count_audio_packets,
+    frame_times,
+    partials,
+    pipeline_threads,
+    read_json,
+    remux,
+    run_cli,
+    run_pipeline,
+    run_python,
+    video_frames,
+    video_times,
+)
 
 from pipeline import build, cli, engine
 from pipeline.errors import GPUError, InputError
@@ -37,15 +49,6 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("pipeline: error")]
 
 
-def video_frames(path: Path) -> list[av.VideoFrame]:
-    with av.open(str(path)) as c:
-        return list(c.decode(video=0))
-
-
-def seconds(frames) -> list[Fraction]:
-    return [Fraction(f.pts) * f.time_base for f in frames]
-
-
 def decodable_frames(path: Path) -> int:
     """What PyAV alone gets out of a damaged file, skipping the packets it rejects."""
     count = 0
@@ -56,13 +59,6 @@ def decodable_frames(path: Path) -> int:
             except av.error.FFmpegError:
                 pass
     return count
-
-
-def audio_packet_count(path: Path) -> int:
-    with av.open(str(path)) as c:
-        if not c.streams.audio:
-            return 0
-        return sum(1 for p in c.demux(audio=0) if p.dts is not None)
 
 
 def write_frames(path: Path, frames, *, codec="libx264", rate=25, time_base=None, container_format=None,
@@ -107,10 +103,6 @@ def _slow_only_when_asked(request):
     # plain run skips them too, so the default run of this file stays short.
     if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("slow: select with -m slow")
-
-
-def no_pipeline_threads() -> bool:
-    return not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
 
 
 # -- 1. inputs that are not video: exit 3, nothing written ------------------------------------------
@@ -204,7 +196,7 @@ def test_faststart_mp4_truncated_in_media_keeps_every_decodable_frame(tmp_path, 
     expected = decodable_frames(src)
     assert 0 < expected < N
     assert len(video_frames(out)) == expected
-    assert json.loads((tmp_path / "s.json").read_text())["frames_out"] == expected
+    assert read_json(tmp_path / "s.json")["frames_out"] == expected
 
 
 # -- 3. corrupt packets -----------------------------------------------------------------------------
@@ -225,7 +217,7 @@ def test_corrupt_packets_are_skipped_counted_and_reported(tmp_path, corrupt_clip
     out = tmp_path / "out.mp4"
     result = run_pipeline(corrupt_clip, "-o", out, "--stats-json", tmp_path / "s.json", quiet=False, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    stats = json.loads((tmp_path / "s.json").read_text())
+    stats = read_json(tmp_path / "s.json")
     assert stats["decode_errors"] + stats["corrupt_frames"] > 0
     assert stats["frames_in"] == stats["frames_out"] == len(video_frames(out))
     assert stats["frames_in"] + stats["decode_errors"] <= 60
@@ -290,7 +282,7 @@ def test_resolution_change_mid_stream_is_scaled_to_the_first_size(tmp_path):
     frames = video_frames(out)
     assert len(frames) == 20
     assert {(f.width, f.height) for f in frames} == {(320, 180)}
-    times = seconds(frames)
+    times = frame_times(frames)
     assert all(t0 < t1 for t0, t1 in zip(times, times[1:]))
 
 
@@ -330,7 +322,7 @@ def test_variable_frame_rate_keeps_every_timestamp(tmp_path, suffix):
     out = tmp_path / f"out{suffix}"
     result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert seconds(video_frames(out)) == [Fraction(p, 1000) for p in pts]
+    assert video_times(out) == [Fraction(p, 1000) for p in pts]
 
 
 # -- 7. rotation ----------------------------------------------------------------------------------
@@ -445,7 +437,7 @@ def test_device_oom_mid_run_keeps_a_playable_partial_output(tmp_path, clips, mon
     assert 0 < done <= 12
     assert len(video_frames(out)) == done  # playable, with the frames done
     assert partials(tmp_path) == []
-    assert no_pipeline_threads()
+    assert pipeline_threads() == []
 
 
 # -- 13. output directory ----------------------------------------------------------------------------
@@ -538,7 +530,7 @@ def test_disk_full_while_muxing_exits_4_and_removes_the_partial_file(tmp_path, c
     assert code == 4, err
     assert "No space left on device" in err and "out.mp4" in err and len(err.strip().splitlines()) == 1
     assert not out.exists() and partials(tmp_path) == []
-    assert no_pipeline_threads()
+    assert pipeline_threads() == []
 
 
 # -- 16. existing output --------------------------------------------------------------------------------
@@ -590,13 +582,13 @@ def test_good_input_loses_nothing(tmp_path, clips, suffix):
     result = run_pipeline(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    stats = json.loads((tmp_path / "s.json").read_text())
+    stats = read_json(tmp_path / "s.json")
     assert stats["frames_in"] == stats["frames_out"] == N
     assert stats["decode_errors"] == stats["corrupt_frames"] == stats["retimed_frames"] == 0
-    times = seconds(video_frames(out))
-    assert times == seconds(video_frames(src))
+    times = video_times(out)
+    assert times == video_times(src)
     assert all(t0 < t1 for t0, t1 in zip(times, times[1:]))
-    assert stats["audio_packets"] == audio_packet_count(src) == audio_packet_count(out) > 0
+    assert stats["audio_packets"] == count_audio_packets(src) == count_audio_packets(out) > 0
 
 
 def _boom(*args, **kwargs):
@@ -618,7 +610,7 @@ def test_a_failing_stage_stops_the_others_and_is_reported_once(tmp_path, clips, 
     assert err.count("boom") == 1 and len(err.strip().splitlines()) == 1
     assert "internal error while processing" in err and "av.mp4" in err and "Traceback" not in err
     assert not out.exists() and partials(tmp_path) == []
-    assert no_pipeline_threads()
+    assert pipeline_threads() == []
 
 
 @pytest.mark.slow
@@ -647,7 +639,7 @@ def test_null_output_processes_every_frame_and_writes_nothing(tmp_path, clips):
     stats = tmp_path / "s.json"
     result = run_pipeline(clips["av"], "-o", "null", "--stats-json", stats, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    data = json.loads(stats.read_text())
+    data = read_json(stats)
     assert data["frames_out"] == N and data["output"] == "null"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
     result = run_pipeline(clips["av"], "-o", tmp_path / "x.mp4", "--format", "null", cwd=tmp_path)

@@ -10,14 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 
-import av
 import pytest
-from utils import partials, pipeline_command, run_pipeline
+from utils import partials, pipeline_command, pipeline_threads, run_pipeline, video_times, wait_until
 
 from pipeline import cli, engine
 from pipeline.sample import make_clip
@@ -42,18 +39,9 @@ def wait_for_progress(proc: subprocess.Popen, out: Path, settle: float = 1.0) ->
     """Until the run has started writing (the temporary file and its header exist), then ``settle``
     seconds of processing (some 50 frames here). The file's size says nothing finer: the encoder's
     look-ahead and the muxer's write buffer hold back the first hundreds of kilobytes."""
-    deadline = time.monotonic() + 30
-    while not partials(out.parent):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no progress"
-        time.sleep(0.02)
+    wait_until(lambda: partials(out.parent), proc, "progress", timeout=30)
     time.sleep(settle)
     assert proc.poll() is None, "finished before the signal: make the run slower"
-
-
-def video_times(path: Path) -> list[Fraction]:
-    with av.open(str(path)) as c:
-        return [Fraction(f.pts) * f.time_base for f in c.decode(video=0)]
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"])
@@ -122,4 +110,4 @@ def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypat
     assert 20 <= done < FRAMES  # the frames in flight when the signal came were finished, not dropped
     assert video_times(out) == video_times(long_clip)[:done]
     assert partials(out.parent) == []
-    assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-")]
+    assert pipeline_threads() == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from utils import run_pipeline
+from utils import run_pipeline, video_times
 
 from pipeline.span import KEEP, SKIP, STOP, Span
 from pipeline.sample import make_clip
@@ -39,11 +39,11 @@ def which_frames(path: Path, source: list[np.ndarray]) -> list[int]:
 
 
 def times(path: Path, kind: str = "video") -> list[Fraction]:
+    """The timestamps, in seconds, of the video frames or of the audio packets."""
+    if kind == "video":
+        return video_times(path)
     with av.open(str(path)) as c:
-        stream = c.streams.video[0] if kind == "video" else c.streams.audio[0]
-        if kind == "video":
-            return [Fraction(f.pts) * f.time_base for f in c.decode(stream)]
-        return [Fraction(p.pts) * p.time_base for p in c.demux(stream) if p.dts is not None]
+        return [Fraction(p.pts) * p.time_base for p in c.demux(c.streams.audio[0]) if p.dts is not None]
 
 
 # -- the span itself (plain Python) ------------------------------------------------------------------

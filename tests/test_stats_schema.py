@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 
-from utils import ROOT
+from utils import ROOT, read_json
 
 from pipeline import Pipeline
 from pipeline.config import build_config
@@ -29,7 +28,7 @@ def test_stats_json_is_versioned_ascii_and_documented(tmp_path):
     cfg = build_config({}, {"input": str(clip), "output": str(tmp_path / "out.mp4"), "device": "cpu",
                             "realtime": True, "latency_budget": 1000.0, "stats_json": str(stats_path)})
     Pipeline.from_config(cfg).run().write_json(stats_path)
-    stats = json.loads(stats_path.read_text())
+    stats = read_json(stats_path)
     odd = sorted(k for k in _keys(stats) if not re.fullmatch(r"[a-z0-9_]+", k))
     assert not odd, f"keys that are not plain snake_case ASCII: {odd}"
     assert stats["schema_version"] == SCHEMA_VERSION == 1

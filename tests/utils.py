@@ -7,9 +7,12 @@ mismatch with a pipeline run points at the plumbing: buffer reuse, aliasing, ord
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -93,6 +96,15 @@ def environment(**changes: str) -> dict[str, str]:
     return {**os.environ, **changes}
 
 
+def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` until it holds; fail if ``proc`` ends first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
+        time.sleep(0.02)
+
+
 # --- what a run leaves behind --------------------------------------------------------------------------------
 
 
@@ -100,6 +112,16 @@ def partials(directory: Path) -> list[Path]:
     """The hidden temporary outputs in ``directory`` (``.NAME.partial-PID.EXT``, or any hidden name holding
     "partial"): a finished or failed run leaves none."""
     return sorted(directory.glob(".*partial*"))
+
+
+def pipeline_threads() -> list[str]:
+    """The names of the pipeline's threads still alive in this process: none once a run has returned."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+
+def read_json(path: Path):
+    """A JSON file: the ``--stats-json`` of a run, a report."""
+    return json.loads(Path(path).read_text())
 
 
 def one_error(result: subprocess.CompletedProcess, code: int, *words: str) -> str:
@@ -156,9 +178,30 @@ def decode(path: str | Path) -> Decoded:
     )
 
 
-def count_audio_packets(path: str | Path) -> int:
+def open_media(source):
+    """A container opened for reading from a path or a file object (bytes held in memory)."""
+    return av.open(source if hasattr(source, "read") else str(source))
+
+
+def video_frames(source) -> list[av.VideoFrame]:
+    """Every frame of the first video stream."""
+    with open_media(source) as container:
+        return list(container.decode(video=0))
+
+
+def frame_times(frames) -> list[Fraction]:
+    """The frames' timestamps in seconds."""
+    return [Fraction(f.pts) * f.time_base for f in frames]
+
+
+def video_times(source) -> list[Fraction]:
+    """The timestamps, in seconds, of every frame of the first video stream."""
+    return frame_times(video_frames(source))
+
+
+def count_audio_packets(source) -> int:
     """The packets of the first audio stream (0 without one), not counting the demuxer's empty flush packets."""
-    with av.open(str(path)) as container:
+    with open_media(source) as container:
         if not container.streams.audio:
             return 0
         return sum(1 for p in container.demux(container.streams.audio[0]) if p.dts is not None)
