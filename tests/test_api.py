@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from utils import all_devices, decode, max_abs_diff, pipeline_threads
+from utils import all_devices, alloc_counter, decode, max_abs_diff, pipeline_threads
 from pipeline.convert import i420_to_rgb_cpu, rgb_to_rgb24_cpu
 from pipeline.filters import parse_chain
 from pipeline.video import Colour, VideoFormat
@@ -107,9 +107,7 @@ def test_pooled_frames_allocate_nothing_per_frame_cpu(clip):
 def test_pooled_frames_allocate_nothing_per_frame_cuda(clip):
     import cupy
 
-    from test_pipeline import _alloc_counter
-
-    hook = _alloc_counter(cupy)
+    hook = alloc_counter(cupy)
     engine = pipeline.Pipeline
     original_guard = engine._guard
 

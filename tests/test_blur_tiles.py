@@ -14,8 +14,9 @@ import re
 import cv2
 import numpy as np
 import pytest
+from utils import noise_rgb, one_filter
 
-from pipeline.filters import blur, parse_chain
+from pipeline.filters import blur
 from pipeline.filters.blur import (
     MAX_FUSED_RADIUS,
     SHARED_LIMIT,
@@ -39,15 +40,6 @@ EDGE_SIZES = [(63, 31), (64, 32), (65, 33), (127, 65), (129, 97), (200, 140), (1
 def gauss_taps(radius: int) -> np.ndarray:
     """Gaussian taps of exactly this radius (sigma = radius / 3)."""
     return cv2.getGaussianKernel(2 * radius + 1, radius / 3.0, ktype=cv2.CV_32F).ravel()
-
-
-def noise(w: int, h: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
-
-
-def one(spec: str):
-    (f,) = parse_chain(spec)
-    return f
 
 
 # --- tile choice ------------------------------------------------------------------------------------------
@@ -127,7 +119,7 @@ def launches(monkeypatch):
 
 
 def run_recorded(spec: str, w: int = 190, h: int = 106):
-    f = one(spec)
+    f = one_filter(spec)
     src = np.zeros((3, h, w), np.float32)
     dst, scratch = np.zeros_like(src), [np.zeros(s, np.float32) for s in f.scratch_shapes(w, h)]
     f.cuda(src, dst, scratch)
@@ -175,7 +167,7 @@ def test_sigma_printed_with_an_exponent_still_names_a_valid_kernel(launches):
 
 @pytest.mark.parametrize("spec", ["gblur=sigma=64", "gblur=sigma=11", "gblur=sigma=10.6"])
 def test_largest_radii(launches, spec):
-    radius = len(one(spec).taps) // 2
+    radius = len(one_filter(spec).taps) // 2
     run_recorded(spec)
     assert len(launches) == (1 if radius <= MAX_FUSED_RADIUS else 2)
 
@@ -234,7 +226,7 @@ def check(got: np.ndarray, expected: np.ndarray) -> None:
 @pytest.mark.parametrize("radius", range(1, 41))
 def test_gaussian_every_radius_matches_reference(radius, size):
     taps = gauss_taps(radius)
-    src = noise(*size, seed=radius)
+    src = noise_rgb(*size, seed=radius)
     got, scratch = gpu_separable(src, taps, tag=f"gauss_r{radius}")
     check(got, cpu_separable(src, taps))
     if radius <= MAX_FUSED_RADIUS:
@@ -246,7 +238,7 @@ def test_gaussian_every_radius_matches_reference(radius, size):
 @pytest.mark.parametrize("radius", [1, 2, 3, 4, 5, 16, 17, 32])
 def test_tile_edges_and_tiny_frames(radius, size):
     taps = gauss_taps(radius)
-    src = noise(*size, seed=7)
+    src = noise_rgb(*size, seed=7)
     check(gpu_separable(src, taps, tag=f"edge_r{radius}")[0], cpu_separable(src, taps))
 
 
@@ -254,8 +246,8 @@ def test_tile_edges_and_tiny_frames(radius, size):
 @pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 @pytest.mark.parametrize("radius", [1, 2, 3, 5, 8, 16, 17, 31, 32, 33, 40, 64])
 def test_boxblur_matches_reference(radius, size):
-    f = one(f"boxblur=radius={radius}")
-    src = noise(*size, seed=radius + 100)
+    f = one_filter(f"boxblur=radius={radius}")
+    src = noise_rgb(*size, seed=radius + 100)
     check(gpu_filter(f, src), cpu_filter(f, src))
 
 
@@ -274,8 +266,8 @@ UNSHARP = [
 @pytest.mark.parametrize("size", [*SIZES, (65, 33), (33, 7)], ids=[*SIZE_IDS, "65x33", "33x7"])
 @pytest.mark.parametrize("spec", UNSHARP)
 def test_unsharp_matches_reference(spec, size):
-    f = one(spec)
-    src = noise(*size, seed=len(spec))
+    f = one_filter(spec)
+    src = noise_rgb(*size, seed=len(spec))
     check(gpu_filter(f, src), cpu_filter(f, src))
 
 
@@ -283,8 +275,8 @@ def test_unsharp_matches_reference(spec, size):
 @pytest.mark.parametrize("spec", ["gblur=sigma=0.3", "gblur", "gblur=sigma=1.5", "gblur=sigma=4", "gblur=sigma=10.6",
                                   "gblur=sigma=11", "gblur=sigma=64", "gblur=sigma=1e-05"])
 def test_gblur_filter_matches_reference(spec):
-    f = one(spec)
-    src = noise(190, 106, seed=3)
+    f = one_filter(spec)
+    src = noise_rgb(190, 106, seed=3)
     check(gpu_filter(f, src), cpu_filter(f, src))
 
 
@@ -292,7 +284,7 @@ def test_gblur_filter_matches_reference(spec):
 @pytest.mark.parametrize("radius", [1, 3, 7, 20, 32])
 def test_fused_equals_the_two_pass_fallback(radius, monkeypatch):
     taps = gauss_taps(radius)
-    src = noise(190, 106, seed=11)
+    src = noise_rgb(190, 106, seed=11)
     fused, _ = gpu_separable(src, taps, tag="cmp")
     again, _ = gpu_separable(src, taps, tag="cmp")
     np.testing.assert_array_equal(again, fused)  # the cached kernel, a second frame: same answer
@@ -308,9 +300,9 @@ def test_frames_not_8_byte_aligned_take_scalar_writes(spec):
     """Views one float into a buffer: the float2 writes (and unsharp's float2 reads) must not be used."""
     import cupy
 
-    f = one(spec)
+    f = one_filter(spec)
     w, h = 190, 106
-    src = noise(w, h, seed=5)
+    src = noise_rgb(w, h, seed=5)
     n = src.size
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:

@@ -9,7 +9,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from utils import all_devices
+from utils import (
+    COLOUR_IDS,
+    COLOURS,
+    KERNEL_SIZES,
+    all_devices,
+    image,
+    max_abs_diff,
+    noise_rgb,
+    on_device,
+    run_filter,
+    sentinel_like,
+    smooth_rgb,
+    ycbcr_matrix,
+)
 from pipeline.convert import (
     converter,
     from_rgb_cuda,
@@ -23,18 +36,6 @@ from pipeline.convert import (
 from pipeline.filters import fuse_pointwise, parse_chain
 from pipeline.filters.spatial import sobel_cpu
 from pipeline.video import LUMA, Colour, VideoFormat
-from test_kernels import (
-    COLOUR_IDS,
-    COLOURS,
-    SIZES,
-    image,
-    noise_rgb,
-    on_device,
-    run_filter,
-    sentinel_like,
-    smooth_rgb,
-    ycbcr_matrix,
-)
 
 MATRICES = ["bt601", "bt709", "bt2020"]
 
@@ -84,16 +85,12 @@ def from_rgb(device: str, layout: str, rgb: np.ndarray, fmt: VideoFormat, fused:
     return out
 
 
-def max_diff(a: np.ndarray, b: np.ndarray) -> int:
-    return int(np.abs(a.astype(np.int32) - b.astype(np.int32)).max())
-
-
 # --- 10-bit I420 both ways --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("colour", COLOURS, ids=COLOUR_IDS)
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", KERNEL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_i420p10_to_rgb(device, colour, size):
     fmt = VideoFormat(*size, colour, 10)
     yuv = noise_i420p10(fmt, seed=size[0])
@@ -106,7 +103,7 @@ def test_i420p10_to_rgb(device, colour, size):
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("colour", COLOURS, ids=COLOUR_IDS)
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", KERNEL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("kind", ["noise", "smooth"])
 def test_rgb_to_i420p10(device, colour, size, kind):
     fmt = VideoFormat(*size, colour, 10)
@@ -114,7 +111,7 @@ def test_rgb_to_i420p10(device, colour, size, kind):
     got = from_rgb(device, "i420p10", rgb, fmt)
     assert got.max() <= 1023
     for plane, expected in zip(fmt.planes(got), rgb_to_yuv_f64(rgb, colour, 10)):
-        assert max_diff(plane, expected) <= 1  # float32 against float64 at a rounding boundary
+        assert max_abs_diff(plane, expected) <= 1  # float32 against float64 at a rounding boundary
     if device == "cuda":
         np.testing.assert_array_equal(got, from_rgb("cpu", "i420p10", rgb, fmt))
 
@@ -297,7 +294,7 @@ def test_grey_keeps_the_luma_plane_and_makes_chroma_neutral(device, depth, colou
     neutral = 1 << (depth - 1)
     for fold in ([False, True] if device == "cuda" else [False]):
         y, u, v = fmt.planes(through(device, text, yuv, fmt, fold))
-        assert max_diff(y, y0) <= 1, f"{text} moved Y' (fold={fold})"
+        assert max_abs_diff(y, y0) <= 1, f"{text} moved Y' (fold={fold})"
         assert (u == neutral).all() and (v == neutral).all()
         if device == "cuda":
             np.testing.assert_array_equal(np.concatenate([y.ravel(), u.ravel(), v.ravel()]),
@@ -312,7 +309,7 @@ def test_grey_with_another_matrix_would_move_luma():
     (f,) = parse_chain("grayscale")
     f.use_colour(Colour("bt709"))
     out = from_rgb("cpu", "i420p10", run_filter("cpu", f, to_rgb("cpu", "i420p10", yuv, fmt)), fmt)
-    assert max_diff(fmt.planes(out)[0], fmt.planes(yuv)[0]) > 4
+    assert max_abs_diff(fmt.planes(out)[0], fmt.planes(yuv)[0]) > 4
 
 
 @pytest.mark.parametrize("matrix", MATRICES)
@@ -368,4 +365,4 @@ def test_plain_8bit_i420_is_unchanged_by_the_depth_parameter():
     a = np.zeros(fmt.nbytes, np.uint8)
     rgb_to_i420_cpu(rgb, fmt, a)
     expected = np.concatenate([p.astype(np.uint8).ravel() for p in rgb_to_yuv_f64(rgb, fmt.colour, 8)])
-    assert max_diff(a, expected) <= 1
+    assert max_abs_diff(a, expected) <= 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from utils import ROOT, all_devices, environment, run_cli, video_frames
+from utils import ROOT, all_devices, environment, noise_rgb, one_filter, run_cli, video_frames
 
 from pipeline import sample
 from pipeline.config import PRESETS_DIR
@@ -51,15 +51,6 @@ WIDE = {"COLUMNS": "200"}  # for the CLI: rich tables wide enough that no name i
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
-
-
-def noise(w: int = W, h: int = H, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
-
-
-def one(spec: str):
-    (f,) = parse_chain(spec)
-    return f
 
 
 class Runner:
@@ -118,8 +109,8 @@ def clip(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("spec", CASES)
 def test_cpu_reference_smoke(spec):
-    f = one(spec)
-    src = noise()
+    f = one_filter(spec)
+    src = noise_rgb(W, H)
     got = run("cpu", f, src)
     assert got.shape == (3, *reversed(f.output_size(W, H)))
     assert np.isfinite(got).all(), "pixels left unwritten"
@@ -130,8 +121,8 @@ def test_cpu_reference_smoke(spec):
 @pytest.mark.parametrize("spec", CASES)
 @pytest.mark.parametrize("size", [(W, H), (128, 72)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_cuda_matches_cpu(spec, size):
-    f = one(spec)
-    src = noise(*size, seed=len(spec))
+    f = one_filter(spec)
+    src = noise_rgb(*size, seed=len(spec))
     expected = run("cpu", f, src)
     got = run("cuda", f, src)
     assert got.shape == expected.shape
@@ -143,10 +134,10 @@ def test_cuda_matches_cpu(spec, size):
 def test_cuda_kernels_use_the_current_stream_and_run_twice():
     """Cached kernels and uploaded tables are reused: a second frame gives the same answer."""
     for spec in (f"lut3d=file={WARM_LUT}", "scale=w=30:h=20", "hue=degrees=10"):
-        f = one(spec)
+        f = one_filter(spec)
         runner = Runner("cuda", f, W, H)
-        first = runner(noise(seed=1))
-        np.testing.assert_array_equal(runner(noise(seed=1)), first)
+        first = runner(noise_rgb(W, H, seed=1))
+        np.testing.assert_array_equal(runner(noise_rgb(W, H, seed=1)), first)
 
 
 def builtin_filters() -> dict:
@@ -231,45 +222,45 @@ def test_chain_errors_point_at_the_token(chain, token, column):
 
 @pytest.mark.parametrize("radius", [1, 2, 5])
 def test_boxblur_matches_opencv(radius):
-    src = noise()
+    src = noise_rgb(W, H)
     k = 2 * radius + 1
     expected = cv_planes(lambda p: cv2.blur(p, (k, k), borderType=cv2.BORDER_REFLECT_101), src)
-    np.testing.assert_allclose(run("cpu", one(f"boxblur={radius}"), src), expected, atol=1e-5)
+    np.testing.assert_allclose(run("cpu", one_filter(f"boxblur={radius}"), src), expected, atol=1e-5)
 
 
 def test_unsharp_matches_opencv():
-    src = noise()
-    f = one("unsharp=sigma=1.5:amount=0.7")
+    src = noise_rgb(W, H)
+    f = one_filter("unsharp=sigma=1.5:amount=0.7")
     r = len(f.taps) // 2
     blur = cv_planes(lambda p: cv2.GaussianBlur(p, (2 * r + 1, 2 * r + 1), 1.5, borderType=cv2.BORDER_REFLECT_101), src)
     np.testing.assert_allclose(run("cpu", f, src), np.clip(src + 0.7 * (src - blur), 0, 1), atol=1e-5)
 
 
 def test_sobel_matches_opencv():
-    src = noise()
+    src = noise_rgb(W, H)
     luma = (0.2126 * src[0] + 0.7152 * src[1] + 0.0722 * src[2]).astype(np.float32)
     gx = cv2.Sobel(luma, cv2.CV_32F, 1, 0, ksize=3, borderType=cv2.BORDER_REFLECT_101)
     gy = cv2.Sobel(luma, cv2.CV_32F, 0, 1, ksize=3, borderType=cv2.BORDER_REFLECT_101)
     expected = np.clip(np.sqrt(gx * gx + gy * gy) * 0.25, 0, 1)
-    got = run("cpu", one("sobel=scale=0.25"), src)
+    got = run("cpu", one_filter("sobel=scale=0.25"), src)
     for c in range(3):
         np.testing.assert_allclose(got[c], expected, atol=1e-5)
 
 
 def test_flips_and_rotations_match_opencv():
-    src = noise()
-    np.testing.assert_array_equal(run("cpu", one("hflip"), src), cv_planes(lambda p: cv2.flip(p, 1), src))
-    np.testing.assert_array_equal(run("cpu", one("vflip"), src), cv_planes(lambda p: cv2.flip(p, 0), src))
+    src = noise_rgb(W, H)
+    np.testing.assert_array_equal(run("cpu", one_filter("hflip"), src), cv_planes(lambda p: cv2.flip(p, 1), src))
+    np.testing.assert_array_equal(run("cpu", one_filter("vflip"), src), cv_planes(lambda p: cv2.flip(p, 0), src))
     clock = cv_planes(lambda p: cv2.rotate(p, cv2.ROTATE_90_CLOCKWISE), src)
     cclock = cv_planes(lambda p: cv2.rotate(p, cv2.ROTATE_90_COUNTERCLOCKWISE), src)
-    np.testing.assert_array_equal(run("cpu", one("transpose"), src), clock)
-    np.testing.assert_array_equal(run("cpu", one("transpose=dir=cclock"), src), cclock)
+    np.testing.assert_array_equal(run("cpu", one_filter("transpose"), src), clock)
+    np.testing.assert_array_equal(run("cpu", one_filter("transpose=dir=cclock"), src), cclock)
 
 
 def test_crop_takes_the_rectangle():
-    src = noise()
-    np.testing.assert_array_equal(run("cpu", one("crop=w=20:h=10:x=4:y=6"), src), src[:, 6:16, 4:24])
-    np.testing.assert_array_equal(run("cpu", one("crop=w=20:h=10"), src), src[:, 10:20, 13:33])  # centred
+    src = noise_rgb(W, H)
+    np.testing.assert_array_equal(run("cpu", one_filter("crop=w=20:h=10:x=4:y=6"), src), src[:, 6:16, 4:24])
+    np.testing.assert_array_equal(run("cpu", one_filter("crop=w=20:h=10"), src), src[:, 10:20, 13:33])  # centred
 
 
 @pytest.mark.parametrize(
@@ -282,8 +273,8 @@ def test_crop_takes_the_rectangle():
     ],
 )
 def test_scale_matches_opencv(size, interpolation, atol):
-    src = noise()
-    f = one(f"scale=w={size[0] + size[0] % 2}:h={size[1] + size[1] % 2}")
+    src = noise_rgb(W, H)
+    f = one_filter(f"scale=w={size[0] + size[0] % 2}:h={size[1] + size[1] % 2}")
     ow, oh = f.output_size(W, H)
     expected = cv_planes(lambda p: cv2.resize(p, (ow, oh), interpolation=interpolation), src)
     np.testing.assert_allclose(run("cpu", f, src), expected, atol=atol)
@@ -298,42 +289,42 @@ def test_scale_taps_are_normalised_and_in_range():
 
 
 def test_scale_keeps_aspect_rounded_to_even():
-    assert one("scale=w=250:h=-1").output_size(640, 360) == (250, 140)  # 140.6 -> 140
-    assert one("scale=w=-1:h=720").output_size(1920, 1080) == (1280, 720)
-    assert one("scale=w=-1:h=100").output_size(640, 480) == (134, 100)  # 133.3 -> 134
+    assert one_filter("scale=w=250:h=-1").output_size(640, 360) == (250, 140)  # 140.6 -> 140
+    assert one_filter("scale=w=-1:h=720").output_size(1920, 1080) == (1280, 720)
+    assert one_filter("scale=w=-1:h=100").output_size(640, 480) == (134, 100)  # 133.3 -> 134
 
 
 def test_grayscale_and_invert_values():
     src = np.zeros((3, 2, 2), np.float32)
     src[0, 0, 0] = 1  # red
     src[:, 1, 1] = 0.5  # grey
-    grey = run("cpu", one("grayscale"), src)
+    grey = run("cpu", one_filter("grayscale"), src)
     np.testing.assert_allclose(grey[:, 0, 0], 0.2126, atol=1e-6)
     np.testing.assert_allclose(grey[:, 1, 1], 0.5, atol=1e-6)
-    np.testing.assert_array_equal(run("cpu", one("invert"), src), 1 - src)
+    np.testing.assert_array_equal(run("cpu", one_filter("invert"), src), 1 - src)
 
 
 def test_hue_rotates_around_grey():
     src = np.zeros((3, 2, 2), np.float32)
     src[0, 0, 0] = 1  # red
     src[:, 1, 1] = 0.4  # grey
-    np.testing.assert_allclose(run("cpu", one("hue=120"), src)[:, 0, 0], [0, 1, 0], atol=1e-6)
-    np.testing.assert_allclose(run("cpu", one("hue=-120"), src)[:, 0, 0], [0, 0, 1], atol=1e-6)
+    np.testing.assert_allclose(run("cpu", one_filter("hue=120"), src)[:, 0, 0], [0, 1, 0], atol=1e-6)
+    np.testing.assert_allclose(run("cpu", one_filter("hue=-120"), src)[:, 0, 0], [0, 0, 1], atol=1e-6)
     for deg in (0, 37, 360):
-        np.testing.assert_allclose(run("cpu", one(f"hue={deg}"), src)[:, 1, 1], 0.4, atol=1e-6)
-    smooth = noise() * 0.5 + 0.25  # away from clipping: a full turn is the identity
-    np.testing.assert_allclose(run("cpu", one("hue=360"), smooth), smooth, atol=1e-5)
+        np.testing.assert_allclose(run("cpu", one_filter(f"hue={deg}"), src)[:, 1, 1], 0.4, atol=1e-6)
+    smooth = noise_rgb(W, H) * 0.5 + 0.25  # away from clipping: a full turn is the identity
+    np.testing.assert_allclose(run("cpu", one_filter("hue=360"), smooth), smooth, atol=1e-5)
 
 
 def test_vignette_darkens_towards_the_corners():
     src = np.ones((3, 40, 60), np.float32)
-    out = run("cpu", one("vignette=angle=0.8:strength=1"), src)[0]
+    out = run("cpu", one_filter("vignette=angle=0.8:strength=1"), src)[0]
     diagonal = [out[round(i * 19 / 29), i] for i in range(30)]  # corner to centre
     assert all(a <= b + 1e-7 for a, b in itertools.pairwise(diagonal))
     assert out[20, 30] > 0.999
     # The corner pixel's centre is just inside the half-diagonal: close to cos^4(angle).
     assert abs(out[0, 0] - math.cos(0.8) ** 4) < 0.02
-    np.testing.assert_array_equal(run("cpu", one("vignette=strength=0"), src), src)
+    np.testing.assert_array_equal(run("cpu", one_filter("vignette=strength=0"), src), src)
 
 
 def bilateral_naive(src: np.ndarray, sigma_s: float, sigma_r: float) -> np.ndarray:
@@ -356,8 +347,8 @@ def bilateral_naive(src: np.ndarray, sigma_s: float, sigma_r: float) -> np.ndarr
 
 
 def test_bilateral_reference_is_the_definition():
-    src = noise(10, 8, seed=4)
-    got = run("cpu", one("bilateral=sigma_s=1.2:sigma_r=0.3"), src)
+    src = noise_rgb(10, 8, seed=4)
+    got = run("cpu", one_filter("bilateral=sigma_s=1.2:sigma_r=0.3"), src)
     np.testing.assert_allclose(got, bilateral_naive(src, 1.2, 0.3), atol=1e-5)
 
 
@@ -366,7 +357,7 @@ def test_bilateral_keeps_edges_and_smooths_flat_areas():
     src = np.full((3, 32, 32), 0.2, np.float32)
     src[:, :, 16:] = 0.8
     src += rng.normal(0, 0.02, src.shape).astype(np.float32)
-    out = run("cpu", one("bilateral=sigma_s=2:sigma_r=0.1"), src)
+    out = run("cpu", one_filter("bilateral=sigma_s=2:sigma_r=0.1"), src)
     assert out[:, :, :14].std() < 0.5 * src[:, :, :14].std()
     assert abs(out[:, :, 15].mean() - 0.2) < 0.01 and abs(out[:, :, 16].mean() - 0.8) < 0.01
 
@@ -378,23 +369,23 @@ def test_identity_lut_is_identity(tmp_path):
     write_cube(tmp_path / "id.cube", identity_table(5), title="identity # with a hash")
     lut = parse_cube(tmp_path / "id.cube")
     assert lut.size == 5 and lut.title == "identity # with a hash"
-    src = noise()
-    np.testing.assert_allclose(run("cpu", one(f"lut3d={tmp_path / 'id.cube'}"), src), src, atol=2e-6)
+    src = noise_rgb(W, H)
+    np.testing.assert_allclose(run("cpu", one_filter(f"lut3d={tmp_path / 'id.cube'}"), src), src, atol=2e-6)
 
 
 def test_lut_domain_scales_the_input(tmp_path):
     lines = ["# domain 0..2", "LUT_3D_SIZE 2", "DOMAIN_MIN 0 0 0", "DOMAIN_MAX 2 2 2"]
     lines += [f"{r} {g} {b}" for b in (0, 1) for g in (0, 1) for r in (0, 1)]
     (tmp_path / "half.cube").write_text("\n".join(lines))
-    src = noise()
-    np.testing.assert_allclose(run("cpu", one(f"lut3d={tmp_path / 'half.cube'}"), src), src / 2, atol=1e-6)
+    src = noise_rgb(W, H)
+    np.testing.assert_allclose(run("cpu", one_filter(f"lut3d={tmp_path / 'half.cube'}"), src), src / 2, atol=1e-6)
 
 
 def test_lut_swaps_channels(tmp_path):
     """A table that outputs (B, G, R) checks the file order: red varies fastest."""
     write_cube(tmp_path / "swap.cube", identity_table(3)[..., ::-1])
-    src = noise()
-    np.testing.assert_allclose(run("cpu", one(f"lut3d={tmp_path / 'swap.cube'}"), src), src[::-1], atol=2e-6)
+    src = noise_rgb(W, H)
+    np.testing.assert_allclose(run("cpu", one_filter(f"lut3d={tmp_path / 'swap.cube'}"), src), src[::-1], atol=2e-6)
 
 
 def test_shipped_lut_is_the_generator_output(tmp_path):
@@ -512,7 +503,7 @@ def tdenoise_model(frames, threshold, alpha):
 @pytest.mark.parametrize("device", all_devices())
 def test_tdenoise_averages_still_pixels_and_passes_motion(device):
     frames = frames_with_motion()
-    f = one("tdenoise=threshold=0.05:alpha=0.25")
+    f = one_filter("tdenoise=threshold=0.05:alpha=0.25")
     runner = Runner(device, f, W, H)
     outs = [runner(s) for s in frames]
     np.testing.assert_array_equal(outs[0], frames[0])  # first frame initialises the state
@@ -527,7 +518,7 @@ def test_tdenoise_averages_still_pixels_and_passes_motion(device):
 @pytest.mark.parametrize("device", all_devices())
 def test_motion_mask_and_highlight(device):
     frames = frames_with_motion()
-    mask = one("motion=mode=mask:threshold=0.1")
+    mask = one_filter("motion=mode=mask:threshold=0.1")
     runner = Runner(device, mask, W, H)
     outs = [runner(s) for s in frames]
     np.testing.assert_array_equal(outs[0], 0)  # nothing to compare with yet
@@ -538,7 +529,7 @@ def test_motion_mask_and_highlight(device):
     mask.reset()
     np.testing.assert_array_equal(runner(frames[2]), 0)
 
-    tint = one("motion=mode=highlight:threshold=0.1")
+    tint = one_filter("motion=mode=highlight:threshold=0.1")
     runner = Runner(device, tint, W, H)
     runner(frames[0])
     got = runner(frames[1])
@@ -552,7 +543,7 @@ def test_motion_mask_and_highlight(device):
 @pytest.mark.parametrize("spec", STATEFUL)
 def test_temporal_cuda_matches_cpu(spec):
     frames = frames_with_motion(5)
-    cpu, gpu = Runner("cpu", one(spec), W, H), Runner("cuda", one(spec), W, H)
+    cpu, gpu = Runner("cpu", one_filter(spec), W, H), Runner("cuda", one_filter(spec), W, H)
     for src in frames:
         np.testing.assert_allclose(gpu(src), cpu(src), atol=1e-4)
 
@@ -560,9 +551,9 @@ def test_temporal_cuda_matches_cpu(spec):
 def test_temporal_filters_declare_state():
     plan = FramePlan.build(VideoFormat(64, 32), parse_chain("tdenoise,scale=w=32:h=16,motion"))
     assert [tuple(s.shape for s in specs) for specs in plan.state] == [((3, 32, 64),), (), ((3, 16, 32),)]
-    f = one("motion")
+    f = one_filter("motion")
     with pytest.raises(RuntimeError, match="bind_state"):
-        f.cpu(noise(), np.empty((3, H, W), np.float32), [])
+        f.cpu(noise_rgb(W, H), np.empty((3, H, W), np.float32), [])
 
 
 # --- fusion ------------------------------------------------------------------------------------------------------
@@ -578,7 +569,7 @@ def test_fuse_merges_neighbouring_pointwise_filters():
     assert kinds == ["GBlur", "FusedPointwise", "Sobel", "Invert", "Lut3d", "Hue", "TDenoise"]
     assert [f.name for f in fused[1].members] == ["eq", "hue", "vignette", "invert", "grayscale"]
     assert fuse_pointwise([]) == []
-    assert not is_pointwise(one("tdenoise")) and not is_pointwise(one("scale=w=2:h=2"))
+    assert not is_pointwise(one_filter("tdenoise")) and not is_pointwise(one_filter("scale=w=2:h=2"))
 
 
 def test_fused_kernel_names_follow_the_constants():
@@ -592,7 +583,7 @@ def test_fused_kernel_names_follow_the_constants():
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("chain", [FUSABLE, "invert,hue=60", "grayscale,invert,vignette"])
 def test_fused_chain_equals_unfused(device, chain):
-    src = noise(seed=2)
+    src = noise_rgb(W, H, seed=2)
 
     def apply(filters):
         out = src
@@ -616,8 +607,8 @@ def test_fused_chain_equals_unfused(device, chain):
 def test_posterize_plugin_loads_and_runs(device):
     load_plugin(PLUGIN)
     load_plugin(PLUGIN)  # a second load is a no-op, not a clash
-    f = one("posterize=levels=4")
-    src = noise()
+    f = one_filter("posterize=levels=4")
+    src = noise_rgb(W, H)
     got = run(device, f, src)
     assert set(np.unique(np.round(got * 3, 5))) <= {0.0, 1.0, 2.0, 3.0}
     np.testing.assert_allclose(got, np.floor(src * 3 + 0.5) / 3, atol=1e-6)

@@ -15,7 +15,7 @@ import pytest
 from av.sidedata.sidedata import Type
 
 import pipeline
-from utils import run_cli
+from utils import first_frame, hdr_of, max_abs_diff, planes10, run_cli
 from pipeline.hdr import HdrMetadata, MasteringDisplay, merge_params, parse_mastering
 from pipeline.sample import make_clip, synth_frame
 from pipeline.video import VideoFormat
@@ -36,28 +36,6 @@ def hdr_clip(clips) -> Path:
     """10-bit HEVC, BT.2020 non-constant luminance, PQ, with mastering display and content light level."""
     return make_clip(clips / "hdr10.mkv", width=W, height=H, frames=FRAMES, codec="libx265", pix_fmt="yuv420p10le",
                      hdr=True, audio=False, seed=5)
-
-
-def first_frame(path: Path) -> av.VideoFrame:
-    with av.open(str(path)) as container:
-        return next(container.decode(video=0))
-
-
-def planes10(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Every frame's Y, U, V samples (uint16, 0..1023)."""
-    out = []
-    with av.open(str(path)) as container:
-        for frame in container.decode(video=0):
-            assert frame.format.name == "yuv420p10le", frame.format.name
-            fmt = VideoFormat(frame.width, frame.height)
-            out.append(fmt.planes(frame.to_ndarray().ravel()))
-    return out
-
-
-def hdr_of(path: Path) -> HdrMetadata | None:
-    f = first_frame(path)
-    md, cl = f.side_data.get(Type.MASTERING_DISPLAY_METADATA), f.side_data.get(Type.CONTENT_LIGHT_LEVEL)
-    return HdrMetadata.parse(bytes(md) if md is not None else None, bytes(cl) if cl is not None else None)
 
 
 def run(clip: Path, out: Path, *args: str, device: str = "cpu") -> str:
@@ -108,7 +86,8 @@ def eq_f64(rgb: np.ndarray, contrast: float, saturation: float, k=BT2020) -> np.
 
 
 def worst(got, expected) -> int:
-    return max(int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max()) for a, b in zip(got, expected))
+    """The largest difference over planes, in code values."""
+    return max(max_abs_diff(a, b) for a, b in zip(got, expected))
 
 
 @pytest.mark.parametrize("chain, apply", [

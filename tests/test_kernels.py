@@ -11,7 +11,20 @@ import cv2
 import numpy as np
 import pytest
 
-from utils import all_devices
+from utils import (
+    COLOUR_IDS,
+    COLOURS,
+    KERNEL_SIZES,
+    all_devices,
+    image,
+    max_abs_diff,
+    noise_rgb,
+    on_device,
+    run_filter,
+    sentinel_like,
+    smooth_rgb,
+    ycbcr_matrix,
+)
 from pipeline.convert import (
     converter,
     from_rgb_cuda,
@@ -25,61 +38,15 @@ from pipeline.filters import parse_chain
 from pipeline.filters.blur import gaussian_taps
 from pipeline.video import LUMA, Colour, VideoFormat
 
-# 190x106: neither side a multiple of the launch blocks (32x8, and 16x8 over the 95x53 chroma grid).
-SIZES = [(160, 96), (190, 106)]
-COLOURS = [Colour(matrix=m, full_range=r) for m in ("bt601", "bt709", "bt2020") for r in (False, True)]
-COLOUR_IDS = [f"{c.matrix}-{'full' if c.full_range else 'limited'}" for c in COLOURS]
-
 
 # --- inputs -----------------------------------------------------------------------------------------
-
-
-def noise_rgb(w: int, h: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
-
-
-def smooth_rgb(w: int, h: int, seed: int = 0, low: float = 0.0, high: float = 1.0) -> np.ndarray:
-    """Random but smooth: a coarse random grid upscaled with cubic interpolation, then clipped."""
-    coarse = np.random.default_rng(seed).random((3, h // 8 + 2, w // 8 + 2), dtype=np.float32)
-    planes = [cv2.resize(p, (w, h), interpolation=cv2.INTER_CUBIC) for p in coarse]
-    return np.clip(np.stack(planes) * (high - low) + low, low, high).astype(np.float32)
 
 
 def noise_i420(fmt: VideoFormat, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, fmt.nbytes, dtype=np.uint8)
 
 
-def image(kind: str, w: int, h: int, seed: int = 0) -> np.ndarray:
-    return noise_rgb(w, h, seed) if kind == "noise" else smooth_rgb(w, h, seed)
-
-
 # --- running a kernel on a device ---------------------------------------------------------------------
-
-
-def on_device(device: str, cpu_call, cuda_call, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> list:
-    """Run ``cpu_call(*inputs, *outputs)`` or its CUDA twin on copies; return the outputs as NumPy arrays.
-
-    Outputs start as NaN / 0xAB, so a pixel a kernel forgets to write shows up as a mismatch.
-    """
-    if device == "cpu":
-        outs = [o.copy() for o in outputs]
-        cpu_call(*[i.copy() for i in inputs], *outs)
-        return outs
-    import cupy
-
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        d_in = [cupy.asarray(i) for i in inputs]
-        d_out = [cupy.asarray(o) for o in outputs]
-        cuda_call(*d_in, *d_out)
-        stream.synchronize()
-        result = [cupy.asnumpy(o) for o in d_out]
-    stream.synchronize()
-    return result
-
-
-def sentinel_like(shape, dtype) -> np.ndarray:
-    return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else 0xAB, dtype)
 
 
 def convert_to_rgb(device: str, src: np.ndarray, fmt: VideoFormat, layout: str = "i420") -> np.ndarray:
@@ -107,38 +74,11 @@ def convert_from_rgb(device: str, rgb: np.ndarray, fmt: VideoFormat, layout: str
     return out
 
 
-def run_filter(device: str, f, src: np.ndarray) -> np.ndarray:
-    _, h, w = src.shape
-    ow, oh = f.output_size(w, h)
-    scratch = [sentinel_like(s, np.float32) for s in f.scratch_shapes(w, h)]
-    n = len(scratch)
-
-    def call(method):
-        return lambda s, *rest: method(s, rest[n], list(rest[:n]))
-
-    outputs = on_device(device, call(f.cpu), call(f.cuda), [src], [*scratch, sentinel_like((3, oh, ow), np.float32)])
-    return outputs[-1]
-
-
 def reference_filter(f, src: np.ndarray) -> np.ndarray:
     return run_filter("cpu", f, src)
 
 
-def max_lsb(a: np.ndarray, b: np.ndarray) -> int:
-    return int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max())
-
-
 # --- independent references (float64, from the formulas) ----------------------------------------------
-
-
-def ycbcr_matrix(colour: Colour) -> np.ndarray:
-    """RGB -> (Y', Cb', Cr') in float64, built from the luma weights: Y' = Kr R + Kg G + Kb B,
-    Cb' = (B - Y') / (2 - 2 Kb), Cr' = (R - Y') / (2 - 2 Kr)."""
-    kr, kg, kb = LUMA[colour.matrix]
-    y = np.array([kr, kg, kb])
-    cb = (np.array([0, 0, 1.0]) - y) / (2 - 2 * kb)
-    cr = (np.array([1.0, 0, 0]) - y) / (2 - 2 * kr)
-    return np.stack([y, cb, cr])
 
 
 def quantisation(colour: Colour) -> tuple[float, float, float]:
@@ -170,7 +110,7 @@ def rgb_to_i420_f64(rgb: np.ndarray, fmt: VideoFormat) -> np.ndarray:
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("colour", COLOURS, ids=COLOUR_IDS)
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", KERNEL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_i420_to_rgb(device, colour, size):
     fmt = VideoFormat(*size, colour)
     yuv = noise_i420(fmt, seed=size[0])
@@ -184,16 +124,16 @@ def test_i420_to_rgb(device, colour, size):
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("colour", COLOURS, ids=COLOUR_IDS)
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", KERNEL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("kind", ["noise", "smooth"])
 def test_rgb_to_i420(device, colour, size, kind):
     fmt = VideoFormat(*size, colour)
     rgb = image(kind, *size, seed=7)
     got = convert_from_rgb(device, rgb, fmt)
     # float32 against float64 sums: a value at a rounding boundary may land one code away.
-    assert max_lsb(got, rgb_to_i420_f64(rgb, fmt)) <= 1
+    assert max_abs_diff(got, rgb_to_i420_f64(rgb, fmt)) <= 1
     if device == "cuda":
-        assert max_lsb(got, convert_from_rgb("cpu", rgb, fmt)) <= 1
+        assert max_abs_diff(got, convert_from_rgb("cpu", rgb, fmt)) <= 1
 
 
 @pytest.mark.parametrize("device", all_devices())
@@ -207,7 +147,7 @@ def test_rgb24_both_ways(device):
     planar = noise_rgb(190, 106, seed=4) * np.float32(1.4) - np.float32(0.2)  # out of range too: clamped
     got = convert_from_rgb(device, planar, fmt, "rgb24").reshape(106, 190, 3)
     expected = np.floor(np.clip(planar.astype(np.float64), 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0)
-    assert max_lsb(got, expected) <= 1
+    assert max_abs_diff(got, expected) <= 1
 
 
 # --- filters on every device ------------------------------------------------------------------------------
@@ -215,7 +155,7 @@ def test_rgb24_both_ways(device):
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("sigma", [0.5, 1.5, 4.0])
-@pytest.mark.parametrize("size", [*SIZES, (14, 8)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", [*KERNEL_SIZES, (14, 8)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("kind", ["noise", "smooth"])
 def test_gblur(device, sigma, size, kind):
     (f,) = parse_chain(f"gblur=sigma={sigma}")
@@ -249,7 +189,7 @@ EQ_SETTINGS = [
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("params", EQ_SETTINGS, ids=lambda p: ":".join(f"{k}={v}" for k, v in p.items()) or "none")
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", KERNEL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_eq(device, params, size):
     (f,) = parse_chain("eq" + ("=" + ":".join(f"{k}={v}" for k, v in params.items()) if params else ""))
     src = noise_rgb(*size, seed=5)
@@ -274,7 +214,7 @@ def test_default_chain_end_to_end_on_frame():
             rgb = run_filter(dev, f, rgb)
         return convert_from_rgb(dev, rgb, fmt)
 
-    assert max_lsb(chain_on("cuda"), chain_on("cpu")) <= 1
+    assert max_abs_diff(chain_on("cuda"), chain_on("cpu")) <= 1
 
 
 # --- the references on hand-computed frames -----------------------------------------------------------
@@ -287,8 +227,8 @@ def test_round_trip_on_smooth_image(colour):
     yuv = convert_from_rgb("cpu", rgb, fmt)
     back = convert_from_rgb("cpu", convert_to_rgb("cpu", yuv, fmt), fmt)
     luma = fmt.width * fmt.height
-    assert max_lsb(back[:luma], yuv[:luma]) <= 2
-    assert max_lsb(back[luma:], yuv[luma:]) <= 2
+    assert max_abs_diff(back[:luma], yuv[:luma]) <= 2
+    assert max_abs_diff(back[luma:], yuv[luma:]) <= 2
 
 
 def _flat(fmt: VideoFormat, y: int, u: int, v: int) -> np.ndarray:

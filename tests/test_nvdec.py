@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from utils import decode, max_abs_diff, read_json, run_cli
+from utils import decode, hdr_of, max_abs_diff, planes10, read_json, run_cli
 
 pytestmark = pytest.mark.gpu
 
@@ -115,8 +115,6 @@ def test_nvenc_is_refused_on_a_gpu_without_it(h264, tmp_path):
 def test_10bit_hevc_is_refused_by_nvdec_and_auto_decodes_it_on_the_cpu(hevc10, tmp_path):
     """NVDEC does not take input deeper than 8 bits (see ingest.refuse_deep_surfaces): exit 3 in one line,
     nothing written; --decode auto gives the CPU decoder's 10-bit frames and keeps the HDR metadata."""
-    from test_hdr import hdr_of, planes10
-
     chain = "eq=contrast=1.1:saturation=0.8"
     out = tmp_path / "nvdec.mkv"
     proc = run_cli("run", hevc10, "-o", out, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "ffv1", "-vf", chain)

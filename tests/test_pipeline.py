@@ -14,6 +14,7 @@ import pytest
 from utils import (
     Decoded,
     all_devices,
+    alloc_counter,
     apply_chain_cpu,
     decode,
     max_abs_diff,
@@ -255,32 +256,11 @@ def test_cuda_cli_output_matches_cpu_backend(clips, inputs, tmp_path):
     assert max(max_abs_diff(a, b) for a, b in zip(cuda.frames, cpu.frames)) <= 2
 
 
-def _alloc_counter(cupy):
-    class AllocCounter(cupy.cuda.MemoryHook):
-        """Counts CuPy allocator activity: pool lookups (malloc) and real allocations (alloc)."""
-
-        name = "pipeline_test_alloc_counter"
-
-        def __init__(self):
-            self.lock = threading.Lock()
-            self.count = 0
-
-        def alloc_preprocess(self, **kwargs):
-            with self.lock:
-                self.count += 1
-
-        def malloc_preprocess(self, **kwargs):
-            with self.lock:
-                self.count += 1
-
-    return AllocCounter()
-
-
 @pytest.mark.gpu
 def test_cuda_pooled_run_allocates_nothing_per_frame(clips, tmp_path, monkeypatch):
     import cupy
 
-    hook = _alloc_counter(cupy)
+    hook = alloc_counter(cupy)
     original_guard = Pipeline._guard
 
     def guard(self, *args, **kwargs):

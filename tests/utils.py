@@ -1,8 +1,9 @@
-"""What the tests share: the CLI in a child process, clips decoded with PyAV, and the CPU reference of a
-whole filter chain.
+"""What the tests share: the CLI in a child process, what a run leaves behind, clips decoded with PyAV,
+and the CPU references that pipeline output and kernels are compared with.
 
-The reference re-does the pipeline's per-frame work with plain arrays (no ring, no arena, no threads), so a
-mismatch with a pipeline run points at the plumbing: buffer reuse, aliasing, ordering, timestamps.
+The reference of a whole chain re-does the pipeline's per-frame work with plain arrays (no ring, no arena,
+no threads), so a mismatch with a pipeline run points at the plumbing: buffer reuse, aliasing, ordering,
+timestamps.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
+from av.sidedata.sidedata import Type
 
 from pipeline.convert import i420_to_rgb_cpu as yuv_to_rgb_cpu
 from pipeline.convert import rgb_to_i420_cpu as rgb_to_yuv_cpu
 from pipeline.filters import parse_chain
-from pipeline.video import VideoFormat
+from pipeline.hdr import HdrMetadata
+from pipeline.video import LUMA, Colour, VideoFormat
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,6 +211,30 @@ def count_audio_packets(source) -> int:
         return sum(1 for p in container.demux(container.streams.audio[0]) if p.dts is not None)
 
 
+def first_frame(path: Path) -> av.VideoFrame:
+    """The first decoded video frame."""
+    with av.open(str(path)) as container:
+        return next(container.decode(video=0))
+
+
+def planes10(path: Path) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every frame's Y, U, V samples (uint16, 0..1023)."""
+    out = []
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            assert frame.format.name == "yuv420p10le", frame.format.name
+            fmt = VideoFormat(frame.width, frame.height)
+            out.append(fmt.planes(frame.to_ndarray().ravel()))
+    return out
+
+
+def hdr_of(path: Path) -> HdrMetadata | None:
+    """The HDR10 metadata (mastering display, content light level) on the first frame."""
+    f = first_frame(path)
+    md, cl = f.side_data.get(Type.MASTERING_DISPLAY_METADATA), f.side_data.get(Type.CONTENT_LIGHT_LEVEL)
+    return HdrMetadata.parse(bytes(md) if md is not None else None, bytes(cl) if cl is not None else None)
+
+
 def remux(src: Path, dst: Path, options: dict | None = None) -> Path:
     """Copy every stream of ``src`` into a new container (chosen by ``dst``'s suffix), no re-encoding."""
     with av.open(str(src)) as i, av.open(str(dst), "w", options=options or {}) as o:
@@ -240,5 +268,110 @@ def apply_chain_cpu(i420: np.ndarray, fmt: VideoFormat, filters: str) -> np.ndar
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> int:
-    """The largest difference between two arrays of 8-bit code values, in code values."""
-    return int(np.abs(a.astype(np.int16) - b.astype(np.int16)).max())
+    """The largest difference between two arrays of code values (8 or 10 bits), in code values."""
+    return int(np.abs(a.astype(np.int32) - b.astype(np.int32)).max())
+
+
+def one_filter(spec: str):
+    """The one filter a chain of one names: ``one_filter("gblur=sigma=2")``."""
+    (f,) = parse_chain(spec)
+    return f
+
+
+# --- kernels on a device -------------------------------------------------------------------------------------
+
+# 190x106: neither side a multiple of the launch blocks (32x8, and 16x8 over the 95x53 chroma grid).
+KERNEL_SIZES = [(160, 96), (190, 106)]
+COLOURS = [Colour(matrix=m, full_range=r) for m in ("bt601", "bt709", "bt2020") for r in (False, True)]
+COLOUR_IDS = [f"{c.matrix}-{'full' if c.full_range else 'limited'}" for c in COLOURS]
+
+
+def noise_rgb(w: int, h: int, seed: int = 0) -> np.ndarray:
+    """Planar float RGB, uniform noise in [0, 1)."""
+    return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
+
+
+def smooth_rgb(w: int, h: int, seed: int = 0, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+    """Random but smooth: a coarse random grid upscaled with cubic interpolation, then clipped."""
+    coarse = np.random.default_rng(seed).random((3, h // 8 + 2, w // 8 + 2), dtype=np.float32)
+    planes = [cv2.resize(p, (w, h), interpolation=cv2.INTER_CUBIC) for p in coarse]
+    return np.clip(np.stack(planes) * (high - low) + low, low, high).astype(np.float32)
+
+
+def image(kind: str, w: int, h: int, seed: int = 0) -> np.ndarray:
+    """``noise_rgb`` for kind "noise", else ``smooth_rgb``."""
+    return noise_rgb(w, h, seed) if kind == "noise" else smooth_rgb(w, h, seed)
+
+
+def sentinel_like(shape, dtype) -> np.ndarray:
+    """An output buffer a kernel must overwrite: NaN for floats, 0xAB for integers."""
+    return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else 0xAB, dtype)
+
+
+def on_device(device: str, cpu_call, cuda_call, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> list:
+    """Run ``cpu_call(*inputs, *outputs)`` or its CUDA twin on copies; return the outputs as NumPy arrays.
+
+    Outputs start as NaN / 0xAB, so a pixel a kernel forgets to write shows up as a mismatch.
+    """
+    if device == "cpu":
+        outs = [o.copy() for o in outputs]
+        cpu_call(*[i.copy() for i in inputs], *outs)
+        return outs
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        d_in = [cupy.asarray(i) for i in inputs]
+        d_out = [cupy.asarray(o) for o in outputs]
+        cuda_call(*d_in, *d_out)
+        stream.synchronize()
+        result = [cupy.asnumpy(o) for o in d_out]
+    stream.synchronize()
+    return result
+
+
+def run_filter(device: str, f, src: np.ndarray) -> np.ndarray:
+    """One filter on one frame on ``device``, scratch and output starting as sentinels (see :func:`on_device`)."""
+    _, h, w = src.shape
+    ow, oh = f.output_size(w, h)
+    scratch = [sentinel_like(s, np.float32) for s in f.scratch_shapes(w, h)]
+    n = len(scratch)
+
+    def call(method):
+        return lambda s, *rest: method(s, rest[n], list(rest[:n]))
+
+    outputs = on_device(device, call(f.cpu), call(f.cuda), [src], [*scratch, sentinel_like((3, oh, ow), np.float32)])
+    return outputs[-1]
+
+
+def ycbcr_matrix(colour: Colour) -> np.ndarray:
+    """RGB -> (Y', Cb', Cr') in float64, built from the luma weights: Y' = Kr R + Kg G + Kb B,
+    Cb' = (B - Y') / (2 - 2 Kb), Cr' = (R - Y') / (2 - 2 Kr)."""
+    kr, kg, kb = LUMA[colour.matrix]
+    y = np.array([kr, kg, kb])
+    cb = (np.array([0, 0, 1.0]) - y) / (2 - 2 * kb)
+    cr = (np.array([1.0, 0, 0]) - y) / (2 - 2 * kr)
+    return np.stack([y, cb, cr])
+
+
+def alloc_counter(cupy):
+    """A CuPy memory hook counting allocator activity; use it as ``with hook:`` and read ``hook.count``."""
+
+    class AllocCounter(cupy.cuda.MemoryHook):
+        """Counts CuPy allocator activity: pool lookups (malloc) and real allocations (alloc)."""
+
+        name = "pipeline_test_alloc_counter"
+
+        def __init__(self):
+            self.lock = threading.Lock()
+            self.count = 0
+
+        def alloc_preprocess(self, **kwargs):
+            with self.lock:
+                self.count += 1
+
+        def malloc_preprocess(self, **kwargs):
+            with self.lock:
+                self.count += 1
+
+    return AllocCounter()
