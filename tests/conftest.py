@@ -1,5 +1,5 @@
-"""Fixtures and hooks: a small clip, pytest's signal handlers kept, and the `gpu` marker, which skips
-without a usable GPU (and fails instead when PIPELINE_REQUIRE_GPU=1)."""
+"""Fixtures and hooks: a small clip, pytest's signal handlers kept, and the markers' skips: `slow` unless
+-m names it, `gpu` without a usable GPU (failing instead when PIPELINE_REQUIRE_GPU=1)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,22 @@ REQUIRE_GPU = os.environ.get("PIPELINE_REQUIRE_GPU") == "1"
 
 
 def pytest_collection_modifyitems(config, items):
+    skip_slow_unless_selected(config, items)
+    skip_gpu_without_one(items)
+
+
+def skip_slow_unless_selected(config, items) -> None:
+    """`slow` tests run only when -m names them (``make test`` deselects them with -m "not slow")."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: select with -m slow")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip)
+
+
+def skip_gpu_without_one(items) -> None:
+    """`gpu` tests skip without a usable GPU, unless PIPELINE_REQUIRE_GPU=1 makes that a failure."""
     if REQUIRE_GPU or gpu_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU and CuPy")

@@ -20,14 +20,6 @@ TIMEOUT_S = 60  # a 20-frame clip takes well under a second; anything near this 
 QUICK, SLOW = 6, 300
 
 
-@pytest.fixture(autouse=True)
-def _slow_only_when_asked(request):
-    # The project's pytest settings do not deselect `slow`; `make test` passes -m "not slow". Here a
-    # plain run skips them too, so the default run of this file stays short.
-    if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("slow: select with -m slow")
-
-
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz_seeds")

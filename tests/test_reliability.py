@@ -97,14 +97,6 @@ def clips(tmp_path_factory):
     }
 
 
-@pytest.fixture(autouse=True)
-def _slow_only_when_asked(request):
-    # The project's pytest settings do not deselect `slow`; `make test` passes -m "not slow". Here a
-    # plain run skips them too, so the default run of this file stays short.
-    if request.node.get_closest_marker("slow") and "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("slow: select with -m slow")
-
-
 # -- 1. inputs that are not video: exit 3, nothing written ------------------------------------------
 
 
