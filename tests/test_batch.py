@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from utils import ROOT, cli_command, environment, read_json, run_command, video_frames, wait_until
+from utils import ROOT, cli_command, environment, partials, read_json, run_command, video_frames, wait_until
 
 from pipeline import sample as make_sample
 from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
@@ -295,7 +295,7 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
     try:
         # One file finished, and another one being written (five files of seconds each: not all done).
         wait_until(lambda: any(out.glob(".*.done.json")), proc, "finished file")
-        wait_until(lambda: any(out.glob(".*.partial-*")), proc, "file in progress")
+        wait_until(lambda: partials(out), proc, "file in progress")
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -152,6 +152,8 @@ def assert_failed(result: subprocess.CompletedProcess, code: int, out: Path, nam
 
 @dataclass
 class Decoded:
+    """A clip as :func:`decode` reads it."""
+
     frames: list[np.ndarray]  # flat I420 uint8, one per frame
     pts: list[int | None]
     time_base: Fraction | None
