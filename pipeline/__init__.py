@@ -12,6 +12,7 @@ The Python API::
             ...
 
     stats = pipeline.run("input.mp4", "output.mp4", filters="eq=contrast=1.2", stage=my_stage)
+    result = pipeline.run_many(["cam1.mp4", "cam2.mp4"], "out/")   # side by side, one GPU's memory shared
 
 Importing the package loads neither PyAV, CuPy nor OpenCV: the names below are imported on first use.
 """
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "frames": "api",
     "run": "api",
+    "run_many": "api",
     "Frame": "api",
     "FrameIterator": "api",
     "StageFrame": "processor",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .config import RunConfig
 from .errors import ConfigError
@@ -132,6 +132,25 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, memory=parts.memory,
                         owns_memory=True, phases=parts.phases)
     return pipeline.run().to_dict(per_frame=False)
+
+
+def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "null", *, filters: str | None = None,
+             device: str = "auto", alloc: str = "pool", **options: Any):
+    """Process several files or URLs at once in this process, one pipeline each, sharing one GPU's memory
+    (one CUDA context, one device arena, one pinned pool); the same options as :func:`run`.
+
+    ``output``: a directory (each input writes ``<stem>_processed<ext>`` there) or ``"null"``. A failing
+    stream ends only itself. Returns a :class:`~pipeline.many.ManyResult`: ``.streams`` (each with
+    ``input``, ``output``, ``exit_code``, ``error`` and ``stats``), ``.totals()`` and ``.exit_code``, the
+    worst stream's.
+    """
+    from .many import configs_for, run_many as run_streams
+
+    if not sources:
+        raise ConfigError("run_many needs at least one source")
+    locations = [os.fspath(s) for s in sources]
+    base = settings(locations[0], None, filters, device, alloc, options)
+    return run_streams(configs_for(base, locations, os.fspath(output)))
 
 
 def settings(source, output, filters: str | None, device: str, alloc: str, options: dict[str, Any]) -> RunConfig:

@@ -22,24 +22,22 @@ always blocks: frames there hold GPU work, and the wait reaches ``q_decoded`` wi
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from .channels import END as _END, Aborted, Channel, wait_for
+from .channels import END as _END, Aborted, Channel
 from .checks import as_pipeline_error
 from .config import RunConfig
 from .convert import DEVICE_LAYOUTS
 from .errors import GPUError, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
-from .log import log
 from .processor import FramePlan, Processor
 from .startup import Phases, trim_heap
+from .stages import Stages
 from .stats import RunStats
-from .video import FrameMeta, WorkItem
-
-WARMUP_FRAMES = 2
+from .tally import Tally
+from .video import WorkItem
 
 
 class RunControl:
@@ -72,12 +70,15 @@ class RunControl:
             pipeline.discard_output()
 
 
-class Pipeline:
+class Pipeline(Stages, Tally):
     """One run: ``source`` -> ``chain`` on ``backend`` -> ``stage`` -> ``sink``, with ``settings``.
 
     ``memory``: the run's memory, built by the caller (to share it across runs); by default the run
     builds it from the backend's strategy and gives it back at the end. The pipeline owns the source
     and the sink from here on: it closes the one and finishes or aborts the other.
+
+    The stage threads' bodies are :class:`~pipeline.stages.Stages`; the statistics they fill in,
+    :class:`~pipeline.tally.Tally`. Here: the parts, the threads and channels, set-up and tear-down.
     """
 
     def __init__(self, source, sink, chain, backend, settings: RunConfig | None = None, *,
@@ -209,20 +210,6 @@ class Pipeline:
                 raise
             raise error from e
 
-    def _describe(self) -> None:
-        s, info = self.stats, self.source.info
-        s.output = str(self.sink.target) if self.sink is not None else ""
-        s.width, s.height = self.plan.out_format.width, self.plan.out_format.height
-        s.layouts = {"input": self.plan.in_layout, "output": self.plan.out_layout}
-        s.pix_fmt = getattr(self.sink, "pix_fmt", None)
-        s.mode = "live" if info.live else "paced" if self.cfg.realtime else "file"
-        policy = self.cfg.drop_policy
-        if s.mode == "file" and policy not in ("auto", "block"):
-            # Nothing upstream of a plain file can overflow: dropping would only lose frames.
-            log.info(f"--drop-policy {policy} applies to live or --realtime sources; this file is read with block")
-            policy = "block"
-        s.drop_policy = policy if policy != "auto" else ("block" if s.mode == "file" else "drop-oldest")
-
     def _channels(self) -> None:
         # The callbacks handed to channels, feed and sink close over what they need, never over self:
         # a reference cycle back to the pipeline would keep each run's buffers alive until a full GC.
@@ -320,20 +307,6 @@ class Pipeline:
 
             self.preview = Preview(on_quit=self.stop_event.set)  # 'q': a graceful stop, as Ctrl-C
 
-    def _count_damage(self) -> None:
-        s, source = self.stats, self.source
-        s.decode_errors, s.corrupt_frames = source.decode_errors, source.corrupt_frames
-        s.retimed_frames = source.retimed_frames
-        channels = {"submit": self.q_decoded, "encode": self.q_submitted}
-        if self._feed is not None:
-            channels = {"decode": self._feed.channel, **channels}
-            s.reconnects = self._feed.reconnects
-        s.queues = {name: {"size": c.size, "peak": c.peak, "dropped": c.dropped} for name, c in channels.items()}
-        dropped = getattr(self.sink, "audio_dropped", 0)
-        if dropped:
-            log.warning(f"{source.path}: {dropped} damaged audio packets dropped "
-                        "(timestamps going backwards, or refused by the muxer)")
-
     def _guard(self, name: str, body: Callable[[], None], downstream: Channel | None) -> None:
         try:
             make_current = getattr(self.backend, "make_current", None)
@@ -356,157 +329,6 @@ class Pipeline:
             if self._error is None:
                 self._error = error
         self.abort.set()
-
-    # -- the stages -------------------------------------------------------------------------------
-
-    def _decode_stage(self) -> None:
-        feed = self._feed
-        entries = feed.entries(self.stop_event) if feed is not None else self.source.items(self.cfg.frames)
-        copiers = None
-        if self.cfg.copy_threads > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            copiers = ThreadPoolExecutor(self.cfg.copy_threads, thread_name_prefix="pipeline-copy")
-        self._copiers = copiers
-        try:
-            for entry in entries:
-                if self.stop_event.is_set():
-                    break
-                if not hasattr(entry, "meta"):  # an audio packet: passed through in order
-                    self.q_decoded.put(entry)
-                    continue
-                with self.nvtx(f"decode {entry.meta.index}"):
-                    item = self._into_slot(entry)
-                try:
-                    self.q_decoded.put(item)
-                except Aborted:
-                    self._give_back(item)
-                    raise
-        except SourceStalled as e:
-            self._input_error = e  # the frames before the stall still go through; reported at the end
-        finally:
-            if feed is not None:
-                feed.stop()
-            if copiers is not None:
-                copiers.shutdown(wait=True)
-
-    def _into_slot(self, entry) -> WorkItem:
-        in_host = self.processor.memory.in_host
-        if in_host is None:  # decoded into device memory: nothing to copy
-            self.stats.count_in()
-            entry.meta.stamps["slotted"] = time.perf_counter()
-            return WorkItem(entry.meta, surface=entry.frame)
-        # Slots are taken here, in frame order: the submit thread consumes frames in order, so copy
-        # threads racing for slots could leave it waiting on a frame that has none.
-        slot = wait_for(lambda: in_host.acquire(timeout=0.05), self.abort)
-        self.stats.count_in()
-        item = WorkItem(entry.meta, in_slot=slot)
-        if self._copiers is not None:
-            item.copying = self._copiers.submit(self._copy, entry, slot)
-        else:
-            self._copy(entry, slot)
-        return item
-
-    def _copy(self, entry, slot) -> None:
-        t0 = time.perf_counter()
-        self.source.copy_into(entry.frame, slot.array)
-        t1 = time.perf_counter()
-        entry.meta.decode_s += t1 - t0
-        entry.meta.stamps["slotted"] = t1
-
-    def _submit_stage(self) -> None:
-        keep = self.sink is None or self.sink.residence == "device"
-        while (item := self.q_decoded.get()) is not _END:
-            if isinstance(item, WorkItem):
-                if item.copying is not None:
-                    item.copying.result()  # the copy into its slot (raises what the copy raised)
-                    item.copying = None
-                with self.nvtx(f"submit {item.meta.index}"):
-                    self.processor.submit(item, keep_device=keep)
-            try:
-                self.q_submitted.put(item)
-            except Aborted:
-                self._give_back(item)  # the run stopped while this frame was on its way
-                raise
-
-    def _encode_stage(self) -> None:
-        sink, lent = self.sink, self._lent
-        latency = self.latency
-        stats = self.stats
-
-        def on_packets(times) -> None:
-            now = time.perf_counter()
-            stats.first_output(now)
-            latency.packets(times, now)
-
-        if hasattr(sink, "on_packets"):
-            sink.on_packets = on_packets
-        while (item := self.q_submitted.get()) is not _END:
-            if not isinstance(item, WorkItem):
-                self._write_audio(item)
-                continue
-            with self.nvtx(f"encode {item.meta.index}"):
-                self._encode_frame(item, lent)
-
-    def _write_audio(self, entry) -> None:
-        if self.sink.write_audio(entry.packet):
-            self.stats.audio_packets += 1
-        elif self.cfg.strict and getattr(self.sink, "audio_dropped", 0):
-            raise InputError(f"{self.cfg.input}: damaged audio packet at dts {entry.packet.dts} (--strict)")
-
-    def _complete(self, item: WorkItem) -> tuple[dict[str, float], float]:
-        """Wait for the frame (its ``done`` event only); record its GPU hop times. Returns its stage
-        times and the host time it was handed on."""
-        meta = item.meta
-        gpu_stamps = self.backend.clock.stamps(item.ctx)
-        timings = self.processor.complete(item)
-        t0 = time.perf_counter()
-        self.latency.handed(meta.index, meta.seconds, {"decoded": meta.decoded_at, **meta.stamps, **gpu_stamps,
-                                                        "encoder": t0})
-        return timings, t0
-
-    def _encode_frame(self, item: WorkItem, lent: deque) -> None:
-        meta, sink = item.meta, self.sink
-        timings, t0 = self._complete(item)
-        if sink.residence == "device":
-            sink.write_video(self.processor.output_array(item), meta)
-            self.processor.release(item)
-        else:
-            slot = item.out_slot
-            sink.write_video(slot.lend(*self._out_shape()), meta)
-            if self.preview is not None and self.preview.wants_frame():
-                from .preview import eight_bit_i420
-
-                self.preview.offer(eight_bit_i420(slot.array, item.out_format), self._caption(meta, t0))
-            lent.append(slot)
-            if slot.in_use_elsewhere:
-                sink.zero_copy = False  # this encoder keeps frames: copy from now on, never wait on it
-            while lent and not lent[0].in_use_elsewhere:
-                self.processor.memory.out_host.release(lent.popleft())
-        self._count_out(meta, timings, t0)
-
-    def _out_shape(self) -> tuple[tuple[int, ...], Any]:
-        """The shape and sample type the sink takes the output in."""
-        from .convert import layout_dtype, layout_shape
-
-        return layout_shape(self.plan.out_layout, self.plan.out_format), layout_dtype(self.plan.out_layout)
-
-    def _count_out(self, meta: FrameMeta, timings: dict[str, float], t0: float) -> None:
-        now = time.perf_counter()
-        if self.sink is None or not hasattr(self.sink, "on_packets"):
-            self.stats.first_output(now)  # no encoder: the frame itself is the output
-        timings.update(decode=meta.decode_s * 1e3, encode=(now - t0) * 1e3)
-        self.stats.add_frame(timings, (now - meta.decoded_at) * 1e3, meta.seconds)
-        if self.stats.frames_out == WARMUP_FRAMES:
-            self.stats.memory_warm = {**self.processor.memory.counters(), **self._decoder_counters(),
-                                      "frames": WARMUP_FRAMES}
-        if self.on_frame is not None:
-            self.on_frame(self.stats)
-
-    def _caption(self, meta: FrameMeta, handed: float) -> str:
-        elapsed = handed - self.stats.started
-        fps = self.stats.frames_out / elapsed if elapsed > 0 else 0.0
-        return f"{fps:5.1f} fps  {(handed - meta.decoded_at) * 1e3:6.1f} ms  dropped {self.stats.dropped}"
 
     # -- tear-down --------------------------------------------------------------------------------
 
@@ -571,13 +393,6 @@ class Pipeline:
             raise Interrupted(self.signum or 2, kept)
         if not keep:
             raise InputError(f"{self.source.info.name}: no frames decoded; no output written")
-
-    def _decoder_counters(self) -> dict[str, int]:
-        """The hardware decoder's own surface pool (allocated by FFmpeg as it needs, then reused)."""
-        surfaces = getattr(self.backend.ops, "surfaces", None)
-        if surfaces is None or self.stats.decode != "nvdec":
-            return {}
-        return {"decoder_surfaces": surfaces.count, "decoder_surface_bytes": surfaces.surface_bytes}
 
     def _return_lent(self) -> None:
         out_host = self.processor.memory.out_host if self.processor is not None else None

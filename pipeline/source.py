@@ -18,6 +18,10 @@ only: frame threads would hold back one frame per thread, latency a camera feed 
 stdin (``-``, ``pipe:``) is a stream read as it comes, like a file without seeking or a frame count. A
 span (``-ss``/``-t``/``-to``, :mod:`pipeline.span`) is cut here: frames and audio packets outside it are
 dropped, the ones kept have their timestamps moved as it says.
+
+This module opens the input, probes it (the first frame decides the layout), reconnects a live one and
+copies frames into host slots; the demux and decode loop that does the above to each packet and frame,
+with the clock, is :mod:`pipeline.decode`.
 """
 
 from __future__ import annotations
@@ -25,8 +29,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import time
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Iterator
@@ -37,21 +39,18 @@ import numpy as np
 from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
 from .config import is_url, pipe_fd
 from .damage import DamageLog
-from .errors import ConfigError, DecoderRefused, GPUError, InputError, SourceStalled
-from .ingest import (SURFACE_LAYOUT, SlotWriter, display_matrix, host_layout, input_format, read_hdr,
-                     refuse_deep_surfaces, surface_layout)
+from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, _Clock, _frame_step, _stream_desc, _ticks
+from .errors import ConfigError, DecoderRefused, GPUError, InputError
+from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read_hdr, refuse_deep_surfaces,
+                     surface_layout)
 from .inputnotes import interlaced, other_video_streams
 from .log import log
-from .span import SKIP, STOP, Span
-from .video import FrameMeta, StreamInfo, VideoFormat
+from .span import Span
+from .video import StreamInfo, VideoFormat
 
 # Larger than any codec level allows (H.264 and HEVC stop at 8192 wide); bigger is a damaged header
 # or an input no stage was sized for. Memory for big but legal frames is checked by the engine.
 MAX_SIDE = 16384
-
-# A gap between two frames longer than this is a discontinuity (a timestamp wrap or damage), not a
-# pause: FFmpeg's own threshold for such jumps is 10 s; a minute leaves room for sparse VFR capture.
-MAX_GAP_S = 60.0
 
 # How much of a live stream FFmpeg analyses before the first frame (its defaults: 5 s and 5 MB). The
 # stream is read from its start anyway, and frames that arrive during the probe come out in a burst that
@@ -71,11 +70,6 @@ def is_live_input(path: str, input_format: str | None = None) -> bool:
     return is_url(path) and not path.lower().startswith("file:")
 
 
-@dataclass
-class AudioPacket:
-    packet: av.Packet
-
-
 class AudioTracks:
     """The input's audio streams, passed through unchanged: what a sink needs to copy them (their
     parameters as templates for its own streams), so that no PyAV stream crosses the engine."""
@@ -87,13 +81,7 @@ class AudioTracks:
         return bool(self.templates)
 
 
-@dataclass
-class DecodedFrame:
-    frame: av.VideoFrame
-    meta: FrameMeta
-
-
-class Source:
+class Source(DecodeLoop):
     """An opened input: its video stream (decoded), its audio streams (passed through as packets).
 
     ``hwaccel`` (a PyAV ``HWAccel``, see :mod:`pipeline.nvdec`): decode on the GPU, frames left in device
@@ -285,150 +273,12 @@ class Source:
         pending, self._pending = self._pending, []
         return itertools.chain(pending, self._frames)
 
-    # -- demux and decode -------------------------------------------------------------------------
-
-    def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
-        video = self.video  # this connection's stream: a reopen replaces self.video
-        for packet in self._packets():
-            self._damage.packet(packet)
-            if packet.stream is not video:
-                if packet.dts is not None and self._in_span(packet):  # flush packets carry nothing to copy
-                    yield AudioPacket(packet)
-                continue
-            for frame, decode_s in self._decode_packet(packet):
-                if self.hwaccel is not None and self._index:
-                    self._check_device_frame(frame)
-                verdict = self._trim.frame(frame.pts, frame.time_base or video.time_base) if self._trim else None
-                if verdict == STOP:  # the span's end: what follows is not wanted
-                    return
-                if verdict == SKIP:
-                    continue
-                yield DecodedFrame(frame, self._meta(self._index, frame, decode_s))
-                self._index += 1
-        if self._trim is None:  # a span's frame count is an estimate
-            self._check_complete(self._index)
-
-    def _in_span(self, packet: av.Packet) -> bool:
-        """An audio packet within -ss/-t/-to, its timestamps moved as the video's are."""
-        if self._trim is None:
-            return True
-        if not self._trim.packet(packet.pts, packet.time_base):
-            return False
-        shift = self._trim.offset(packet.time_base)
-        if shift:
-            if packet.pts is not None:
-                packet.pts -= shift
-            packet.dts -= shift
-        return True
-
-    def _packets(self) -> Iterator[av.Packet]:
-        """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
-        demux = self.container.demux(self.video, *self.audio_streams)
-        while True:
-            try:
-                packet = next(demux)
-            except StopIteration:
-                return
-            except av.error.FFmpegError as e:
-                if self.live:  # a stall or a lost connection: keep what the decoder holds, then report
-                    yield from self._drain_packet()
-                    raise SourceStalled(self._loss(e)) from e
-                if self.strict:
-                    raise InputError(f"{self.path}: read error: {e}") from e
-                self.warn(f"{self.path}: read error, the rest of the input is skipped: {e}")
-                yield from self._drain_packet()
-                return
-            yield packet
-
-    def _loss(self, error: Exception) -> str:
-        if isinstance(error, av.error.ExitError):  # our own interrupt: the read timeout expired
-            return f"{self.path}: no data for {self.timeout:g} s (stalled)"
-        return f"{self.path}: connection lost: {error}"
-
-    def _drain_packet(self) -> Iterator[av.Packet]:
-        # After a read error the demuxer sends no flush packet; an empty one drains the decoder's queue.
-        packet = av.Packet()
-        packet.stream = self.video
-        yield packet
-
-    def _decode_packet(self, packet: av.Packet) -> list[tuple[av.VideoFrame, float]]:
-        t0 = time.perf_counter()
-        try:
-            # PyAV >= 17.1 returns the good frames of a packet and drops the error that followed them.
-            frames = packet.decode()
-        except av.error.FFmpegError as e:
-            if self.hwaccel is not None and self._index == 0:  # before any frame: the GPU refused the stream
-                raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
-                                     f"{e}") from e
-            self._damage.decoder_errors()  # what it logged about this packet is this error
-            self._bad_data(f"undecodable packet at pts {packet.pts}", e)
-            self.decode_errors += 1
-            return []
-        dt = (time.perf_counter() - t0) / max(1, len(frames))
-        for frame in frames:
-            if frame.is_corrupt:
-                self._bad_data(f"corrupt frame at pts {frame.pts}")
-                self.corrupt_frames += 1
-        self._concealed(packet, frames)
-        return [(frame, dt) for frame in frames]
-
-    def _concealed(self, packet: av.Packet, frames: list) -> None:
-        """Errors the decoder logged and concealed: the packet did not fail and, with slice threads, no
-        frame is even flagged corrupt. Counted as a corrupt frame (fatal with --strict)."""
-        errors = self._damage.decoder_errors()
-        if errors and not any(frame.is_corrupt for frame in frames):
-            self._bad_data(f"decoder error at pts {packet.pts} ({errors[0]})")
-            self.corrupt_frames += 1
-
-    def _bad_data(self, what: str, error: Exception | None = None) -> None:
-        if self.strict:
-            cause = f": {error}" if error else ""
-            raise InputError(f"{self.path}: {what}{cause} (--strict)") from error
-        if self.decode_errors + self.corrupt_frames == 0:
-            self.warn(f"{self.path}: {what}; damaged data is skipped or concealed and counted")
-
-    def _meta(self, index: int, frame: av.VideoFrame, decode_s: float) -> FrameMeta:
-        pts = self._clock(frame.pts)
-        if pts != frame.pts:
-            if self.retimed_frames == 0:
-                self.warn(f"{self.path}: frame {index} has timestamp {frame.pts}; "
-                            f"moved to {pts} to keep timestamps increasing")
-            self.retimed_frames += 1
-        time_base = frame.time_base or self.video.time_base
-        shift = self._trim.offset(time_base) if self._trim is not None else 0  # -ss: the output starts at 0
-        return FrameMeta(index, pts - shift, time_base, decode_s=decode_s)
-
-    def _check_complete(self, decoded: int) -> None:
-        expected = self.expected_frames
-        why = self._damage.ended_early()  # in every container: what the demuxer met on the way
-        if decoded and expected and decoded + self.decode_errors < expected:
-            why = f"input ends early: {decoded} of {expected} frames decoded (truncated file?)" + (
-                f"; {why}" if why else "")
-        elif why:
-            why = f"input damaged or cut short ({decoded} frames decoded): {why}"
-        if why and self.strict:
-            raise InputError(f"{self.path}: {why} (--strict)")
-        if why:
-            self.warn(f"{self.path}: {why}")
-
     # -- into the host ring -----------------------------------------------------------------------
 
     def copy_into(self, frame: av.VideoFrame, dst: np.ndarray) -> None:
         """Copy one frame's planes into a host slot of :attr:`layout`, converting formats or sizes the kernels
         do not take."""
         self._writer(frame, dst)
-
-    def _check_device_frame(self, frame: av.VideoFrame) -> None:
-        """Device frames are read in place at the first frame's size and layout: another size or surface
-        format cannot be converted on the way (the CPU decoder's path does that)."""
-        fmt = self.format
-        sw = getattr(frame, "sw_format", None)
-        kind = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
-        if (frame.width & ~1, frame.height & ~1) != (fmt.width, fmt.height) or frame.format.name != "cuda" or \
-                sw is None or SURFACE_LAYOUT.get(sw.name) != self.layout:
-            raise InputError(f"{self.path}: frame {self._index} is {frame.width}x{frame.height} "
-                             f"({kind}) after {fmt.width}x{fmt.height} {self.layout} frames; with --decode nvdec "
-                             "the size and format cannot change mid-stream (--decode cpu converts such input)")
 
     def close(self) -> None:
         drain_decoder(self.video)
@@ -441,46 +291,6 @@ class Source:
             damage.close()
 
 
-class _Clock:
-    """Strictly increasing timestamps: the input's own where they are, else one frame step later.
-
-    A jump back, or forward by more than ``max_gap`` (concatenated streams, a timestamp wrap, a damaged
-    timestamp), shifts that frame and the ones after it by the same amount, so the spacing (the frame
-    rate, VFR included) is kept and one bad value does not push the rest hours away.
-    """
-
-    def __init__(self, step: int, max_gap: int):
-        self.step = step
-        self.max_gap = max(max_gap, step)
-        self.last: int | None = None
-        self.offset = 0
-
-    def __call__(self, pts: int | None) -> int:
-        if pts is None:
-            pts = (self.last + self.step) if self.last is not None else 0
-        else:
-            pts += self.offset
-        if self.last is not None and not 0 < pts - self.last <= self.max_gap:
-            wanted = self.last + self.step
-            self.offset += wanted - pts
-            pts = wanted
-        self.last = pts
-        return pts
-
-
-def _ticks(video, seconds: float) -> int:
-    tb = video.time_base
-    return int(seconds / tb) if tb else 1 << 62
-
-
-def _frame_step(video) -> int:
-    """One frame period in the stream's time base (at least one tick)."""
-    rate, tb = video.average_rate or video.guessed_rate, video.time_base
-    if not rate or not tb:
-        return 1
-    return max(1, round(1 / (Fraction(rate) * Fraction(tb))))
-
-
 def check_frame_size(path: str, width: int, height: int) -> None:
     if width < 2 or height < 2:
         raise InputError(f"{path}: frame size {width}x{height} is too small")
@@ -491,12 +301,6 @@ def check_frame_size(path: str, width: int, height: int) -> None:
 
 def _open(path: str):
     return _open_input(path, None, {}, None, local=True)
-
-
-def _stream_desc(video) -> str:
-    cc = video.codec_context
-    profile = f" {cc.profile}" if getattr(cc, "profile", None) else ""
-    return f"{cc.name}{profile} {cc.width}x{cc.height} {cc.pix_fmt or ''}".strip()
 
 
 def _open_input(path: str, input_format: str | None, options: dict[str, str], timeout: float | None, *,

@@ -9,16 +9,18 @@ command -v nvidia-smi >/dev/null 2>&1 || exit 0
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 |
          sed -n 's/^[[:space:]]*\([0-9][0-9]*\)\..*/\1/p')
 cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9][0-9]*\).*/\1/p' | head -n 1)
+pick() {  # VERSION CUDA13_FROM CUDA12_FROM: print the extra and stop, or return for the caller to explain
+    if [ "$1" -ge "$2" ]; then echo cuda13; exit 0; fi
+    if [ "$1" -ge "$3" ]; then echo cuda12; exit 0; fi
+}
 if [ -n "$driver" ]; then
-    if [ "$driver" -ge 580 ]; then echo cuda13; exit 0; fi
-    if [ "$driver" -ge 525 ]; then echo cuda12; exit 0; fi
+    pick "$driver" 580 525
     echo "NVIDIA driver $driver is too old for CUDA 12 (525 or newer is needed): installing without CuPy," \
          "the CPU backend only" >&2
     exit 0
 fi
 if [ -n "$cuda" ]; then
-    if [ "$cuda" -ge 13 ]; then echo cuda13; exit 0; fi
-    if [ "$cuda" -ge 12 ]; then echo cuda12; exit 0; fi
+    pick "$cuda" 13 12
     echo "the NVIDIA driver supports CUDA $cuda only (12 or newer is needed): installing without CuPy," \
          "the CPU backend only" >&2
 fi

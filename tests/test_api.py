@@ -229,3 +229,21 @@ def test_bad_arrays_are_input_errors():
         pipeline.frames([np.zeros((4, 4), np.float32)], device="cpu")
     with pytest.raises(pipeline.InputError, match="no frames"):
         pipeline.frames(iter(()), device="cpu")
+
+
+def test_run_many_writes_one_output_per_source_and_reports_each(clip, tmp_path):
+    """pipeline.run_many: the CLI's several-inputs run from Python; a bad source fails alone."""
+    out = tmp_path / "out"
+    out.mkdir()
+    other = tmp_path / "other.mkv"
+    other.write_bytes(clip.read_bytes())
+    result = pipeline.run_many([clip, other, tmp_path / "missing.mp4"], out, filters=CHAIN, device="cpu",
+                               codec="ffv1")
+    assert [s.exit_code for s in result.streams] == [0, 0, 3] and result.exit_code == 3
+    assert "missing.mp4" in result.streams[2].error
+    first, second = (decode(Path(s.output)) for s in result.streams[:2])
+    assert len(first.frames) == len(second.frames) == FRAMES
+    assert max(max_abs_diff(a, b) for a, b in zip(first.frames, second.frames)) == 0
+    assert result.totals()["frames_out"] == 2 * FRAMES
+    with pytest.raises(pipeline.ConfigError, match="bogus"):
+        pipeline.run_many([clip], "null", bogus=1)

@@ -346,6 +346,27 @@ def test_per_frame_device_counts_every_buffer():
     assert len(freed) == 5 * len(SPECS)
 
 
+def test_per_frame_device_frees_on_the_allocating_thread():
+    """A frame given back from another thread is freed by the allocating one, before its next allocation."""
+    freed_on = []
+    device = PerFrameDevice(lambda s: np.empty(s.shape, s.dtype), lambda a: freed_on.append(threading.get_ident()))
+    first = device.alloc_frame(SPECS)
+    event = FakeEvent()
+    giver = threading.Thread(target=device.free_frame, args=(first, event))
+    giver.start()
+    giver.join()
+    assert freed_on == [] and event.sync_calls == 0  # queued, not freed on the consumer's thread
+    second = device.alloc_frame(SPECS)
+    assert freed_on == [threading.get_ident()] * len(SPECS) and event.sync_calls == 1
+    assert device.device_frees == len(SPECS) and device.bytes_in_use == sum(s.nbytes for s in SPECS)
+    threading.Thread(target=device.free_frame, args=(second, None)).run()  # run(): on this thread
+    giver = threading.Thread(target=device.free_frame, args=(device.alloc_frame(SPECS), None))
+    giver.start()
+    giver.join()
+    device.drain()  # end of run: what other threads gave back is freed
+    assert device.device_allocs == device.device_frees == 3 * len(SPECS) and device.bytes_in_use == 0
+
+
 def test_per_frame_host_allocates_at_every_acquire():
     allocated = []
     host = PerFrameHost(32, lambda n: allocated.append(n) or np.zeros(n, np.uint8))

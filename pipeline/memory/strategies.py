@@ -68,7 +68,13 @@ def per_frame_host(nbytes: int, allocate: Callable[[int], np.ndarray]) -> PerFra
 
 @dataclass
 class PerFrameDevice:
-    """Every buffer of every frame is a real allocation, released when the frame is done."""
+    """Every buffer of every frame is a real allocation, released when the frame is done.
+
+    Allocation and release stay on one thread, the one that allocates: a frame given back from another
+    thread (a consumer that kept it on the device) is queued and freed there, before the next
+    allocation. cudaFree on one thread concurrent with cudaMalloc on another while NVDEC decodes on a
+    third was seen to deadlock in the driver; still one cudaMalloc and one cudaFree per buffer per frame.
+    """
 
     malloc: Callable[[BufferSpec], Any]
     free: Callable[[Any], None]
@@ -76,8 +82,12 @@ class PerFrameDevice:
     device_frees: int = 0
     bytes_in_use: int = 0
     bytes_peak: int = 0
+    _owner: int | None = None
+    _queued: deque = field(default_factory=deque)  # (event, buffers) given back from other threads
 
     def alloc_frame(self, specs: list[BufferSpec]) -> FrameBuffers:
+        self._owner = threading.get_ident()
+        self._free_queued()
         arrays = [self.malloc(s) for s in specs]
         self.device_allocs += len(specs)
         self.bytes_in_use += sum(s.nbytes for s in specs)
@@ -85,6 +95,12 @@ class PerFrameDevice:
         return FrameBuffers(arrays, [s.nbytes for s in specs])
 
     def free_frame(self, buffers: FrameBuffers, after: Event | None) -> None:
+        if self._owner is not None and threading.get_ident() != self._owner:
+            self._queued.append((after, buffers))  # deque appends and pops are thread-safe
+            return
+        self._free_now(buffers, after)
+
+    def _free_now(self, buffers: FrameBuffers, after: Event | None) -> None:
         if after is not None:
             after.synchronize()
         for array in buffers.arrays:
@@ -92,8 +108,14 @@ class PerFrameDevice:
         self.device_frees += len(buffers.arrays)
         self.bytes_in_use -= sum(buffers.blocks)
 
+    def _free_queued(self) -> None:
+        while self._queued:
+            after, buffers = self._queued.popleft()
+            self._free_now(buffers, after)
+
     def drain(self) -> None:
-        pass
+        """Free what other threads gave back (end of run: the allocating thread has finished)."""
+        self._free_queued()
 
     def counters(self) -> dict[str, int]:
         return {

@@ -1,0 +1,223 @@
+"""The source's demux and decode loop: packets read and decoded, damage counted (or fatal with ``strict``),
+frames and audio packets cut to the span, and timestamps kept increasing (:class:`_Clock`).
+
+Mixed into :class:`pipeline.source.Source`, which opens and probes the input and holds what this loop
+reads (the container, the video stream, the span, the counters); kept apart so that what happens to each
+packet and frame reads on its own, without the opening, probing and reconnection around it. Its entries,
+:class:`DecodedFrame` and :class:`AudioPacket`, are what the engine receives.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterator
+
+import av
+
+from .errors import DecoderRefused, InputError, SourceStalled
+from .ingest import SURFACE_LAYOUT
+from .span import SKIP, STOP
+from .video import FrameMeta
+
+# A gap between two frames longer than this is a discontinuity (a timestamp wrap or damage), not a
+# pause: FFmpeg's own threshold for such jumps is 10 s; a minute leaves room for sparse VFR capture.
+MAX_GAP_S = 60.0
+
+
+@dataclass
+class AudioPacket:
+    packet: av.Packet
+
+
+@dataclass
+class DecodedFrame:
+    frame: av.VideoFrame
+    meta: FrameMeta
+
+
+class DecodeLoop:
+    """Demux and decode for :class:`pipeline.source.Source`: entries in demux order, one connection's."""
+
+    def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
+        video = self.video  # this connection's stream: a reopen replaces self.video
+        for packet in self._packets():
+            self._damage.packet(packet)
+            if packet.stream is not video:
+                if packet.dts is not None and self._in_span(packet):  # flush packets carry nothing to copy
+                    yield AudioPacket(packet)
+                continue
+            for frame, decode_s in self._decode_packet(packet):
+                if self.hwaccel is not None and self._index:
+                    self._check_device_frame(frame)
+                verdict = self._trim.frame(frame.pts, frame.time_base or video.time_base) if self._trim else None
+                if verdict == STOP:  # the span's end: what follows is not wanted
+                    return
+                if verdict == SKIP:
+                    continue
+                yield DecodedFrame(frame, self._meta(self._index, frame, decode_s))
+                self._index += 1
+        if self._trim is None:  # a span's frame count is an estimate
+            self._check_complete(self._index)
+
+    def _in_span(self, packet: av.Packet) -> bool:
+        """An audio packet within -ss/-t/-to, its timestamps moved as the video's are."""
+        if self._trim is None:
+            return True
+        if not self._trim.packet(packet.pts, packet.time_base):
+            return False
+        shift = self._trim.offset(packet.time_base)
+        if shift:
+            if packet.pts is not None:
+                packet.pts -= shift
+            packet.dts -= shift
+        return True
+
+    def _packets(self) -> Iterator[av.Packet]:
+        """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
+        demux = self.container.demux(self.video, *self.audio_streams)
+        while True:
+            try:
+                packet = next(demux)
+            except StopIteration:
+                return
+            except av.error.FFmpegError as e:
+                if self.live:  # a stall or a lost connection: keep what the decoder holds, then report
+                    yield from self._drain_packet()
+                    raise SourceStalled(self._loss(e)) from e
+                if self.strict:
+                    raise InputError(f"{self.path}: read error: {e}") from e
+                self.warn(f"{self.path}: read error, the rest of the input is skipped: {e}")
+                yield from self._drain_packet()
+                return
+            yield packet
+
+    def _loss(self, error: Exception) -> str:
+        if isinstance(error, av.error.ExitError):  # our own interrupt: the read timeout expired
+            return f"{self.path}: no data for {self.timeout:g} s (stalled)"
+        return f"{self.path}: connection lost: {error}"
+
+    def _drain_packet(self) -> Iterator[av.Packet]:
+        # After a read error the demuxer sends no flush packet; an empty one drains the decoder's queue.
+        packet = av.Packet()
+        packet.stream = self.video
+        yield packet
+
+    def _decode_packet(self, packet: av.Packet) -> list[tuple[av.VideoFrame, float]]:
+        t0 = time.perf_counter()
+        try:
+            # PyAV >= 17.1 returns the good frames of a packet and drops the error that followed them.
+            frames = packet.decode()
+        except av.error.FFmpegError as e:
+            if self.hwaccel is not None and self._index == 0:  # before any frame: the GPU refused the stream
+                raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
+                                     f"{e}") from e
+            self._damage.decoder_errors()  # what it logged about this packet is this error
+            self._bad_data(f"undecodable packet at pts {packet.pts}", e)
+            self.decode_errors += 1
+            return []
+        dt = (time.perf_counter() - t0) / max(1, len(frames))
+        for frame in frames:
+            if frame.is_corrupt:
+                self._bad_data(f"corrupt frame at pts {frame.pts}")
+                self.corrupt_frames += 1
+        self._concealed(packet, frames)
+        return [(frame, dt) for frame in frames]
+
+    def _concealed(self, packet: av.Packet, frames: list) -> None:
+        """Errors the decoder logged and concealed: the packet did not fail and, with slice threads, no
+        frame is even flagged corrupt. Counted as a corrupt frame (fatal with --strict)."""
+        errors = self._damage.decoder_errors()
+        if errors and not any(frame.is_corrupt for frame in frames):
+            self._bad_data(f"decoder error at pts {packet.pts} ({errors[0]})")
+            self.corrupt_frames += 1
+
+    def _bad_data(self, what: str, error: Exception | None = None) -> None:
+        if self.strict:
+            cause = f": {error}" if error else ""
+            raise InputError(f"{self.path}: {what}{cause} (--strict)") from error
+        if self.decode_errors + self.corrupt_frames == 0:
+            self.warn(f"{self.path}: {what}; damaged data is skipped or concealed and counted")
+
+    def _meta(self, index: int, frame: av.VideoFrame, decode_s: float) -> FrameMeta:
+        pts = self._clock(frame.pts)
+        if pts != frame.pts:
+            if self.retimed_frames == 0:
+                self.warn(f"{self.path}: frame {index} has timestamp {frame.pts}; "
+                            f"moved to {pts} to keep timestamps increasing")
+            self.retimed_frames += 1
+        time_base = frame.time_base or self.video.time_base
+        shift = self._trim.offset(time_base) if self._trim is not None else 0  # -ss: the output starts at 0
+        return FrameMeta(index, pts - shift, time_base, decode_s=decode_s)
+
+    def _check_complete(self, decoded: int) -> None:
+        expected = self.expected_frames
+        why = self._damage.ended_early()  # in every container: what the demuxer met on the way
+        if decoded and expected and decoded + self.decode_errors < expected:
+            why = f"input ends early: {decoded} of {expected} frames decoded (truncated file?)" + (
+                f"; {why}" if why else "")
+        elif why:
+            why = f"input damaged or cut short ({decoded} frames decoded): {why}"
+        if why and self.strict:
+            raise InputError(f"{self.path}: {why} (--strict)")
+        if why:
+            self.warn(f"{self.path}: {why}")
+
+    def _check_device_frame(self, frame: av.VideoFrame) -> None:
+        """Device frames are read in place at the first frame's size and layout: another size or surface
+        format cannot be converted on the way (the CPU decoder's path does that)."""
+        fmt = self.format
+        sw = getattr(frame, "sw_format", None)
+        kind = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
+        if (frame.width & ~1, frame.height & ~1) != (fmt.width, fmt.height) or frame.format.name != "cuda" or \
+                sw is None or SURFACE_LAYOUT.get(sw.name) != self.layout:
+            raise InputError(f"{self.path}: frame {self._index} is {frame.width}x{frame.height} "
+                             f"({kind}) after {fmt.width}x{fmt.height} {self.layout} frames; with --decode nvdec "
+                             "the size and format cannot change mid-stream (--decode cpu converts such input)")
+
+
+class _Clock:
+    """Strictly increasing timestamps: the input's own where they are, else one frame step later.
+
+    A jump back, or forward by more than ``max_gap`` (concatenated streams, a timestamp wrap, a damaged
+    timestamp), shifts that frame and the ones after it by the same amount, so the spacing (the frame
+    rate, VFR included) is kept and one bad value does not push the rest hours away.
+    """
+
+    def __init__(self, step: int, max_gap: int):
+        self.step = step
+        self.max_gap = max(max_gap, step)
+        self.last: int | None = None
+        self.offset = 0
+
+    def __call__(self, pts: int | None) -> int:
+        if pts is None:
+            pts = (self.last + self.step) if self.last is not None else 0
+        else:
+            pts += self.offset
+        if self.last is not None and not 0 < pts - self.last <= self.max_gap:
+            wanted = self.last + self.step
+            self.offset += wanted - pts
+            pts = wanted
+        self.last = pts
+        return pts
+
+
+def _ticks(video, seconds: float) -> int:
+    tb = video.time_base
+    return int(seconds / tb) if tb else 1 << 62
+
+
+def _frame_step(video) -> int:
+    """One frame period in the stream's time base (at least one tick)."""
+    rate, tb = video.average_rate or video.guessed_rate, video.time_base
+    if not rate or not tb:
+        return 1
+    return max(1, round(1 / (Fraction(rate) * Fraction(tb))))
+
+
+def _stream_desc(video) -> str:
+    cc = video.codec_context
+    profile = f" {cc.profile}" if getattr(cc, "profile", None) else ""
+    return f"{cc.name}{profile} {cc.width}x{cc.height} {cc.pix_fmt or ''}".strip()
