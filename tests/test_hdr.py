@@ -4,7 +4,6 @@ the formulas in float64, HDR metadata carried through the encoders' params, --pi
 
 from __future__ import annotations
 
-import json
 import struct
 from fractions import Fraction
 from pathlib import Path

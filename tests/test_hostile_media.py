@@ -307,7 +307,6 @@ def test_mpeg2_gets_a_frame_rate_it_takes_and_keeps_the_timing(tmp_path, tiny):
                                               ("png", "rgb24"), ("huffyuv", "yuv422p"), ("gif", None)])
 def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder, pix_fmt):
     import av
-    import numpy as np
 
     from pipeline.encoders import containers_for
 

@@ -34,7 +34,7 @@ from utils import (
     video_times,
 )
 
-from pipeline import build, cli, engine
+from pipeline import build, cli
 from pipeline.errors import GPUError, InputError
 from pipeline.sample import make_clip
 from pipeline.source import MAX_SIDE, check_frame_size
