@@ -358,6 +358,7 @@ class Pipeline(Stages, Tally):
         try:
             self._drain_leftovers()
             self.processor.close()
+            self._memory.drain()  # frees still pending on an event: the counters below show what is held
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
         self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}

@@ -56,17 +56,25 @@ def surface_layout(path: str, frame: av.VideoFrame, describe: Callable[[], str])
         what = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
         raise DecoderRefused(f"{path}: NVDEC cannot decode this stream ({describe()}, gave {what} "
                              "frames); use --decode cpu")
+    if depth_of(sw) > 8:
+        raise _deep_refused(path, sw)
     return SURFACE_LAYOUT[sw.name]
 
 
 def refuse_deep_surfaces(path: str, video) -> None:
     """NVDEC is not used for input deeper than 8 bits: a 10-bit HEVC stream decoded with NVDEC into P010
     surfaces stopped making progress on the GPU machine (H200, PyAV 19) and the cause is not known, so such
-    a stream is refused before decoding (``--decode auto`` then decodes it on the CPU, 10 bits kept)."""
+    a stream is refused before decoding (``--decode auto`` then decodes it on the CPU, 10 bits kept).
+    With the hardware decoder attached the header may not say the depth: :func:`surface_layout` checks the
+    first frame's surfaces too."""
     fmt = video.codec_context.format if video.codec_context is not None else None
     if fmt is not None and not is_rgb_like(fmt) and depth_of(fmt) > 8:
-        raise DecoderRefused(f"{path}: NVDEC is not used for {depth_of(fmt)}-bit input ({fmt.name}) here; "
-                             "use --decode cpu (10 bits are kept)")
+        raise _deep_refused(path, fmt)
+
+
+def _deep_refused(path: str, fmt: av.VideoFormat) -> DecoderRefused:
+    return DecoderRefused(f"{path}: NVDEC is not used for {depth_of(fmt)}-bit input ({fmt.name}) here; "
+                          "use --decode cpu (10 bits are kept)")
 
 
 def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[[str], None]) -> VideoFormat:
