@@ -72,8 +72,9 @@ class PerFrameDevice:
 
     Allocation and release stay on one thread, the one that allocates: a frame given back from another
     thread (a consumer that kept it on the device) is queued and freed there, before the next
-    allocation. cudaFree on one thread concurrent with cudaMalloc on another while NVDEC decodes on a
-    third was seen to deadlock in the driver; still one cudaMalloc and one cudaFree per buffer per frame.
+    allocation. cudaFree waits for the whole device, so the consumer never stalls on it, and the driver
+    never sees cudaMalloc and cudaFree racing from two threads; still one cudaMalloc and one cudaFree per
+    buffer per frame.
     """
 
     malloc: Callable[[BufferSpec], Any]
