@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from utils import one_error, partials, read_json, run_pipeline, video_frames
+from utils import flip_payload_bytes, one_error, partials, read_json, run_pipeline, video_frames
 from pipeline.sample import make_clip
 
 
@@ -146,16 +146,9 @@ def test_complete_files_get_no_warning(tmp_path, containers):
 @pytest.fixture(scope="module")
 def concealed(tmp_path_factory):
     """A few flipped bytes in the H.264 payload: the decoder conceals them and logs, no packet fails."""
-    import random
-
     d = tmp_path_factory.mktemp("concealed")
-    data = bytearray(make_clip(d / "clean.mp4", width=320, height=180, frames=60, audio=False).read_bytes())
-    start, end = data.find(b"mdat") + 5000, data.find(b"moov") - 5000
-    rng = random.Random(4)
-    for _ in range(5):
-        data[rng.randrange(start, end)] ^= 0xFF
-    (path := d / "concealed.mp4").write_bytes(bytes(data))
-    return path
+    clean = make_clip(d / "clean.mp4", width=320, height=180, frames=60, audio=False)
+    return flip_payload_bytes(clean, d / "concealed.mp4", flips=5, seed=4)
 
 
 def test_concealed_decoder_errors_are_reported_and_fatal_with_strict(tmp_path, concealed):

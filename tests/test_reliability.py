@@ -22,6 +22,7 @@ from utils import (
     ROOT,
     assert_failed,
     count_audio_packets,
+    flip_payload_bytes,
     frame_times,
     partials,
     pipeline_threads,
@@ -196,13 +197,7 @@ def test_faststart_mp4_truncated_in_media_keeps_every_decodable_frame(tmp_path, 
 
 @pytest.fixture
 def corrupt_clip(tmp_path, clips):
-    data = bytearray(clips["video"].read_bytes())
-    start, end = data.find(b"mdat") + 5000, data.find(b"moov") - 5000
-    rng = random.Random(1)
-    for _ in range(200):
-        data[rng.randrange(start, end)] ^= 0xFF
-    (p := tmp_path / "corrupt.mp4").write_bytes(bytes(data))
-    return p
+    return flip_payload_bytes(clips["video"], tmp_path / "corrupt.mp4", flips=200, seed=1)
 
 
 def test_corrupt_packets_are_skipped_counted_and_reported(tmp_path, corrupt_clip):

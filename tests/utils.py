@@ -164,6 +164,19 @@ class Decoded:
     audio_packets: int
 
 
+def flip_payload_bytes(src: Path, dst: Path, flips: int, seed: int) -> Path:
+    """A copy of an MP4 with ``flips`` bytes of its media data inverted (clear of the headers at both ends)."""
+    import random
+
+    data = bytearray(Path(src).read_bytes())
+    start, end = data.find(b"mdat") + 5000, data.find(b"moov") - 5000
+    rng = random.Random(seed)
+    for _ in range(flips):
+        data[rng.randrange(start, end)] ^= 0xFF
+    Path(dst).write_bytes(bytes(data))
+    return Path(dst)
+
+
 def decode(path: str | Path) -> Decoded:
     """Every video frame as a flat I420 array, plus the facts the pipeline must keep."""
     with av.open(str(path)) as container:
