@@ -16,7 +16,8 @@ from rich.console import Console
 from .checks import as_pipeline_error
 from .cli_parser import SAMPLES, add_run_arguments, build_parser
 from .config import STREAM_LIST, RunConfig, build_config, load_toml, preset_names
-from .errors import EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, Interrupted, OutputError, PipelineError
+from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
+                     PipelineError)
 from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
@@ -45,7 +46,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    code = _main(sys.argv[1:] if argv is None else argv)
+    if GPUStalled.happened:  # threads are stuck in CUDA calls: the interpreter's own exit would wait on them
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str]) -> int:
     steady_malloc()
     err = Console(stderr=True, highlight=False)
     debug = "--debug" in argv

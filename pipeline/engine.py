@@ -22,6 +22,7 @@ always blocks: frames there hold GPU work, and the wait reaches ``q_decoded`` wi
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
@@ -29,7 +30,7 @@ from .channels import END as _END, Aborted, Channel
 from .checks import as_pipeline_error
 from .config import RunConfig
 from .convert import DEVICE_LAYOUTS
-from .errors import GPUError, InputError, Interrupted, SourceStalled
+from .errors import GPUError, GPUStalled, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
 from .processor import FramePlan, Processor
@@ -38,6 +39,9 @@ from .stages import Stages
 from .stats import RunStats
 from .tally import Tally
 from .video import WorkItem
+
+# A frame's GPU work takes milliseconds; waiting this long for one means a CUDA call that never returns.
+GPU_STALL_S = 60.0
 
 
 class RunControl:
@@ -104,6 +108,7 @@ class Pipeline(Stages, Tally):
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
         self._input_error: SourceStalled | None = None  # a live source lost: the frames done are kept
+        self._stalled: GPUStalled | None = None  # the watchdog found a frame stuck on the GPU
         self.on_frame: Callable[[RunStats], None] | None = None
         self._feed = None
         self._copiers = None
@@ -297,9 +302,22 @@ class Pipeline(Stages, Tally):
                     t.join(poll)
                     if self.preview is not None:
                         self.preview.pump()
+                    self._watch_gpu()
         finally:
             if self.preview is not None:
                 self.preview.close()
+
+    def _watch_gpu(self) -> None:
+        """Stop the run when one frame's device work has not completed for GPU_STALL_S: the thread waiting on
+        it will never return, and neither would a graceful stop, which waits for it."""
+        waiting = self.processor.waiting if self.processor is not None else None
+        if waiting is None or time.monotonic() - waiting[1] <= GPU_STALL_S:
+            return
+        GPUStalled.happened = True
+        self._stalled = GPUStalled(f"the GPU made no progress for {GPU_STALL_S:g} s (frame {waiting[0]}'s work "
+                                   "never completed); stopped")
+        self.abort.set()
+        raise self._stalled
 
     def _start_preview(self) -> None:
         if self.cfg.preview:
@@ -354,6 +372,10 @@ class Pipeline(Stages, Tally):
     def _finish(self, consumer_left: bool = False) -> None:
         self.stats.finish()
         self._count_damage()
+        if self._stalled is not None:
+            # Threads are stuck in CUDA calls: nothing on the device is waited for or given back (each would
+            # wait forever); the output keeps the frames done, as for any GPU failure mid-run.
+            self._end_sink(self._stalled)  # raises it
         error = self._error
         try:
             self._drain_leftovers()

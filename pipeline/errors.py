@@ -57,6 +57,13 @@ class GPUError(PipelineError):
     exit_code = EXIT_GPU
 
 
+class GPUStalled(GPUError):
+    """A frame's work on the GPU did not complete within the stall limit: a CUDA call that never returns.
+    The threads stuck in it cannot be stopped; the CLI ends the process once the output is finalised."""
+
+    happened = False  # set when raised: at exit the CLI skips the interpreter's clean-up, which would wait too
+
+
 class StageError(PipelineError):
     """A user's own stage (``pipeline.run(..., stage=...)``) raised: the run ends as for a failing filter,
     its output discarded. The original exception is the ``__cause__``; ``stage`` names the stage."""

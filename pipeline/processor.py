@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -176,6 +177,7 @@ class Processor:
         # Temporal filters read what the previous frame wrote, possibly on another stream: order them.
         self._stateful = any(plan.state)
         self._previous = None
+        self.waiting: tuple[int, float] | None = None  # (frame index, since): a wait in complete(), for the watchdog
 
     def _bind_state(self) -> None:
         """Reserve every filter's cross-frame state once, from the same device memory as the frames."""
@@ -255,7 +257,9 @@ class Processor:
 
     def complete(self, item: WorkItem) -> dict[str, float]:
         """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
+        self.waiting = (item.meta.index, time.monotonic())
         item.ctx.done.synchronize()
+        self.waiting = None
         timings = item.ctx.timings_ms()
         self._contexts.put(item.ctx)
         item.ctx = None

@@ -427,6 +427,34 @@ def test_device_oom_mid_run_keeps_a_playable_partial_output(tmp_path, clips, mon
     assert pipeline_threads() == []
 
 
+def test_a_frame_stuck_on_the_gpu_stops_the_run_with_exit_5_and_keeps_the_frames_done(tmp_path, clips):
+    """A CUDA call that never returns (seen with NVDEC): the watchdog ends the run instead of hanging."""
+    out = tmp_path / "out.mp4"
+    code = f"""
+import sys, threading, time
+from pipeline import cli, engine
+from pipeline.processor import Processor
+
+engine.GPU_STALL_S = 0.5
+real_complete, never = Processor.complete, threading.Event()
+
+def complete(self, item):  # frame 3's wait on its done event never returns
+    if item.meta.index == 3:
+        self.waiting = (3, time.monotonic())
+        never.wait()
+    return real_complete(self, item)
+
+Processor.complete = complete
+sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", "cpu", "-q"]))
+"""
+    result = run_python("-c", code, cwd=tmp_path, timeout=60)
+    assert result.returncode == 5, result.stderr
+    assert result.stderr.count("\n") == 1 and "made no progress for 0.5 s (frame 3" in result.stderr
+    assert "holds the 3 frames done" in result.stderr
+    assert len(video_frames(out)) == 3  # playable, with the frames done
+    assert partials(tmp_path) == []
+
+
 # -- 13. output directory ----------------------------------------------------------------------------
 
 
