@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, Callable, Iterator
 
@@ -51,7 +52,9 @@ class RunControl:
     def __init__(self):
         self.stop_event = threading.Event()  # graceful: drain and finalise
         self.signum: int | None = None
-        self.pipelines: list[Pipeline] = []  # several when streams run side by side (pipeline.many)
+        # Several when streams run side by side (pipeline.many); weak, or each run would sit in a reference
+        # cycle (it holds its control) with its buffers and codecs until the next full collection.
+        self.pipelines: weakref.WeakSet[Pipeline] = weakref.WeakSet()
         # Set-up, before any output exists: a signal handler may end it at once (raise Interrupted)
         # instead of waiting for a step that reads or computes for long.
         self.interruptible = False
@@ -96,7 +99,7 @@ class Pipeline(Stages, Tally):
         self._owns_memory = memory is None if owns_memory is None else owns_memory
         self.phases = phases or Phases()
         self.control = control or RunControl()
-        self.control.pipelines.append(self)
+        self.control.pipelines.add(self)
         self.stop_event = self.control.stop_event
         self.abort = threading.Event()  # a stage failed: everyone stops
         # The run starts where its set-up started: whole-run figures include it.

@@ -17,6 +17,7 @@ from typing import Callable
 
 import av
 import numpy as np
+from av.sidedata.sidedata import SideDataContainer
 from av.sidedata.sidedata import Type as SideData
 from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 
@@ -103,10 +104,16 @@ def _sw_format(frame: av.VideoFrame) -> av.VideoFormat:
     return sw if sw is not None else frame.format
 
 
+def _side_data(frame: av.VideoFrame) -> SideDataContainer:
+    """The frame's side data, not cached on the frame: ``frame.side_data`` caches a container that points
+    back at the frame, a reference cycle that keeps the frame's buffers until a full garbage collection."""
+    return SideDataContainer(frame)
+
+
 def read_hdr(frame: av.VideoFrame) -> HdrMetadata | None:
     """The mastering display and content light level the frame carries (the first frame of an HDR stream,
     a keyframe, does)."""
-    side = frame.side_data
+    side = _side_data(frame)
     mastering, light = side.get(SideData.MASTERING_DISPLAY_METADATA), side.get(SideData.CONTENT_LIGHT_LEVEL)
     return HdrMetadata.parse(bytes(mastering) if mastering is not None else None,
                              bytes(light) if light is not None else None)
@@ -114,7 +121,7 @@ def read_hdr(frame: av.VideoFrame) -> HdrMetadata | None:
 
 def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
     """The rotation/flip matrix a player applies when showing the frame (FFmpeg's layout), if any."""
-    data = frame.side_data.get(SideData.DISPLAYMATRIX)
+    data = _side_data(frame).get(SideData.DISPLAYMATRIX)
     if data is None:
         return None
     values = tuple(int(v) for v in np.frombuffer(bytes(data), np.int32))

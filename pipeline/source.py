@@ -29,9 +29,10 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import weakref
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import av
 import numpy as np
@@ -129,7 +130,7 @@ class Source(DecodeLoop):
         held, self._held = self._held, None
         for level, message in held:
             log.log(level, message)
-        self._writer = SlotWriter(path, self.layout, self.format, self.notice)
+        self._writer = SlotWriter(path, self.layout, self.format, _held_weakly(self.notice))
 
     def _video_stream(self):
         videos = self.container.streams.video
@@ -289,6 +290,19 @@ class Source(DecodeLoop):
         damage = getattr(self, "_damage", None)
         if damage is not None:
             damage.close()
+
+
+def _held_weakly(method: Callable) -> Callable:
+    """``method``, not keeping its object alive: a part the source owns calling back into the source would
+    otherwise make a reference cycle, which holds the decoder and its frames until a full collection."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
 
 
 def check_frame_size(path: str, width: int, height: int) -> None:

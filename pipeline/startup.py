@@ -9,6 +9,7 @@ can exceed the wall time they took together.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -34,7 +35,9 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 128 * 1024
 
 
+@functools.cache
 def _libc():
+    """The C library, loaded once (find_library runs ldconfig; a CDLL left per run sits in a reference cycle)."""
     import ctypes
     import ctypes.util
 

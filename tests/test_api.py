@@ -247,3 +247,36 @@ def test_run_many_writes_one_output_per_source_and_reports_each(clip, tmp_path):
     assert result.totals()["frames_out"] == 2 * FRAMES
     with pytest.raises(pipeline.ConfigError, match="bogus"):
         pipeline.run_many([clip], "null", bogus=1)
+
+
+def _frames_to_the_end(clip, device):
+    with pipeline.frames(clip, device=device) as frames:
+        for _ in frames:
+            pass
+
+
+@pytest.mark.parametrize("device", all_devices())
+@pytest.mark.parametrize("how", ["null", "file", "frames"])
+def test_a_run_leaves_no_reference_cycles(device, how, clip, tmp_path):
+    """Everything a run held is freed when its last reference goes, not at a later full collection: a
+    process running file after file (a batch worker) would otherwise hold decoders, frames and buffers
+    of past runs, and grow between collections."""
+    import gc
+
+    def once():
+        if how == "frames":
+            _frames_to_the_end(clip, device)
+        else:
+            pipeline.run(clip, "null" if how == "null" else str(tmp_path / "out.mkv"), device=device, overwrite=True)
+
+    once()  # caches filled (codecs, kernels, lazily built tables)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        once()
+        found = gc.collect()
+        kinds = sorted({type(o).__qualname__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert found == 0, kinds
