@@ -23,7 +23,7 @@ import importlib
 import logging
 from typing import Any
 
-from .errors import ConfigError, GPUError, InputError, OutputError, PipelineError, StageError
+from .errors import ConfigError, GPUError, GPUStalled, InputError, OutputError, PipelineError, StageError
 
 __version__ = "0.1.0"
 
@@ -40,8 +40,8 @@ _LAZY = {
     "RunConfig": "config",
 }
 
-__all__ = ["ConfigError", "GPUError", "InputError", "OutputError", "PipelineError", "StageError", "__version__",
-           *_LAZY]
+__all__ = ["ConfigError", "GPUError", "GPUStalled", "InputError", "OutputError", "PipelineError", "StageError",
+           "__version__", *_LAZY]
 
 # A library prints nothing on its own: notices go to the "pipeline" logger, shown only where the
 # application configures logging (the command line does).

@@ -46,6 +46,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    GPUStalled.happened = False
     code = _main(sys.argv[1:] if argv is None else argv)
     if GPUStalled.happened:  # threads are stuck in CUDA calls: the interpreter's own exit would wait on them
         sys.stdout.flush()

@@ -31,6 +31,7 @@ from .channels import END as _END, Aborted, Channel
 from .checks import as_pipeline_error
 from .config import RunConfig
 from .convert import DEVICE_LAYOUTS
+from .encoders import is_hardware
 from .errors import GPUError, GPUStalled, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
@@ -43,6 +44,7 @@ from .video import WorkItem
 
 # A frame's GPU work takes milliseconds; waiting this long for one means a CUDA call that never returns.
 GPU_STALL_S = 60.0
+WATCH_GAP_S = 5.0  # polls further apart than this: the process was not running, the wait is not counted
 
 
 class RunControl:
@@ -54,7 +56,8 @@ class RunControl:
         self.signum: int | None = None
         # Several when streams run side by side (pipeline.many); weak, or each run would sit in a reference
         # cycle (it holds its control) with its buffers and codecs until the next full collection.
-        self.pipelines: weakref.WeakSet[Pipeline] = weakref.WeakSet()
+        # (The list is copied at once in a signal handler, where a WeakSet's iteration could see it change.)
+        self.pipelines: list[weakref.ref[Pipeline]] = []
         # Set-up, before any output exists: a signal handler may end it at once (raise Interrupted)
         # instead of waiting for a step that reads or computes for long.
         self.interruptible = False
@@ -73,8 +76,10 @@ class RunControl:
         self.stop_event.set()
 
     def discard_output(self) -> None:
-        for pipeline in list(self.pipelines):
-            pipeline.discard_output()
+        for ref in list(self.pipelines):
+            pipeline = ref()
+            if pipeline is not None:
+                pipeline.discard_output()
 
 
 class Pipeline(Stages, Tally):
@@ -99,7 +104,7 @@ class Pipeline(Stages, Tally):
         self._owns_memory = memory is None if owns_memory is None else owns_memory
         self.phases = phases or Phases()
         self.control = control or RunControl()
-        self.control.pipelines.add(self)
+        self.control.pipelines.append(weakref.ref(self))
         self.stop_event = self.control.stop_event
         self.abort = threading.Event()  # a stage failed: everyone stops
         # The run starts where its set-up started: whole-run figures include it.
@@ -112,6 +117,7 @@ class Pipeline(Stages, Tally):
         self._error_lock = threading.Lock()
         self._input_error: SourceStalled | None = None  # a live source lost: the frames done are kept
         self._stalled: GPUStalled | None = None  # the watchdog found a frame stuck on the GPU
+        self._watch: tuple[int | None, float, float] = (None, 0.0, 0.0)  # frame awaited, since, last poll
         self.on_frame: Callable[[RunStats], None] | None = None
         self._feed = None
         self._copiers = None
@@ -312,13 +318,19 @@ class Pipeline(Stages, Tally):
 
     def _watch_gpu(self) -> None:
         """Stop the run when one frame's device work has not completed for GPU_STALL_S: the thread waiting on
-        it will never return, and neither would a graceful stop, which waits for it."""
-        waiting = self.processor.waiting if self.processor is not None else None
-        if waiting is None or time.monotonic() - waiting[1] <= GPU_STALL_S:
+        it will never return, and neither would a graceful stop, which waits for it. Only time the watchdog
+        itself saw counts: after a gap between its polls (the process was stopped, Ctrl-Z) it starts over."""
+        now = time.monotonic()
+        frame = self.processor.waiting if self.processor is not None else None
+        watched, since, polled = self._watch
+        if frame is None or frame != watched or now - polled > WATCH_GAP_S:
+            since = now
+        self._watch = (frame, since, now)
+        if frame is None or now - since <= GPU_STALL_S:
             return
         GPUStalled.happened = True
-        self._stalled = GPUStalled(f"the GPU made no progress for {GPU_STALL_S:g} s (frame {waiting[0]}'s work "
-                                   "never completed); stopped")
+        self._stalled = GPUStalled(f"the GPU made no progress for {GPU_STALL_S:g} s (frame {frame}'s work never "
+                                   "completed); stopped")
         self.abort.set()
         raise self._stalled
 
@@ -377,7 +389,11 @@ class Pipeline(Stages, Tally):
         self._count_damage()
         if self._stalled is not None:
             # Threads are stuck in CUDA calls: nothing on the device is waited for or given back (each would
-            # wait forever); the output keeps the frames done, as for any GPU failure mid-run.
+            # wait forever); the output keeps the frames done, as for any GPU failure mid-run, unless its
+            # encoder is on the GPU too (flushing it would wait as well).
+            if self.sink is not None and is_hardware(self.cfg.codec or ""):
+                self.sink.abort()
+                raise GPUStalled(f"{self._stalled}; no output written")
             self._end_sink(self._stalled)  # raises it
         error = self._error
         try:
@@ -430,6 +446,8 @@ class Pipeline(Stages, Tally):
             self._memory.close()
 
     def _close_source(self) -> None:
+        if self._stalled is not None:  # the decoder thread may be stuck inside the codec: leave it alone
+            return
         if self._feed is None or self._feed.close():
             self.source.close()  # else the reader, still in a read, closes it when that returns
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import RunConfig
-from .errors import EXIT_INTERNAL, PipelineError
+from .errors import EXIT_INTERNAL, GPUStalled, PipelineError
 from .log import log
 
 
@@ -202,7 +202,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
                     t.join(0.1)  # short waits: the main thread takes the signals
         finally:
             counters = shared.counters()
-            if owned:
+            if owned and not GPUStalled.happened:  # a stream's frames stuck on the GPU: closing would wait on them
                 shared.close()
     return ManyResult(results, time.perf_counter() - t0, counters)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -177,7 +176,7 @@ class Processor:
         # Temporal filters read what the previous frame wrote, possibly on another stream: order them.
         self._stateful = any(plan.state)
         self._previous = None
-        self.waiting: tuple[int, float] | None = None  # (frame index, since): a wait in complete(), for the watchdog
+        self.waiting: int | None = None  # the frame whose done event a thread waits on (the engine's watchdog)
 
     def _bind_state(self) -> None:
         """Reserve every filter's cross-frame state once, from the same device memory as the frames."""
@@ -257,14 +256,21 @@ class Processor:
 
     def complete(self, item: WorkItem) -> dict[str, float]:
         """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
-        self.waiting = (item.meta.index, time.monotonic())
-        item.ctx.done.synchronize()
-        self.waiting = None
+        self.wait_done(item)
         timings = item.ctx.timings_ms()
         self._contexts.put(item.ctx)
         item.ctx = None
         item.surface = item.surface_planes = None  # the decoder may reuse the surface: its reader is done
         return timings
+
+    def wait_done(self, item: WorkItem) -> None:
+        """Wait for the frame's ``done`` event, marked in ``waiting`` meanwhile: the only wait on the GPU that
+        has no time limit, the one a stuck CUDA call shows in."""
+        self.waiting = item.meta.index
+        try:
+            item.ctx.done.synchronize()
+        finally:
+            self.waiting = None
 
     def release(self, item: WorkItem, after=None) -> None:
         """Give back the device buffers a ``keep_device`` frame was holding (once ``after`` completes)."""

@@ -38,7 +38,7 @@ from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg
                     watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import containers_for, output_format, refusal, video_encoder
+from .encoders import containers_for, is_hardware, output_format, refusal, video_encoder
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .hdr import HdrMetadata, merge_params
@@ -122,9 +122,8 @@ def _avformat_candidates() -> Iterator[str]:
         yield from sorted(str(p) for p in folder.glob("*avformat*"))
 
 
-# Encoders that run on a GPU's or SoC's media engine: present in PyAV's build whether or not this machine has
-# the hardware, so each is tried before the run (the H200, for one, has NVDEC but no NVENC).
-HARDWARE_ENCODERS = ("_nvenc", "_vaapi", "_qsv", "_amf", "_v4l2m2m", "_videotoolbox", "_mediacodec", "_vulkan")
+# Hardware encoders (encoders.is_hardware) are in PyAV's build whether or not this machine has the hardware,
+# so each is tried before the run (the H200, for one, has NVDEC but no NVENC).
 CPU_ENCODERS = ("libx264", "libx265", "libsvtav1", "libvpx-vp9", "mpeg4", "ffv1")
 
 
@@ -132,7 +131,7 @@ def check_hardware_encoder(codec: str) -> None:
     """Refuse, before the run, a hardware encoder this machine cannot open, naming CPU encoders that work.
 
     NVENC takes the frames from the pinned download (host memory) as any encoder does."""
-    if not codec.endswith(HARDWARE_ENCODERS):
+    if not is_hardware(codec):
         return
     try:
         cc = av.CodecContext.create(codec, "w")
@@ -479,9 +478,9 @@ class Sink:
         """Drop the partial output: the target is left as it was."""
         if getattr(self, "_encoder_said", None) is not None:
             self._encoder_said.close()
+        if self.tmp is not None:  # first: closing flushes the encoder, which may hang on a stuck GPU
+            self.tmp.unlink(missing_ok=True)
         try:
             self.container.close()
         except Exception:
-            pass  # the file is deleted next; a close error adds nothing
-        if self.tmp is not None:
-            self.tmp.unlink(missing_ok=True)
+            pass  # the file is gone already; a close error adds nothing

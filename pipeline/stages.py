@@ -119,6 +119,7 @@ class Stages:
         """Wait for the frame (its ``done`` event only); record its GPU hop times. Returns its stage
         times and the host time it was handed on."""
         meta = item.meta
+        self.processor.wait_done(item)  # first: the clock's stamps below would wait unseen by the watchdog
         gpu_stamps = self.backend.clock.stamps(item.ctx)
         timings = self.processor.complete(item)
         t0 = time.perf_counter()
@@ -129,6 +130,9 @@ class Stages:
     def _encode_frame(self, item: WorkItem, lent: deque) -> None:
         meta, sink = item.meta, self.sink
         timings, t0 = self._complete(item)
+        if self.abort.is_set():  # the run ended while this frame was awaited (a stall: the sink is closed)
+            self._give_back(item)
+            raise Aborted
         if sink.residence == "device":
             sink.write_video(self.processor.output_array(item), meta)
             self.processor.release(item)

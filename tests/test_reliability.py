@@ -431,20 +431,23 @@ def test_a_frame_stuck_on_the_gpu_stops_the_run_with_exit_5_and_keeps_the_frames
     """A CUDA call that never returns (seen with NVDEC): the watchdog ends the run instead of hanging."""
     out = tmp_path / "out.mp4"
     code = f"""
-import sys, threading, time
+import sys, threading
 from pipeline import cli, engine
 from pipeline.processor import Processor
 
+class Never:  # the done event of a frame whose work never completes
+    def synchronize(self):
+        threading.Event().wait()
+
 engine.GPU_STALL_S = 0.5
-real_complete, never = Processor.complete, threading.Event()
+real_submit = Processor.submit
 
-def complete(self, item):  # frame 3's wait on its done event never returns
+def submit(self, item, **kwargs):
+    real_submit(self, item, **kwargs)
     if item.meta.index == 3:
-        self.waiting = (3, time.monotonic())
-        never.wait()
-    return real_complete(self, item)
+        item.ctx.done = Never()
 
-Processor.complete = complete
+Processor.submit = submit
 sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", "cpu", "-q"]))
 """
     result = run_python("-c", code, cwd=tmp_path, timeout=60)
@@ -453,6 +456,39 @@ sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", 
     assert "holds the 3 frames done" in result.stderr
     assert len(video_frames(out)) == 3  # playable, with the frames done
     assert partials(tmp_path) == []
+
+
+def test_the_stall_watchdog_counts_only_time_it_saw(monkeypatch):
+    """Polled every 0.1 s, a wait of more than GPU_STALL_S is a stall; a gap between polls (the process was
+    stopped) starts the count over, and so does another frame."""
+    import threading
+    from types import SimpleNamespace
+
+    from pipeline import engine
+    from pipeline.errors import GPUStalled
+
+    monkeypatch.setattr(GPUStalled, "happened", False)
+    clock = {"now": 100.0}
+    monkeypatch.setattr(engine.time, "monotonic", lambda: clock["now"])
+    run = SimpleNamespace(processor=SimpleNamespace(waiting=None), _watch=(None, 0.0, 0.0), abort=threading.Event(),
+                          _stalled=None)
+
+    def poll(seconds: float, every: float = 0.1) -> None:
+        for _ in range(round(seconds / every)):
+            clock["now"] += every
+            engine.Pipeline._watch_gpu(run)
+
+    poll(100)  # nothing awaited
+    run.processor.waiting = 7
+    poll(engine.GPU_STALL_S - 1)
+    clock["now"] += 30  # stopped (Ctrl-Z) for 30 s while frame 7 was awaited
+    poll(engine.GPU_STALL_S - 1)
+    run.processor.waiting = 8  # frame 7 completed, frame 8 awaited
+    poll(engine.GPU_STALL_S - 1)
+    assert not run.abort.is_set() and not GPUStalled.happened
+    with pytest.raises(GPUStalled, match="frame 8"):
+        poll(2)
+    assert run.abort.is_set() and GPUStalled.happened and run._stalled is not None
 
 
 # -- 13. output directory ----------------------------------------------------------------------------
