@@ -236,6 +236,44 @@ def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):
     assert stopped.exit_code == 130 and list((tmp_path / "later").iterdir()) == []
 
 
+def test_a_worker_whose_gpu_stalled_runs_no_more_files(clips, tmp_path, monkeypatch):
+    """Its threads are stuck in a CUDA call for good: later files fail at once, they do not stall again."""
+    import threading
+
+    from pipeline import engine
+    from pipeline.errors import GPUStalled
+    from pipeline.processor import Processor
+
+    released = threading.Event()
+
+    class Never:  # the done event of a frame whose work does not complete (until the test ends)
+        def synchronize(self):
+            released.wait()
+
+    real_submit = Processor.submit
+
+    def submit(self, item, **kwargs):
+        real_submit(self, item, **kwargs)
+        if item.meta.index == 2:
+            item.ctx.done = Never()
+
+    monkeypatch.setattr(Processor, "submit", submit)
+    monkeypatch.setattr(engine, "GPU_STALL_S", 0.3)
+    monkeypatch.setattr(GPUStalled, "happened", False)
+    try:
+        report = run_batch([str(p) for p in good(clips)], tmp_path, filters=CHAIN, device="cpu", workers=1,
+                           processes=False)
+    finally:
+        released.set()
+    assert [(r.status, r.exit_code) for r in report.results] == [("failed", 5)] * 3
+    stalled = [r for r in report.results if "made no progress" in r.error]
+    assert len(stalled) == 1  # the one that ran; the others were not run (in whatever order they came)
+    name = Path(stalled[0].input).name
+    assert sorted(r.error for r in report.results if r is not stalled[0]) == [
+        f"not run: this worker's GPU stalled on an earlier file ({name})"] * 2
+    assert report.exit_code == 5 and list(tmp_path.iterdir()) == []
+
+
 # --- the command line ------------------------------------------------------------------------------------
 
 

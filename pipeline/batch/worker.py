@@ -20,7 +20,7 @@ from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..engine import Pipeline, RunControl
-from ..errors import EXIT_INTERNAL, EXIT_OUTPUT, Interrupted, PipelineError
+from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupted, PipelineError
 from ..log import log
 from .jobs import FileResult, Job
 from .resume import forget, input_identity, write_marker
@@ -44,6 +44,7 @@ class WorkerState:
         self._lock = threading.Lock()
         self.notices: list[str] = []
         self.handler = _NoticeHandler(self)
+        self.stalled: str | None = None  # a run's GPU work never completed: its threads are stuck for good
 
     def begin(self, job: Job, control: RunControl) -> int | None:
         """Mark ``job`` as running; the signal number instead when its batch was stopped already."""
@@ -138,6 +139,10 @@ def process_file(job: Job) -> FileResult:
     signum = state.begin(job, control)
     if signum is not None:
         result.status, result.exit_code, result.error = "cancelled", 128 + signum, "cancelled before it started"
+    elif state.stalled is not None:  # a stuck CUDA call holds this worker's GPU: another run would stall too
+        state.end()
+        result.status, result.exit_code = "failed", EXIT_GPU
+        result.error = f"not run: this worker's GPU stalled on an earlier file ({state.stalled})"
     else:
         try:
             _run(job, control, state, result)
@@ -162,6 +167,8 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         result.seconds = time.perf_counter() - t0
         _drop_new_output(out, before)
         _record_failure(result, e)
+        if isinstance(e, GPUStalled):
+            state.stalled = Path(job.input).name
         result.gpu = state.binding()
     else:
         result.seconds = time.perf_counter() - t0
