@@ -110,7 +110,7 @@ class Ops(Protocol):
 
 class Clock(Protocol):
     def stamps(self, ctx: Context) -> dict[str, float]:
-        """Host times of the frame's uploaded/filtered/done points; waits for ``done`` (this frame only)."""
+        """Host times of the frame's uploaded/filtered/done points; ``done`` must have completed."""
         ...
 
 

@@ -257,6 +257,10 @@ class Processor:
     def complete(self, item: WorkItem) -> dict[str, float]:
         """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
         self.wait_done(item)
+        return self.hand_back(item)
+
+    def hand_back(self, item: WorkItem) -> dict[str, float]:
+        """A completed frame's stage times in ms; its context (streams and events) goes back for reuse."""
         timings = item.ctx.timings_ms()
         self._contexts.put(item.ctx)
         item.ctx = None

@@ -119,9 +119,9 @@ class Stages:
         """Wait for the frame (its ``done`` event only); record its GPU hop times. Returns its stage
         times and the host time it was handed on."""
         meta = item.meta
-        self.processor.wait_done(item)  # first: the clock's stamps below would wait unseen by the watchdog
-        gpu_stamps = self.backend.clock.stamps(item.ctx)
-        timings = self.processor.complete(item)
+        self.processor.wait_done(item)
+        gpu_stamps = self.backend.clock.stamps(item.ctx)  # read before the context's events are reused
+        timings = self.processor.hand_back(item)
         t0 = time.perf_counter()
         self.latency.handed(meta.index, meta.seconds, {"decoded": meta.decoded_at, **meta.stamps, **gpu_stamps,
                                                         "encoder": t0})

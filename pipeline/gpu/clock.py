@@ -40,8 +40,7 @@ class GpuClock:
         self.uncertainty_s = (after - before) / 2
 
     def stamps(self, ctx: Any) -> dict[str, float]:
-        """Host times of the frame's uploaded/filtered/done events; waits for ``done`` (this frame only)."""
-        ctx.done.synchronize()
+        """Host times of the frame's uploaded/filtered/done events; ``done`` must have completed."""
         if time.perf_counter() - self._t0 > RESYNC_S:
             self._sync()
         e = ctx.events
