@@ -9,6 +9,7 @@ packet and frame reads on its own, without the opening, probing and reconnection
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,6 +36,43 @@ class AudioPacket:
 class DecodedFrame:
     frame: av.VideoFrame
     meta: FrameMeta
+
+
+class FrameReturns:
+    """Decoded frames whose last reference is dropped by the thread that decodes.
+
+    A hardware decoder takes each new surface from FFmpeg's buffer pool holding the pool's lock, and may
+    log meanwhile (a failed CUDA call), which takes the GIL in PyAV's log callback. Dropping a frame's last
+    reference on another thread returns its buffer under the same lock while holding the GIL: each thread
+    then waits for the other for ever (seen on the H200 with NVDEC, the encode thread freeing a surface while
+    the decoder allocated one). So frames done with are handed in here (:meth:`take`) and the decoding
+    thread drops them between packets (:meth:`drop`); once decoding has ended (:meth:`close`) nothing
+    allocates from the pool any more and frames are dropped where they are handed in.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: list = []
+        self._open = True
+
+    def take(self, item) -> None:
+        """Move ``item.surface`` (a decoded frame) in here; ``item`` keeps no reference to it."""
+        with self._lock:
+            if self._open:
+                self._held.append(item.surface)
+                item.surface = None
+                return
+        item.surface = None
+
+    def drop(self) -> None:
+        with self._lock:
+            held, self._held = self._held, []
+        del held  # the last references go on this thread
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+        self.drop()
 
 
 class DecodeLoop:
@@ -105,6 +143,8 @@ class DecodeLoop:
         yield packet
 
     def _decode_packet(self, packet: av.Packet) -> list[tuple[av.VideoFrame, float]]:
+        if self.returns is not None:
+            self.returns.drop()  # frames the pipeline is done with go back to the decoder's pool from here
         t0 = time.perf_counter()
         try:
             # PyAV >= 17.1 returns the good frames of a packet and drops the error that followed them.

@@ -383,6 +383,7 @@ class Pipeline(Stages, Tally):
         if item.out_slot is not None:
             memory.out_host.release(item.out_slot)
             item.out_slot = None
+        item.give_back_surface()
 
     def _finish(self, consumer_left: bool = False) -> None:
         self.stats.finish()

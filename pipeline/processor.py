@@ -264,7 +264,7 @@ class Processor:
         timings = item.ctx.timings_ms()
         self._contexts.put(item.ctx)
         item.ctx = None
-        item.surface = item.surface_planes = None  # the decoder may reuse the surface: its reader is done
+        item.give_back_surface()  # the decoder may reuse the surface: its reader is done
         return timings
 
     def wait_done(self, item: WorkItem) -> None:

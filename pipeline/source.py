@@ -40,7 +40,7 @@ import numpy as np
 from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
 from .config import is_url, pipe_fd
 from .damage import DamageLog
-from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, _Clock, _frame_step, _stream_desc, _ticks
+from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameReturns, _Clock, _frame_step, _stream_desc, _ticks
 from .errors import ConfigError, DecoderRefused, GPUError, InputError
 from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read_hdr, refuse_deep_surfaces,
                      surface_layout)
@@ -97,6 +97,7 @@ class Source(DecodeLoop):
         self.path = path
         route_ffmpeg_log()
         self.hwaccel = hwaccel
+        self.returns = FrameReturns() if hwaccel is not None else None  # see FrameReturns
         self.layout = "nv12" if hwaccel is not None else "i420"  # until the first frame says (_probe)
         self.hdr = None
         self._held: list[tuple[int, str]] | None = []  # notices while opening: shown only if the input is usable
@@ -282,6 +283,8 @@ class Source(DecodeLoop):
         self._writer(frame, dst)
 
     def close(self) -> None:
+        if self.returns is not None:
+            self.returns.close()
         drain_decoder(self.video)
         self._close_damage_log()
         self.container.close()

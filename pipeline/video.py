@@ -179,4 +179,14 @@ class WorkItem:
     out_format: VideoFormat | None = None
     surface: Any = None  # a frame decoded into device memory (NVDEC): read in place, no upload
     surface_planes: Any = None  # the backend's views of it, held (with it) until the frame is done
+    surface_home: Any = None  # where the surface goes back when done (a FrameReturns), None: dropped here
     copying: Any = None  # a Future while another thread copies the frame into in_slot
+
+    def give_back_surface(self) -> None:
+        """Let go of the decoded surface once the frame's work has completed: the views first (the frame
+        still holds the buffer, so nothing is freed here), then the frame, to the thread that decodes."""
+        self.surface_planes = None
+        home, self.surface_home = self.surface_home, None
+        if home is not None and self.surface is not None:
+            home.take(self)
+        self.surface = None

@@ -130,3 +130,34 @@ def test_10bit_hevc_is_refused_by_nvdec_and_auto_decodes_it_on_the_cpu(hevc10, t
                    "-c", "libx265")
     assert proc.returncode == 0, proc.stderr
     assert hdr_of(tmp_path / "hdr.mkv") == hdr_of(hevc10)
+
+
+@pytest.mark.parametrize("alloc", ["pool", "naive"])
+def test_surfaces_go_back_to_the_decoder_on_the_decoding_thread(h264, alloc, monkeypatch):
+    """Every surface is freed by the thread that decodes (or after decoding ended), never by the thread that
+    finished the frame: FFmpeg allocates surfaces holding its pool's lock and may log meanwhile, which takes
+    the GIL, so a surface freed elsewhere under the GIL could deadlock the two threads (seen with naive)."""
+    import threading
+
+    from pipeline.decode import FrameReturns
+
+    taken, dropped = [], []
+    take, drop = FrameReturns.take, FrameReturns.drop
+
+    def counting_take(self, item):
+        taken.append(threading.get_ident())
+        take(self, item)
+
+    def counting_drop(self):
+        dropped.append((threading.get_ident(), len(self._held)))
+        drop(self)
+
+    monkeypatch.setattr(FrameReturns, "take", counting_take)
+    monkeypatch.setattr(FrameReturns, "drop", counting_drop)
+    for _ in range(4):  # the deadlock it prevents came about once in several runs
+        taken.clear(), dropped.clear()
+        stats = pipeline.run(h264, "null", device="cuda", decode="nvdec", alloc=alloc, in_flight=1, quiet=True)
+        assert stats["frames_out"] == FRAMES
+        assert len(taken) == FRAMES and sum(n for _, n in dropped) == FRAMES
+        droppers = {t for t, n in dropped if n}
+        assert not droppers & set(taken)
