@@ -218,6 +218,10 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--in-flight", type=int, help=f"frames in flight on the GPU (default: {d.in_flight})")
     p.add_argument("--pinned-cap-mib", type=int, metavar="MIB",
                    help="page-locked host memory a run may take (default: half of the RAM); over it: exit 5")
+    p.add_argument("--write-combined", action=argparse.BooleanOptionalAction, default=None,
+                   help="input host slots in write-combined pinned memory, which the CPU writes past its caches "
+                        f"and the GPU reads unsnooped (default: {'on' if d.write_combined else 'off'}; see "
+                        "`pipeline probe`)")
     p.add_argument("--arena-headroom", type=float,
                    help=f"device arena size as a multiple of the frames in flight (default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",

@@ -46,6 +46,7 @@ class RunConfig:
     in_flight: int = 4
     copy_threads: int = 1  # threads copying decoded frames into host slots (1: the decode thread itself)
     pinned_cap_mib: int | None = None  # page-locked host memory a run may take; None: half of the RAM
+    write_combined: bool = False  # input slots in write-combined pinned memory (the CPU only writes them)
     arena_headroom: float = 1.2
     plugins: tuple[str, ...] = ()
     strict: bool = False
@@ -297,7 +298,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "decode": (str,), "codec": (str,), "stats_json": (str,),
     "pix_fmt": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
-    "copy_threads": (int,), "pinned_cap_mib": (int,),
+    "copy_threads": (int,), "pinned_cap_mib": (int,), "write_combined": (bool,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),

@@ -97,7 +97,8 @@ class FramePlan:
         out_bytes = self.specs[self.output].nbytes if host_out else 0
         cap = settings.pinned_cap_mib * 2**20 if getattr(settings, "pinned_cap_mib", None) else None
         return MemoryRequest(in_bytes, out_bytes, self.frame_bytes, self.state_bytes, settings.ring_size,
-                             settings.in_flight, settings.arena_headroom, held, cap)
+                             settings.in_flight, settings.arena_headroom, held, cap,
+                             bool(getattr(settings, "write_combined", False)))
 
 
 @contextlib.contextmanager

@@ -301,3 +301,22 @@ def test_cuda_naive_allocates_per_frame_and_matches_pooled(clips, tmp_path):
     assert len(a.frames) == len(b.frames) == MKV_FRAMES
     for x, y in zip(a.frames, b.frames):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.gpu
+def test_cuda_write_combined_input_slots_give_the_same_frames(clips, tmp_path, monkeypatch):
+    """Write-combined memory only changes how the CPU writes the slots and the GPU reads them."""
+    from pipeline.gpu import memory
+
+    made = []
+    allocate = memory.write_combined_array
+    monkeypatch.setattr(memory, "write_combined_array", lambda n: made.append(n) or allocate(n))
+    plain = run_api("cuda", clips["mkv"], tmp_path / "pinned.mkv", codec="ffv1", ring_size=3)
+    assert made == []
+    combined = run_api("cuda", clips["mkv"], tmp_path / "wc.mkv", codec="ffv1", ring_size=3, write_combined=True)
+    assert len(made) == 3  # the input ring, once; the output ring stays cached (the CPU reads it)
+    assert combined.memory["device_allocs"] == plain.memory["device_allocs"] == 1
+    a, b = decode(tmp_path / "pinned.mkv"), decode(tmp_path / "wc.mkv")
+    assert len(a.frames) == len(b.frames) == MKV_FRAMES
+    for x, y in zip(a.frames, b.frames):
+        np.testing.assert_array_equal(x, y)

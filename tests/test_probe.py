@@ -39,9 +39,14 @@ def check_consistent(result: dict, sizes: dict[str, int]) -> None:
         assert 0 < row["min_us"] <= row["median_us"] <= row["p90_us"]
     assert {(r["direction"], r["memory"]) for r in result["bandwidth"]} == {
         ("H2D", "pageable"), ("D2H", "pageable"), ("H2D", "pinned"), ("D2H", "pinned"), ("H2D+D2H", "pinned"),
+        ("H2D", "write-combined"),
     }
     for row in result["bandwidth"]:
         assert row["gbps"] > 0 and row["best_gbps"] >= row["gbps"]
+    assert {(r["memory"], r["size_label"]) for r in result["host_access"]} == {
+        (m, label) for m in ("pageable", "pinned", "write-combined") for label in sizes}
+    for row in result["host_access"]:
+        assert row["cpu_write_gbps"] > 0 and row["cpu_read_gbps"] > 0
 
 
 # --- on a GPU -------------------------------------------------------------------------------
@@ -271,7 +276,8 @@ class FakeDevice:
                 pass
 
         class PinnedMemory:
-            def __init__(self, nbytes):
+            def __init__(self, nbytes, flags=0):
+                assert flags in (0, 4), flags  # default, or cudaHostAllocWriteCombined
                 self.buf = bytearray(nbytes)
 
         class MemoryPool:

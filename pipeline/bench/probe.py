@@ -6,7 +6,9 @@ against the machine at hand rather than taken on trust:
 
 - cudaMalloc / cudaFree, cudaHostAlloc / cudaFreeHost and a pooled allocation, per size;
 - cudaFree's implicit device-wide synchronisation, shown against a busy kernel on another stream;
-- host<->device bandwidth, pageable vs pinned, and both directions at once.
+- host<->device bandwidth, pageable vs pinned vs write-combined pinned, and both directions at once;
+- the CPU's speed writing a frame into each kind of host memory and reading it back (write-combined
+  memory is for buffers the CPU only writes: the decoder's slots, read by the upload).
 
 CuPy is imported inside the functions, so this module imports (and its tables render) without it.
 The measurements live in :mod:`pipeline.gpu.probe`, the tables in :mod:`.probe_report`; this module runs
@@ -28,6 +30,7 @@ from ..gpu.probe import (
     device_info,
     _measure_allocs,
     _measure_bandwidth,
+    _measure_host_access,
     _measure_free_sync,
     _Plan,
     _require_gpu,
@@ -64,6 +67,7 @@ def run_probe(
         result["alloc"] = _measure_allocs(cupy, plan, repeats, pool_alloc, skipped)
         result["free_sync"] = _free_sync_or_error(cupy, plan.spin_bytes, spin_ms, repeats)
         result["bandwidth"] = _measure_bandwidth(cupy, plan, repeats, skipped)
+        result["host_access"] = _measure_host_access(cupy, plan, repeats)
     except (RuntimeError, MemoryError) as exc:  # CUDARuntimeError / CUDADriverError / OutOfMemoryError
         raise GPUError(f"pipeline probe: CUDA error: {exc}") from exc
     result["skipped"] = skipped

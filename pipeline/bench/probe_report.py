@@ -72,6 +72,19 @@ def _bandwidth_table(result: dict) -> Table:
     return table
 
 
+def _host_access_table(result: dict) -> Table:
+    table = Table(title="CPU access to host memory (np.copyto of one frame)",
+                  caption="write-combined: pinned, written past the CPU's caches; for buffers the CPU only writes")
+    table.add_column("host memory")
+    table.add_column("size")
+    table.add_column("CPU write GB/s", justify="right")
+    table.add_column("CPU read GB/s", justify="right")
+    for row in result.get("host_access", []):
+        table.add_row(row["memory"], f"{row['size_label']} ({_fmt_bytes(row['bytes'])})",
+                      f"{row['cpu_write_gbps']:.1f}", f"{row['cpu_read_gbps']:.2f}")
+    return table
+
+
 def free_sync_finding(free_sync: dict) -> str:
     """One sentence on whether cudaFree waited for the whole device."""
     if "error" in free_sync:
@@ -115,4 +128,4 @@ def _free_sync_table(result: dict) -> Table:
 
 def probe_table(result: dict) -> list[Table]:
     """The tables a person reads: allocation costs, bandwidth, and the cudaFree-sync finding."""
-    return [_alloc_table(result), _bandwidth_table(result), _free_sync_table(result)]
+    return [_alloc_table(result), _bandwidth_table(result), _host_access_table(result), _free_sync_table(result)]

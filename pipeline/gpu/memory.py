@@ -16,11 +16,32 @@ from .cuda import cupy
 from .failures import creating, cuda_error
 
 
-def pinned_array(nbytes: int) -> np.ndarray:
+WRITE_COMBINED = 4  # cudaHostAllocWriteCombined
+
+
+def pinned_array(nbytes: int, flags: int = 0) -> np.ndarray:
     """Exact-size page-locked memory (cudaHostAlloc), bypassing CuPy's power-of-two pinned pool."""
     cuda = cupy().cuda
     # Only the pointer type exports the buffer protocol; the array keeps it (and the memory) alive.
-    return np.frombuffer(cuda.PinnedMemoryPointer(cuda.PinnedMemory(nbytes), 0), np.uint8, nbytes)
+    return np.frombuffer(cuda.PinnedMemoryPointer(cuda.PinnedMemory(nbytes, flags), 0), np.uint8, nbytes)
+
+
+def write_combined_array(nbytes: int) -> np.ndarray:
+    """Pinned memory the CPU writes past its caches and the GPU reads without snooping them: for slots the
+    CPU only writes (a decoded frame on its way up). Reading it from the CPU is very slow."""
+    return pinned_array(nbytes, WRITE_COMBINED)
+
+
+class _Allocation:
+    """One cudaMalloc, freed once: by ``free()``, or when nothing refers to it any more (its backing and every
+    view into it). The views name it as their owner; the backing is not, so no reference cycle holds the
+    arena until a full collection."""
+
+    def __init__(self, nbytes: int):
+        rt = cupy().cuda.runtime
+        self.ptr = rt.malloc(nbytes)
+        self.free = weakref.finalize(self, rt.free, self.ptr)
+        self.free.atexit = False  # at interpreter exit the driver frees everything anyway
 
 
 class CudaBacking:
@@ -30,15 +51,12 @@ class CudaBacking:
         cp = cupy()
         self.ptr = 0
         try:
-            self.ptr = cp.cuda.runtime.malloc(nbytes)
+            allocation = _Allocation(nbytes)
         except Exception as e:  # out of memory, or any CUDA error: one line with the sizes
             raise cuda_error(e, needed=nbytes, what="the device arena") from e
-        self.nbytes = nbytes
-        # Freed by close(), or when the backing is collected if a failed set-up never reached close();
-        # registered first, so that nothing failing below leaks the arena.
-        self._release = weakref.finalize(self, cp.cuda.runtime.free, self.ptr)
-        self._release.atexit = False  # at interpreter exit the driver frees everything anyway
-        self._mem = creating("wrapping the device arena", lambda: cp.cuda.UnownedMemory(self.ptr, nbytes, self))
+        self.ptr, self.nbytes = allocation.ptr, nbytes
+        self._release = allocation.free  # close() frees it; so does dropping everything if close() never ran
+        self._mem = creating("wrapping the device arena", lambda: cp.cuda.UnownedMemory(self.ptr, nbytes, allocation))
 
     def view(self, offset: int, spec: BufferSpec):
         cp = cupy()
@@ -162,7 +180,7 @@ def pooled(req: MemoryRequest) -> Memory:
     device = _pooled_device(req)
     t1 = time.perf_counter()
     try:
-        in_host = _ring(req.ring_size, req.in_bytes, pinned_array)
+        in_host = _ring(req.ring_size, req.in_bytes, write_combined_array if req.write_combined else pinned_array)
         out_host = _ring(req.ring_size, req.out_bytes, pinned_array)
     except BaseException:
         device.close()

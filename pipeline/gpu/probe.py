@@ -130,15 +130,23 @@ def _device_buffer(rt, nbytes: int) -> Iterator[int]:
         rt.free(ptr)
 
 
-def _host_buffer(cupy, nbytes: int, pinned: bool) -> np.ndarray:
-    """A host buffer of exactly nbytes; a pinned one stays allocated while the array lives."""
-    if pinned:
+HOST_MEMORIES = ("pageable", "pinned", "write-combined")
+WRITE_COMBINED = 4  # cudaHostAllocWriteCombined
+
+
+def _host_buffer(cupy, nbytes: int, memory: str) -> np.ndarray:
+    """A host buffer of exactly nbytes; a pinned one stays allocated while the array lives.
+
+    "write-combined" is pinned memory the CPU writes past its caches (cudaHostAllocWriteCombined): the GPU
+    reads it without snooping the CPU's caches, and the CPU reads it very slowly."""
+    if memory == "pageable":
+        array = np.empty(nbytes, dtype=np.uint8)
+    else:
         # PinnedMemory is a plain cudaHostAlloc of the exact size; cupyx.empty_pinned would round it up to
         # a power of two through the pinned pool. The pointer object is what exports the buffer protocol.
-        mem = cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(nbytes), 0)
+        flags = WRITE_COMBINED if memory == "write-combined" else 0
+        mem = cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(nbytes, flags), 0)
         array = np.frombuffer(mem, dtype=np.uint8, count=nbytes)
-    else:
-        array = np.empty(nbytes, dtype=np.uint8)
     array.fill(1)  # touch every page now so that first-touch faults stay out of the timings
     return array
 
@@ -405,18 +413,56 @@ def _bandwidth_for_size(cupy, label: str, nbytes: int, repeats: int) -> list[dic
     up, down = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
     rows = []
     with _device_buffer(rt, nbytes) as dev_a, _device_buffer(rt, nbytes) as dev_b:
-        for memory, pinned in (("pageable", False), ("pinned", True)):
-            host_a, host_b = _host_buffer(cupy, nbytes, pinned), _host_buffer(cupy, nbytes, pinned)
+        for memory in HOST_MEMORIES:
+            host_a, host_b = _host_buffer(cupy, nbytes, memory), _host_buffer(cupy, nbytes, memory)
             pa, pb = host_a.ctypes.data, host_b.ctypes.data
             times = _copy_ms(cupy, up, dev_a, pa, nbytes, h2d, repeats)
             rows.append(_bandwidth_row("H2D", memory, label, nbytes, times, nbytes))
+            if memory == "write-combined":  # for upload-only buffers: the CPU would read a download slowly
+                del host_a, host_b
+                continue
             times = _copy_ms(cupy, up, pb, dev_b, nbytes, d2h, repeats)
             rows.append(_bandwidth_row("D2H", memory, label, nbytes, times, nbytes))
-            if pinned:  # pageable copies are synchronous for the host, so they cannot overlap
+            if memory == "pinned":  # pageable copies are synchronous for the host, so they cannot overlap
                 times = _duplex_ms(cupy, (up, down), ((dev_a, pa), (dev_b, pb)), nbytes, repeats)
                 rows.append(_bandwidth_row("H2D+D2H", memory, label, nbytes, times, 2 * nbytes))
             rt.deviceSynchronize()  # no copy may still read the host buffers when they are released
             del host_a, host_b
+    return rows
+
+
+def _cpu_copy_gbps(dst: np.ndarray, src: np.ndarray, repeats: int) -> float:
+    """The CPU's speed copying src into dst (np.copyto, as the decoder fills a slot), median of repeats."""
+    np.copyto(dst, src)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return dst.nbytes / _median(times) / 1e9
+
+
+def _host_access_for_size(cupy, label: str, nbytes: int, repeats: int) -> list[dict]:
+    """How fast the CPU writes a frame into each kind of host buffer, and reads one back."""
+    frame = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)  # pageable, cached, not zeros
+    back = np.empty_like(frame)
+    rows = []
+    for memory in HOST_MEMORIES:
+        buffer = _host_buffer(cupy, nbytes, memory)
+        write = _cpu_copy_gbps(buffer, frame, repeats)
+        read = _cpu_copy_gbps(back, buffer, repeats)
+        if not np.array_equal(back, frame):
+            raise GPUError(f"pipeline probe: {memory} host memory did not read back what was written")
+        rows.append({"memory": memory, "size_label": label, "bytes": nbytes, "repeats": repeats,
+                     "cpu_write_gbps": write, "cpu_read_gbps": read})
+        del buffer
+    return rows
+
+
+def _measure_host_access(cupy, plan: _Plan, repeats: int) -> list[dict]:
+    rows = []
+    for label, nbytes in plan.host.items():
+        rows += _host_access_for_size(cupy, label, nbytes, repeats)
     return rows
 
 

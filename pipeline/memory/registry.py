@@ -28,6 +28,7 @@ class MemoryRequest:
     headroom: float
     held: int = 0  # frames a consumer may hold past their completion (the frames() iterator holds one)
     pinned_cap: int | None = None  # most page-locked bytes the run may take (None: half of the RAM)
+    write_combined: bool = False  # input slots write-combined (cudaHostAllocWriteCombined): written, never read
 
 
 @dataclass(frozen=True)
