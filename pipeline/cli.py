@@ -21,7 +21,7 @@ from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUSta
 from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
-from .startup import PROCESS_STARTED, steady_malloc
+from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -96,6 +96,7 @@ def _one_line(error: BaseException) -> str:
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
     if args.command == "run":
         cfg = config_from_args(args)
+        create_cuda_context_early(cfg.device)  # while the pipeline's modules import
         if args.inputs or args.stream_list:
             from .many_cli import cmd_run_many
 

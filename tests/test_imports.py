@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 
 # PyAV: the I/O layer (decode, encode, the sample clips) and the bench's measured baselines, which time
@@ -71,3 +73,39 @@ def test_the_public_names_resolve_lazily():
             "issubclass(pipeline.ConfigError, ValueError), sorted(set(pipeline.__all__) - set(dir(pipeline))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["pipeline.api", "pipeline.api", "True", "[]"], out.stdout + out.stderr
+
+
+def test_the_early_cuda_context_is_made_only_for_a_gpu_device(monkeypatch):
+    import threading
+
+    from pipeline.gpu import cuda
+    from pipeline.startup import create_cuda_context_early
+
+    asked = []
+    monkeypatch.setattr(cuda, "retain_primary_context", lambda index: asked.append(index) or False)
+    assert create_cuda_context_early("cpu") is None
+    for device, index in (("auto", 0), ("cuda", 0), ("cuda:3", 3)):
+        thread = create_cuda_context_early(device)
+        assert isinstance(thread, threading.Thread) and thread.daemon
+        thread.join(5)
+        assert asked[-1] == index
+    assert len(asked) == 3
+
+
+def test_the_early_cuda_context_without_a_driver_or_gpu_does_nothing():
+    from pipeline.gpu.cuda import gpu_status, retain_primary_context
+
+    if gpu_status()[0]:
+        pytest.skip("this machine has a GPU: see the GPU test below")
+    assert retain_primary_context(0) is False
+
+
+@pytest.mark.gpu
+def test_the_early_cuda_context_is_the_one_cupy_uses():
+    from pipeline.gpu.cuda import cupy, retain_primary_context
+
+    assert retain_primary_context(0) is True
+    assert retain_primary_context(99) is False  # no such GPU
+    cp = cupy()
+    cp.cuda.Device(0).use()
+    assert int(cp.arange(1, 5).sum()) == 10

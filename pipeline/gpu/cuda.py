@@ -20,6 +20,21 @@ def cupy() -> Any:
     return cp
 
 
+def retain_primary_context(index: int) -> bool:
+    """Make GPU ``index``'s primary context through the driver (what CuPy's first call would do), without
+    importing CuPy; False where there is no driver or no such GPU. ctypes lets go of the GIL for each call,
+    so other threads import meanwhile (see :func:`pipeline.startup.create_cuda_context_early`)."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        device, context = ctypes.c_int(), ctypes.c_void_p()
+        return (driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), index) == 0
+                and driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) == 0)
+    except (OSError, AttributeError):  # no driver here
+        return False
+
+
 def gpu_status(index: int | None = None) -> tuple[bool, str]:
     """(usable, reason): whether CuPy imports and sees a working CUDA device (``index``, or any)."""
     try:
