@@ -9,6 +9,9 @@ chain, downloaded and discarded (``-o null``), with drop-oldest: a stream that c
 N is sustained when no stream dropped a frame. The pooled streams share one device arena and one pinned
 pool; the naive ones allocate per frame. A last sweep encodes each stream with libx264 (ultrafast,
 low-latency), where the CPU decides. Writes streams.json and streams.md (date, command, hardware).
+
+``--processes K`` runs each trial as K worker processes of N/K streams each (each its own CUDA context, arena
+and pinned pool) instead of N threads in one process: the execution model, measured against the other.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import datetime
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,6 +46,10 @@ def parse_args(argv):
     p.add_argument("--naive", type=counts, default=[8, 16, 24, 32], help="stream counts tried, naive")
     p.add_argument("--x264", type=counts, default=[2, 4, 6, 8], help="stream counts tried with libx264 output")
     p.add_argument("--decode", default="nvdec", choices=("nvdec", "cpu"))
+    p.add_argument("--processes", type=int, default=1, help="worker processes per trial (default: 1, threads only)")
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a worker: one trial of N streams, a JSON line out
+    p.add_argument("--alloc", default="pool", help=argparse.SUPPRESS)
+    p.add_argument("--output", default="null", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -61,11 +69,31 @@ def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int,
             "sustained": drops == 0 and not failed, "shared": result.shared}
 
 
-def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say) -> tuple[list[dict], int]:
+def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, output: str, frames: int,
+                       out_dir: Path) -> dict:
+    """One trial as k worker processes sharing the n streams, started together; their rows merged."""
+    shares = [n // k + (i < n % k) for i in range(k)]
+    procs = [subprocess.Popen([sys.executable, __file__, "--one", str(m), "--alloc", alloc, "--decode", decode,
+                               "--output", output, "--seconds", str(frames / 30), "--out-dir", str(out_dir / f"w{i}")],
+                              stdout=subprocess.PIPE, text=True) for i, m in enumerate(shares) if m]
+    rows = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    frames_out, wall = sum(r["frames_out"] for r in rows), max(r["wall_s"] for r in rows)
+    return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output,
+            "drops": sum(r["drops"] for r in rows), "failed": sum(r["failed"] for r in rows),
+            "errors": [e for r in rows for e in r["errors"]][:3], "frames_out": frames_out, "wall_s": wall,
+            "aggregate_fps": round(frames_out / wall, 1) if wall else 0.0,
+            "worst_stream_fps": min(r["worst_stream_fps"] for r in rows),
+            "sustained": all(r["sustained"] for r in rows), "shared": None}
+
+
+def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say, processes=1) -> tuple[list[dict], int]:
     rows, best = [], 0
     for n in counts_:
-        row = trial(clip, n, alloc, decode, output, frames, out_dir)
-        say(f"{alloc} {output} x{n}: drops {row['drops']}, failed {row['failed']}, "
+        if processes > 1:
+            row = trial_in_processes(clip, n, processes, alloc, decode, output, frames, out_dir)
+        else:
+            row = trial(clip, n, alloc, decode, output, frames, out_dir)
+        say(f"{alloc} {output} x{n} ({processes} process(es)): drops {row['drops']}, failed {row['failed']}, "
             f"{row['aggregate_fps']} fps in all")
         rows.append(row)
         if not row["sustained"]:
@@ -74,10 +102,17 @@ def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say) -> tuple[l
     return rows, best
 
 
+def _model(processes: int) -> str:
+    if processes > 1:
+        return f"{processes} worker processes, the streams shared out among them (one CUDA context each)"
+    return "one process, a thread per stage per stream, one shared arena and pinned pool"
+
+
 def markdown(report: dict) -> str:
     lines = ["## Live 1080p30 streams on one GPU (`scripts/bench_streams.py`)", "",
              f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
-             f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores", "",
+             f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores",
+             f"- **Execution:** {_model(report.get('processes', 1))}", "",
              "| alloc | output | streams | drops | failed | frames/s in all | slowest stream fps | sustained |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in report["rows"]:
@@ -92,8 +127,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     steady_malloc()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    clip = args.out_dir / "stream_1080p30.mp4"
     frames = int(args.seconds * 30)
+    if args.one:  # a worker process of --processes: its clip is the parent's
+        clip = args.out_dir.parent / "stream_1080p30.mp4"
+        row = trial(clip, args.one, args.alloc, args.decode, args.output, frames, args.out_dir)
+        print(json.dumps({k: v for k, v in row.items() if k != "shared"}), flush=True)
+        return 0
+    clip = args.out_dir / "stream_1080p30.mp4"
     if not clip.exists():
         make_clip(clip, width=1920, height=1080, fps=30, frames=frames, seed=9, crf=23,
                   options={"preset": "veryfast", "g": "30"})
@@ -102,9 +142,10 @@ def main(argv=None) -> int:
         print(f"bench_streams: {m}", flush=True)
 
     rows = []
-    pool_rows, best_pool = sweep(clip, args.pool, "pool", args.decode, "null", frames, args.out_dir, say)
-    naive_rows, best_naive = sweep(clip, args.naive, "naive", args.decode, "null", frames, args.out_dir, say)
-    x264_rows, best_x264 = sweep(clip, args.x264, "pool", args.decode, "file", frames, args.out_dir, say)
+    k = args.processes
+    pool_rows, best_pool = sweep(clip, args.pool, "pool", args.decode, "null", frames, args.out_dir, say, k)
+    naive_rows, best_naive = sweep(clip, args.naive, "naive", args.decode, "null", frames, args.out_dir, say, k)
+    x264_rows, best_x264 = sweep(clip, args.x264, "pool", args.decode, "file", frames, args.out_dir, say, k)
     rows = pool_rows + naive_rows + x264_rows
     from pipeline.gpu.cuda import cupy
     from pipeline.gpu.probe import device_info
@@ -112,7 +153,7 @@ def main(argv=None) -> int:
     info = device_info(cupy())
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": " ".join(["python", "scripts/bench_streams.py", *(argv or sys.argv[1:])]),
-              "gpu": info["name"], "cpu_count": os.cpu_count(), "rows": rows,
+              "gpu": info["name"], "cpu_count": os.cpu_count(), "processes": k, "rows": rows,
               "best": {"pool": best_pool, "naive": best_naive, "pool_x264": best_x264}}
     (args.out_dir / "streams.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)

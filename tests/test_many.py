@@ -109,3 +109,17 @@ def test_many_nvdec_streams_at_once(tmp_path):
     assert result.frames == 8 * 30
     assert all(s.stats["decode"] == "nvdec" and s.stats["memory"]["decoder_surfaces"] > 0 for s in result.streams)
     assert result.totals()["shared"]["arena_bytes_in_use"] == 0
+
+
+def test_the_shared_arena_soak_script_reports_a_flat_arena(tmp_path):
+    """scripts/soak_shared.py (the timed soak of the GPU machine), briefly on the CPU."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "soak_shared.py"), "--minutes", "0.05",
+                           "--device", "cpu", "--frames", "4", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1].startswith("soak_shared: ok,") and "fragmentation" in lines[-2]
