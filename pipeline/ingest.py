@@ -64,8 +64,10 @@ def surface_layout(path: str, frame: av.VideoFrame, describe: Callable[[], str])
 
 def refuse_deep_surfaces(path: str, video) -> None:
     """NVDEC is not used for input deeper than 8 bits: a 10-bit HEVC stream decoded with NVDEC into P010
-    surfaces stopped making progress on the GPU machine (H200, PyAV 19) and the cause is not known, so such
-    a stream is refused before decoding (``--decode auto`` then decodes it on the CPU, 10 bits kept).
+    surfaces stopped making progress on the GPU machine (H200, PyAV 19), most likely the surface-freeing
+    deadlock :class:`pipeline.decode.FrameReturns` removes (with this refusal lifted, 10-bit runs then
+    finished and matched the CPU decoder); until the whole 10-bit NVDEC path, HDR metadata included, has been
+    tested on the GPU, such a stream is refused before decoding (``--decode auto`` decodes it on the CPU).
     With the hardware decoder attached the header may not say the depth: :func:`surface_layout` checks the
     first frame's surfaces too."""
     fmt = video.codec_context.format if video.codec_context is not None else None
