@@ -117,7 +117,7 @@ def test_the_shared_arena_soak_script_reports_a_flat_arena(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(root / "scripts" / "soak_shared.py"), "--minutes", "0.05",
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "soak_shared.py"), "--rounds", "30",
                            "--device", "cpu", "--frames", "4", "--dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
