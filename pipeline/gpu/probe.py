@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, GPUError
+from .memory import WRITE_COMBINED
 
 MIB = 1 << 20
 FRAME_1080P = 1920 * 1080 * 3 // 2  # one yuv420p frame
@@ -131,7 +132,6 @@ def _device_buffer(rt, nbytes: int) -> Iterator[int]:
 
 
 HOST_MEMORIES = ("pageable", "pinned", "write-combined")
-WRITE_COMBINED = 4  # cudaHostAllocWriteCombined
 
 
 def _host_buffer(cupy, nbytes: int, memory: str) -> np.ndarray:
