@@ -289,9 +289,12 @@ def test_cupy_errors_mid_run_become_gpu_errors_with_the_free_memory(monkeypatch)
     from pipeline.checks import as_pipeline_error
     from pipeline.errors import GPUError
     from pipeline.gpu import cuda as gpu_cuda
+    from pipeline.gpu import failures
 
     fake = types_module(FAKE_CUPY)
-    monkeypatch.setattr(gpu_cuda, "cupy", lambda: fake)
+    # failures binds cupy at import, which an earlier test may already have done
+    for module in (gpu_cuda, failures):
+        monkeypatch.setattr(module, "cupy", lambda: fake)
     oom = fake.OutOfMemoryError("Out of memory allocating 268,435,456 bytes (allocated so far: 0 bytes).")
     error = as_pipeline_error(oom)
     assert isinstance(error, GPUError) and error.exit_code == 5
