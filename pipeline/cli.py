@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from .checks import as_pipeline_error
-from .cli_parser import SAMPLES, add_run_arguments, build_parser
+from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
 from .config import STREAM_LIST, RunConfig, build_config, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
                      PipelineError)
@@ -62,7 +62,7 @@ def _main(argv: list[str]) -> int:
     args = None
     install_log(lambda line: err.print(line, markup=False, soft_wrap=True), LEVELS["info"])
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_of(argv)).parse_args(argv)
         install_log(lambda line: err.print(line, markup=False, soft_wrap=True),
                     LEVELS[getattr(args, "loglevel", None) or "info"])
         return _dispatch(args, err)

@@ -157,19 +157,27 @@ def _kv(text: str) -> tuple[str, str]:
     return key, value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    d = RunConfig()
+COMMANDS = ("run", "filters", "presets", "sample", "batch", "bench", "probe", "warmup")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command with its options; with ``command``, only that one's options are built (the others are
+    listed by name): `pipeline run` then does not import the bench, probe and batch modules to parse."""
     parser = _Parser(prog="pipeline", description=DESCRIPTION, epilog=EXAMPLES + "\n" + EXIT_CODES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pipeline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    run = sub.add_parser("run", help="process a video file or live stream", description=RUN_NOTES,
-                         epilog=EXIT_CODES,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.intermixed = True
-    add_run_arguments(run, d)
-    _add_other_commands(sub)
+    for name, (help_text, add_options) in _COMMANDS.items():
+        if command in (None, name):
+            add_options(sub, name, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command named first on the command line, if it is one (the parser checks the rest)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
 
 
 def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = True) -> None:
@@ -263,23 +271,40 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
                    help="emit NVTX ranges per stage and frame, for Nsight Systems")
 
 
-def _add_other_commands(sub) -> None:
-    from .bench import bench, probe
+def _add_run(sub, name: str, help_text: str) -> None:
+    run = sub.add_parser(name, help=help_text, description=RUN_NOTES, epilog=EXIT_CODES,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.intermixed = True
+    add_run_arguments(run, RunConfig())
 
-    fl = sub.add_parser("filters", help="list the filters, or show one")
+
+def _add_filters(sub, name: str, help_text: str) -> None:
+    fl = sub.add_parser(name, help=help_text)
     fl.add_argument("name", nargs="?", help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
     fl.add_argument("--json", action="store_true",
                     help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
-    sub.add_parser("presets", help="list the presets that --config takes by name, and where their files are")
-    _add_sample_command(sub)
-    _add_batch_command(sub)
-    be = sub.add_parser("bench", help="compare allocation strategies side by side on one input",
-                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXIT_CODES)
-    bench.add_arguments(be)
-    pr = sub.add_parser("probe", help="measure CUDA allocation and copy costs on this GPU")
-    probe.add_arguments(pr)
-    wu = sub.add_parser("warmup", help="compile the CUDA kernels once on this machine, ahead of the first run")
+
+
+def _add_presets(sub, name: str, help_text: str) -> None:
+    sub.add_parser(name, help=help_text)
+
+
+def _add_bench(sub, name: str, help_text: str) -> None:
+    from .bench import bench
+
+    bench.add_arguments(sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                       epilog=EXIT_CODES))
+
+
+def _add_probe(sub, name: str, help_text: str) -> None:
+    from .bench import probe
+
+    probe.add_arguments(sub.add_parser(name, help=help_text))
+
+
+def _add_warmup(sub, name: str, help_text: str) -> None:
+    wu = sub.add_parser(name, help=help_text)
     wu.add_argument("--filters", dest="chains", action="append", metavar="CHAIN",
                     help="also compile this chain as runs fold it, repeatable (the default chain always)")
 
@@ -293,8 +318,8 @@ SAMPLES = """clips (NAME):
 Paths are relative to the current directory. Benchmark with them: pipeline bench samples/bench_1080p.mp4"""
 
 
-def _add_sample_command(sub) -> None:
-    sa = sub.add_parser("sample", help="write a synthetic test or benchmark clip (seeded, with a frame counter)",
+def _add_sample(sub, name: str, help_text: str) -> None:
+    sa = sub.add_parser(name, help=help_text,
                         description="Write a synthetic clip: textured, moving, seeded, each frame numbered large "
                                     "enough to read after lossy coding.",
                         epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -318,10 +343,24 @@ def _size(text: str) -> tuple[int, int]:
     return w, h
 
 
-def _add_batch_command(sub) -> None:
+def _add_batch(sub, name: str, help_text: str) -> None:
     from .batch import cli as batch_cli
 
-    ba = sub.add_parser("batch", help="process many files on a Dask cluster (one worker per GPU)",
+    ba = sub.add_parser(name, help=help_text,
                         description=batch_cli.NOTES, epilog=EXIT_CODES,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     batch_cli.add_arguments(ba)
+
+
+# name -> (help, the function adding its parser with every option); the order of `pipeline --help`
+_COMMANDS = {
+    "run": ("process a video file or live stream", _add_run),
+    "filters": ("list the filters, or show one", _add_filters),
+    "presets": ("list the presets that --config takes by name, and where their files are", _add_presets),
+    "sample": ("write a synthetic test or benchmark clip (seeded, with a frame counter)", _add_sample),
+    "batch": ("process many files on a Dask cluster (one worker per GPU)", _add_batch),
+    "bench": ("compare allocation strategies side by side on one input", _add_bench),
+    "probe": ("measure CUDA allocation and copy costs on this GPU", _add_probe),
+    "warmup": ("compile the CUDA kernels once on this machine, ahead of the first run", _add_warmup),
+}
+assert tuple(_COMMANDS) == COMMANDS

@@ -12,7 +12,6 @@ never replaces) then ``unlink``. With ``-y`` only a regular file (or nothing) is
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import hashlib
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from .checks import special_kind
 from .errors import ConfigError, OutputError
+from .startup import libc
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -57,9 +57,8 @@ def temp_path_for(target: Path, pid: int | None = None) -> Path:
 
 def _renameat2():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        function = libc.renameat2  # glibc >= 2.28
-    except (OSError, AttributeError):
+        function = libc().renameat2  # glibc >= 2.28
+    except AttributeError:
         return None
     function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     function.restype = ctypes.c_int

@@ -36,13 +36,15 @@ MMAP_THRESHOLD = 128 * 1024
 
 
 @functools.cache
-def _libc():
-    """The C library, loaded once (find_library runs ldconfig; a CDLL left per run sits in a reference cycle)."""
+def libc():
+    """The C library, loaded once (a CDLL left per run sits in a reference cycle). The process's own symbols
+    hold it wherever Python links it dynamically, so no ldconfig lookup (find_library) is needed."""
     import ctypes
-    import ctypes.util
 
-    name = ctypes.util.find_library("c")
-    return ctypes.CDLL(name) if name else None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def trim_heap() -> None:
@@ -53,9 +55,9 @@ def trim_heap() -> None:
     grew by tens to hundreds of KiB a run while the bytes in use stayed flat (mallinfo2). Trimming after
     each run keeps it flat (measured: 1000 runs, see docs/benchmarks.md); it takes about a millisecond."""
     try:
-        libc = _libc()
-        if libc is not None:
-            libc.malloc_trim(0)
+        lib = libc()
+        if lib is not None:
+            lib.malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: its allocator returns memory its own way
         pass
 
@@ -68,8 +70,8 @@ def steady_malloc() -> bool:
     0.2 MiB per run for hundreds of runs. Fixing the threshold (which also turns the adjustment off) gives
     every large buffer back to the system when it is freed. True where it was set (glibc)."""
     try:
-        libc = _libc()
-        return bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        lib = libc()
+        return bool(lib is not None and lib.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):  # not glibc
         return False
 

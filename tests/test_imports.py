@@ -75,6 +75,31 @@ def test_the_public_names_resolve_lazily():
     assert out.stdout.split() == ["pipeline.api", "pipeline.api", "True", "[]"], out.stdout + out.stderr
 
 
+def test_parsing_a_run_builds_only_its_own_options():
+    # the early CUDA context starts after parsing: other commands' option modules would delay it
+    code = ("import sys; from pipeline.cli import build_parser, command_of; "
+            "argv = ['run', 'in.mp4', '-o', 'null', '--device', 'cpu']; "
+            "args = build_parser(command_of(argv)).parse_args(argv); "
+            "print(args.command, args.output, sorted(m for m in sys.modules if m.startswith(('pipeline.bench', "
+            "'pipeline.batch', 'pipeline.engine', 'av', 'cupy'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["run", "null", "[]"], out.stdout + out.stderr
+
+
+def test_every_command_parses_with_only_its_own_options():
+    from pipeline.cli_parser import COMMANDS, build_parser, command_of
+
+    full = build_parser()
+    for name in COMMANDS:
+        argv = [name, "--help"]
+        assert command_of(argv) == name
+        with pytest.raises(SystemExit):
+            build_parser(name).parse_args(argv)
+        own = build_parser(name)._subparsers._group_actions[0].choices[name]
+        assert own.format_help() == full._subparsers._group_actions[0].choices[name].format_help()
+    assert command_of(["--version"]) is None and command_of([]) is None and command_of(["runx"]) is None
+
+
 def test_the_early_cuda_context_is_made_only_for_a_gpu_device(monkeypatch):
     import threading
 
