@@ -57,12 +57,14 @@ class FrameReturns:
 
     def take(self, item) -> None:
         """Move ``item.surface`` (a decoded frame) in here; ``item`` keeps no reference to it."""
+        frame, item.surface = item.surface, None
+        self.hand_in(frame)
+
+    def hand_in(self, frame) -> None:
+        """Hold ``frame`` for the decoding thread; once decoding has ended, let it go here."""
         with self._lock:
             if self._open:
-                self._held.append(item.surface)
-                item.surface = None
-                return
-        item.surface = None
+                self._held.append(frame)
 
     def drop(self) -> None:
         with self._lock:

@@ -376,7 +376,7 @@ class Pipeline(Stages, Tally):
     def _give_back(self, item: WorkItem) -> None:
         """Everything a frame holds, returned once its work has completed."""
         memory = self.processor.memory
-        _slot_dropper(memory.in_host, None)(item)
+        _release_in_slot(memory.in_host, item)
         if item.ctx is not None:
             self.processor.complete(item)
         self.processor.release(item)
@@ -462,15 +462,20 @@ def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
                                fold=backend.ops.folds_pointwise, stage=stage is not None)
 
 
-def _slot_dropper(ring, stats: RunStats | None) -> Callable[[WorkItem], None]:
+def _release_in_slot(ring, item: WorkItem) -> None:
+    if item.copying is not None:
+        item.copying.exception()  # a copy thread may still be writing the slot
+    if item.in_slot is not None:
+        ring.release(item.in_slot)
+        item.in_slot = None
+
+
+def _slot_dropper(ring, stats: RunStats) -> Callable[[WorkItem], None]:
     def drop(item: WorkItem) -> None:
-        """A frame dropped from q_decoded: its host slot goes back unused (it was never uploaded)."""
-        if item.copying is not None:
-            item.copying.exception()  # a copy thread may still be writing the slot
-        if item.in_slot is not None:
-            ring.release(item.in_slot)
-            item.in_slot = None
-        if stats is not None:
-            stats.drop("submit")
+        """A frame dropped from q_decoded, never submitted: its host slot goes back unused, its decoder
+        surface to the thread that decodes."""
+        _release_in_slot(ring, item)
+        item.give_back_surface()
+        stats.drop("submit")
 
     return drop

@@ -131,7 +131,14 @@ class Feed:
         """Stop the reader; True if it has ended and the caller may close the source. A reader still
         inside a blocking read (for up to the read timeout) closes the source itself when it returns."""
         self._stop.set()
-        self.channel.clear()  # unblocks a reader waiting to put (block policy)
+        leftovers = self.channel.clear()  # unblocks a reader waiting to put (block policy)
+        returns = getattr(self.source, "returns", None)
+        if returns is not None:  # decoder surfaces: a reader still decoding must be the one to free them
+            for entry in leftovers:
+                if isinstance(entry, DecodedFrame):
+                    returns.hand_in(entry.frame)
+                    entry.frame = None
+        del leftovers
         if self._thread.ident is not None:
             self._thread.join(wait_s)
         with self._lock:

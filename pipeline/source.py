@@ -283,9 +283,9 @@ class Source(DecodeLoop):
         self._writer(frame, dst)
 
     def close(self) -> None:
+        drain_decoder(self.video)  # may still take surfaces from the pool: frames handed back are held till then
         if self.returns is not None:
             self.returns.close()
-        drain_decoder(self.video)
         self._close_damage_log()
         self.container.close()
 

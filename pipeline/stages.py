@@ -56,7 +56,10 @@ class Stages:
         if in_host is None:  # decoded into device memory: nothing to copy
             self.stats.count_in()
             entry.meta.stamps["slotted"] = time.perf_counter()
-            return WorkItem(entry.meta, surface=entry.frame, surface_home=getattr(self.source, "returns", None))
+            # the item holds the only reference: a live reader decodes on another thread, and the entry
+            # kept here would otherwise drop the frame's last reference on this one
+            surface, entry.frame = entry.frame, None
+            return WorkItem(entry.meta, surface=surface, surface_home=getattr(self.source, "returns", None))
         # Slots are taken here, in frame order: the submit thread consumes frames in order, so copy
         # threads racing for slots could leave it waiting on a frame that has none.
         slot = wait_for(lambda: in_host.acquire(timeout=0.05), self.abort)

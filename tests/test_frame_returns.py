@@ -7,9 +7,15 @@ frame must therefore be dropped by the decoding thread, or after decoding has en
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+import types
+
+import pytest
 
 from pipeline.decode import FrameReturns
+from pipeline.stages import Stages
 from pipeline.video import FrameMeta, WorkItem
 
 
@@ -63,3 +69,83 @@ def test_a_surface_without_a_home_is_dropped_at_once():
     item = item_with_surface(log, None)
     item.give_back_surface()
     assert len(log) == 3 and item.surface is None
+
+
+class LiveSource:
+    """A live input decoding on the reader thread, as NVDEC does: it drops handed-back frames before each
+    frame and records, per freed frame, whether its decoding thread was still running."""
+
+    live, path = True, "rtsp://camera"
+
+    def __init__(self, frames: int, log: list):
+        self.returns, self.frames, self.log = FrameReturns(), frames, log
+        self.reader: threading.Thread | None = None
+
+    def entries(self):
+        from pipeline.decode import DecodedFrame
+
+        self.reader = threading.current_thread()
+        for i in range(self.frames):
+            self.returns.drop()  # what DecodeLoop._decode_packet does before each packet
+            time.sleep(0.004)
+            yield DecodedFrame(LoggedSurface(self), FrameMeta(index=i, pts=i, time_base=None))
+
+    def close(self):
+        self.returns.close()
+
+
+class LoggedSurface:
+    def __init__(self, source: LiveSource):
+        self.source = source
+
+    def __del__(self):
+        reader = self.source.reader
+        self.source.log.append(threading.current_thread() is reader or not reader.is_alive())
+
+
+def decode_stage(source: LiveSource, q_decoded) -> types.SimpleNamespace:
+    """The engine's decode stage over a Feed, with what it reads of the engine (frames decoded into
+    device memory: no host slot)."""
+    from pipeline.live import Feed
+
+    abort = threading.Event()
+    stage = types.SimpleNamespace(
+        stop_event=threading.Event(), cfg=types.SimpleNamespace(copy_threads=1), q_decoded=q_decoded, source=source,
+        processor=types.SimpleNamespace(memory=types.SimpleNamespace(in_host=None)),
+        stats=types.SimpleNamespace(count_in=lambda: None), nvtx=lambda name: contextlib.nullcontext(),
+        _feed=Feed(source, size=4, policy="drop-oldest", abort=abort, paced=False, limit=None, reconnect=0,
+                   timeout=5, on_drop=lambda entry: None))
+    stage._into_slot = lambda entry: Stages._into_slot(stage, entry)
+    stage._give_back = lambda item: item.give_back_surface()
+    return stage
+
+
+@pytest.mark.parametrize("gpu_ms", [1, 40])  # keeping up; falling behind, so that frames are dropped
+def test_a_live_reader_frees_every_surface_it_decoded_even_those_dropped(gpu_ms):
+    from pipeline.channels import END, Channel
+    from pipeline.engine import _slot_dropper
+
+    log, dropped = [], []
+    source = LiveSource(40, log)
+    stats = types.SimpleNamespace(drop=dropped.append)
+    q_decoded = Channel(2, threading.Event(), policy="drop-oldest", droppable=lambda i: isinstance(i, WorkItem),
+                        on_drop=_slot_dropper(None, stats))
+    stage = decode_stage(source, q_decoded)
+
+    def gpu():  # the frame's kernels complete, then the processor hands the surface back
+        while (item := q_decoded.get()) is not END:
+            time.sleep(gpu_ms / 1e3)
+            item.give_back_surface()
+
+    threads = [threading.Thread(target=gpu, name="pipeline-encode"),
+               threading.Thread(target=lambda: (Stages._decode_stage(stage), q_decoded.put(END)),
+                                name="pipeline-decode")]
+    stage._feed.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    if stage._feed.close():
+        source.close()
+    assert len(log) == 40 and all(log), f"{log.count(False)} of 40 freed off the decoding thread while it decoded"
+    assert bool(dropped) == (gpu_ms > 10)
