@@ -55,8 +55,12 @@ class SharedMemory:
     def memory(self, request) -> Any:
         """One stream's memory: a lease on the arena and rings from the pinned pool (given back by
         ``Memory.close`` at the end of its run)."""
+        from .memory.registry import write_combined_ignored
         from .memory.strategies import Memory
 
+        if request.write_combined and request.in_bytes:
+            write_combined_ignored("streams sharing one pinned pool (several inputs, a batch)" if self.device == "cuda"
+                                   else "the CPU backend")
         with self._lock:
             self._count += 1
             name = f"stream {self._count}"

@@ -320,3 +320,28 @@ def test_cuda_write_combined_input_slots_give_the_same_frames(clips, tmp_path, m
     assert len(a.frames) == len(b.frames) == MKV_FRAMES
     for x, y in zip(a.frames, b.frames):
         np.testing.assert_array_equal(x, y)
+
+
+def test_write_combined_where_it_does_not_apply_is_said_once(clips, tmp_path, monkeypatch, caplog):
+    """Only the pooled input ring of a single stream on a GPU is write-combined; elsewhere the flag is
+    ignored with one warning per reason, however many streams build their memory."""
+    import importlib
+
+    from pipeline.many import SharedMemory
+    from pipeline.memory import registry
+
+    monkeypatch.setattr(registry, "_told", set())
+    caplog.set_level("WARNING", logger="pipeline")
+    for name in ("one", "two"):
+        run_api("cpu", clips["mkv"], tmp_path / f"{name}.mkv", codec="ffv1", write_combined=True)
+    request = registry.MemoryRequest(64, 64, 256, 0, 2, 1, 1.0, write_combined=True)
+    shared = SharedMemory("cpu")
+    for _ in range(3):
+        shared.memory(request).close()
+    built = []
+    monkeypatch.setattr(importlib, "import_module", lambda name: type("M", (), {"naive": built.append, "pooled": built.append}))
+    registry.STRATEGIES["naive"].build("cuda", request)
+    registry.STRATEGIES["pool"].build("cuda", request)
+    assert len(built) == 2
+    said = [r.getMessage() for r in caplog.records if "--write-combined" in r.getMessage()]
+    assert [m.rsplit("ignored with ", 1)[1] for m in said] == ["the CPU backend", "--alloc naive"], said

@@ -9,10 +9,12 @@ The kernels, copies and encoder are the same for all; only memory management dif
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..log import log
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,24 @@ class Strategy:
         if target is None:
             raise ConfigError(f"--alloc {self.name} needs a CUDA GPU; the CPU backend has "
                               f"{', '.join(n for n, s in STRATEGIES.items() if s.cpu)}")
+        if request.write_combined and request.in_bytes and (device != "cuda" or self.name != "pool"):
+            write_combined_ignored(f"--alloc {self.name}" if device == "cuda" else "the CPU backend")
         module, _, function = target.partition(":")
         return getattr(importlib.import_module(module), function)(request)
+
+
+_told: set[str] = set()
+_told_lock = threading.Lock()
+
+
+def write_combined_ignored(where: str) -> None:
+    """Say once per process and reason (streams build their memory concurrently) that the flag does nothing."""
+    with _told_lock:
+        if where in _told:
+            return
+        _told.add(where)
+    log.warning("--write-combined applies to the pooled input ring of a single stream on a GPU; ignored with %s",
+                where)
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
