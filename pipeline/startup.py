@@ -8,6 +8,7 @@ can exceed the wall time they took together.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -76,6 +77,9 @@ def steady_malloc() -> bool:
         return False
 
 
+EARLY_CONTEXT_EXIT_WAIT_S = 5.0
+
+
 def create_cuda_context_early(device: str) -> threading.Thread | None:
     """Create the GPU's CUDA context in the background while the rest of start-up imports.
 
@@ -91,6 +95,8 @@ def create_cuda_context_early(device: str) -> threading.Thread | None:
     thread = threading.Thread(target=_retain_primary_context, args=(int(index),), name="pipeline-cuda-context",
                               daemon=True)
     thread.start()
+    # a run that fails at once would otherwise exit while the driver initialises on this thread
+    atexit.register(thread.join, EARLY_CONTEXT_EXIT_WAIT_S)
     return thread
 
 

@@ -117,12 +117,51 @@ def test_the_early_cuda_context_is_made_only_for_a_gpu_device(monkeypatch):
     assert len(asked) == 3
 
 
-def test_the_early_cuda_context_without_a_driver_or_gpu_does_nothing():
-    from pipeline.gpu.cuda import gpu_status, retain_primary_context
+def test_the_early_cuda_context_without_a_driver_does_nothing():
+    import ctypes
 
-    if gpu_status()[0]:
-        pytest.skip("this machine has a GPU: see the GPU test below")
-    assert retain_primary_context(0) is False
+    from pipeline.gpu.cuda import retain_primary_context
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        assert retain_primary_context(0) is False
+    else:
+        pytest.skip("this machine has NVIDIA's driver: see the GPU test below")
+
+
+class FakeDriver:
+    """libcuda's three calls, recording what they were given (``byref`` arguments: their objects)."""
+
+    def __init__(self):
+        self.calls = []
+        for name in ("cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"):
+            setattr(self, name, self._recorder(name))
+
+    def _recorder(self, name):
+        def call(*args):
+            self.calls.append((name, call.argtypes, [getattr(a, "_obj", a) for a in args]))
+            if name == "cuDeviceGet":
+                args[0]._obj.value = args[1]  # ordinal N is device N
+            return 0
+
+        call.argtypes = call.restype = None
+        return call
+
+
+def test_the_early_cuda_context_passes_the_driver_c_types(monkeypatch):
+    import ctypes
+
+    from pipeline.gpu.cuda import retain_primary_context
+
+    driver = FakeDriver()
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: driver)
+    assert retain_primary_context(2**32 + 1) is False and driver.calls == []  # would be GPU 1 as a C int
+    assert retain_primary_context(3) is True
+    names = [name for name, _, _ in driver.calls]
+    assert names == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"]
+    assert all(argtypes for _, argtypes, _ in driver.calls)
+    assert driver.calls[1][2][1] == 3 and driver.calls[2][2][1] == 3
 
 
 @pytest.mark.gpu
