@@ -50,6 +50,7 @@ def parse_args(argv):
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a worker: one trial of N streams, a JSON line out
     p.add_argument("--alloc", default="pool", help=argparse.SUPPRESS)
     p.add_argument("--output", default="null", help=argparse.SUPPRESS)
+    p.add_argument("--frames", type=int, help=argparse.SUPPRESS)  # a worker's: the parent's count, exactly
     return p.parse_args(argv)
 
 
@@ -73,10 +74,10 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
                        out_dir: Path) -> dict:
     """One trial as k worker processes sharing the n streams, started together; their rows merged."""
     shares = [n // k + (i < n % k) for i in range(k)]
-    procs = [subprocess.Popen([sys.executable, __file__, "--one", str(m), "--alloc", alloc, "--decode", decode,
-                               "--output", output, "--seconds", str(frames / 30), "--out-dir", str(out_dir / f"w{i}")],
-                              stdout=subprocess.PIPE, text=True) for i, m in enumerate(shares) if m]
-    rows = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    procs = [(m, subprocess.Popen([sys.executable, __file__, "--one", str(m), "--alloc", alloc, "--decode", decode,
+                                   "--output", output, "--frames", str(frames), "--out-dir", str(out_dir / f"w{i}")],
+                                  stdout=subprocess.PIPE, text=True)) for i, m in enumerate(shares) if m]
+    rows = [_worker_row(m, p) for m, p in procs]  # each worker is waited for, whatever the others did
     frames_out, wall = sum(r["frames_out"] for r in rows), max(r["wall_s"] for r in rows)
     return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output,
             "drops": sum(r["drops"] for r in rows), "failed": sum(r["failed"] for r in rows),
@@ -84,6 +85,15 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
             "aggregate_fps": round(frames_out / wall, 1) if wall else 0.0,
             "worst_stream_fps": min(r["worst_stream_fps"] for r in rows),
             "sustained": all(r["sustained"] for r in rows), "shared": None}
+
+
+def _worker_row(streams: int, process: subprocess.Popen) -> dict:
+    """A worker's JSON line; a worker that died or printed nothing counts all its streams failed."""
+    out = process.communicate()[0].strip().splitlines()
+    if process.returncode == 0 and out:
+        return json.loads(out[-1])
+    return {"frames_out": 0, "wall_s": 0.0, "drops": 0, "failed": streams, "worst_stream_fps": 0.0,
+            "errors": [f"worker process exited {process.returncode}"], "sustained": False}
 
 
 def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say, processes=1) -> tuple[list[dict], int]:
@@ -127,7 +137,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     steady_malloc()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    frames = int(args.seconds * 30)
+    frames = args.frames or int(args.seconds * 30)
     if args.one:  # a worker process of --processes: its clip is the parent's
         clip = args.out_dir.parent / "stream_1080p30.mp4"
         row = trial(clip, args.one, args.alloc, args.decode, args.output, frames, args.out_dir)

@@ -38,7 +38,7 @@ FLAT = ("arena_device_allocs", "arena_bytes_reserved", "pinned_host_allocs", "pi
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--minutes", type=float, help="how long to run (default: 10; with --rounds, no limit)")
     p.add_argument("--rounds", type=int, help="stop after this many rounds instead (the warm-up: ten rounds)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--frames", type=int, default=30, help="frames per stream per round (default: 30)")
@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     shared = shared_memory_for(base)
     rng = np.random.default_rng(11)
     t0 = time.perf_counter()
-    end, warm_at, next_report = t0 + args.minutes * 60, t0 + args.minutes * 15, t0
+    minutes = args.minutes if args.minutes is not None else (float("inf") if args.rounds else 10.0)
+    end, warm_at, next_report = t0 + minutes * 60, t0 + minutes * 15, t0
     rounds, checked, warm, changed = 0, 0, None, []
     try:
         while (now := time.perf_counter()) < end and (args.rounds is None or rounds < args.rounds):
@@ -97,6 +98,9 @@ def main(argv=None) -> int:
         return 1
     if not checked:
         print(f"soak_shared: too short to tell: {rounds} rounds, none after the warm-up")
+        return 1
+    if args.rounds and rounds < args.rounds:
+        print(f"soak_shared: --minutes ended it after {rounds} of the {args.rounds} rounds asked for")
         return 1
     print(f"soak_shared: ok, {rounds} rounds; nothing allocated in the {checked} after warm-up")
     return 0
