@@ -58,9 +58,8 @@ class SharedMemory:
         from .memory.registry import write_combined_ignored
         from .memory.strategies import Memory
 
-        if request.write_combined and request.in_bytes:
-            write_combined_ignored("streams sharing one pinned pool (several inputs, a batch)" if self.device == "cuda"
-                                   else "the CPU backend")
+        write_combined_ignored(request, "streams sharing one pinned pool (several inputs, a batch)"
+                               if self.device == "cuda" else "the CPU backend")
         with self._lock:
             self._count += 1
             name = f"stream {self._count}"

@@ -46,8 +46,8 @@ class Strategy:
         if target is None:
             raise ConfigError(f"--alloc {self.name} needs a CUDA GPU; the CPU backend has "
                               f"{', '.join(n for n, s in STRATEGIES.items() if s.cpu)}")
-        if request.write_combined and request.in_bytes and (device != "cuda" or self.name != "pool"):
-            write_combined_ignored(f"--alloc {self.name}" if device == "cuda" else "the CPU backend")
+        if device != "cuda" or self.name != "pool":
+            write_combined_ignored(request, f"--alloc {self.name}" if device == "cuda" else "the CPU backend")
         module, _, function = target.partition(":")
         return getattr(importlib.import_module(module), function)(request)
 
@@ -56,8 +56,11 @@ _told: set[str] = set()
 _told_lock = threading.Lock()
 
 
-def write_combined_ignored(where: str) -> None:
-    """Say once per process and reason (streams build their memory concurrently) that the flag does nothing."""
+def write_combined_ignored(request: MemoryRequest, where: str) -> None:
+    """Where ``request`` asks for write-combined input slots that ``where`` does not make: say so, once per
+    process and reason (streams build their memory concurrently)."""
+    if not (request.write_combined and request.in_bytes):
+        return
     with _told_lock:
         if where in _told:
             return
