@@ -30,6 +30,7 @@ from .video import AVCOL_RANGE_JPEG, AVCOL_SPC_BT2020_CL, Colour, VideoFormat
 TARGET_FORMAT = {"i420": "yuv420p", "i420p10": "yuv420p10le", "rgb24": "rgb24"}
 NATIVE = {"i420": ("yuv420p", "yuvj420p"), "i420p10": ("yuv420p10le",), "rgb24": ("rgb24",)}
 SURFACE_LAYOUT = {"nv12": "nv12", "p010le": "p010"}  # NVDEC's sw_format -> device layout
+MAX_SURFACE_DEPTH = 10  # bits: P010 is the deepest surface the conversion kernels read
 SWS_MATRIX = {"bt709": Colorspace.ITU709, "bt601": Colorspace.ITU601, "bt2020": Colorspace.BT2020}
 
 
@@ -53,31 +54,29 @@ def surface_layout(path: str, frame: av.VideoFrame, describe: Callable[[], str])
     """The device layout of an NVDEC frame. With software fallback off PyAV still decodes a codec without a
     CUDA path on the CPU, silently: only the frame's format tells."""
     sw = getattr(frame, "sw_format", None)
+    if frame.format.name == "cuda" and sw is not None and depth_of(sw) > MAX_SURFACE_DEPTH:
+        raise _deep_refused(path, sw)  # HEVC Main 12 decodes into 16-bit surfaces
     if frame.format.name != "cuda" or sw is None or sw.name not in SURFACE_LAYOUT:
         what = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")
         raise DecoderRefused(f"{path}: NVDEC cannot decode this stream ({describe()}, gave {what} "
                              "frames); use --decode cpu")
-    if depth_of(sw) > 8:
-        raise _deep_refused(path, sw)
     return SURFACE_LAYOUT[sw.name]
 
 
 def refuse_deep_surfaces(path: str, video) -> None:
-    """NVDEC is not used for input deeper than 8 bits: a 10-bit HEVC stream decoded with NVDEC into P010
-    surfaces stopped making progress on the GPU machine (H200, PyAV 19), most likely the surface-freeing
-    deadlock :class:`pipeline.decode.FrameReturns` removes (with this refusal lifted, 10-bit runs then
-    finished and matched the CPU decoder); until the whole 10-bit NVDEC path, HDR metadata included, has been
-    tested on the GPU, such a stream is refused before decoding (``--decode auto`` decodes it on the CPU).
-    With the hardware decoder attached the header may not say the depth: :func:`surface_layout` checks the
-    first frame's surfaces too."""
+    """NVDEC takes 8-bit (NV12 surfaces) and 10-bit (P010) input. Deeper streams (HEVC Main 12 would come as
+    16-bit surfaces, which no kernel reads) are refused from the stream's header, before a packet is read,
+    so ``--decode auto`` decodes them on the CPU (kept to 10 bits, as any deeper input). With the hardware
+    decoder attached the header may not say the depth: :func:`surface_layout` checks the first frame's
+    surfaces too."""
     fmt = video.codec_context.format if video.codec_context is not None else None
-    if fmt is not None and not is_rgb_like(fmt) and depth_of(fmt) > 8:
+    if fmt is not None and not is_rgb_like(fmt) and depth_of(fmt) > MAX_SURFACE_DEPTH:
         raise _deep_refused(path, fmt)
 
 
 def _deep_refused(path: str, fmt: av.VideoFormat) -> DecoderRefused:
-    return DecoderRefused(f"{path}: NVDEC is not used for {depth_of(fmt)}-bit input ({fmt.name}) here; "
-                          "use --decode cpu (10 bits are kept)")
+    return DecoderRefused(f"{path}: NVDEC is not used for {depth_of(fmt)}-bit input ({fmt.name}), "
+                          f"{MAX_SURFACE_DEPTH} bits at most; use --decode cpu (10 bits are kept)")
 
 
 def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[[str], None]) -> VideoFormat:

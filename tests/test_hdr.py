@@ -218,17 +218,20 @@ def test_12bit_input_is_kept_to_10_bits(tmp_path):
     assert worst(planes10(out)[0], to_yuv_f64(to_rgb_f64(*p12, BT601, 12), BT601, 10)) <= 2
 
 
-def test_nvdec_is_refused_deep_input_before_decoding(hdr_clip):
-    """Deep streams never reach NVDEC (see ingest.refuse_deep_surfaces): refused from the stream's header,
-    before a packet is read; 8-bit YUV and RGB streams pass."""
+def test_nvdec_takes_up_to_10_bits_and_refuses_deeper_input_before_decoding(hdr_clip, tmp_path):
+    """Streams deeper than P010 never reach NVDEC (see ingest.refuse_deep_surfaces): refused from the stream's
+    header, before a packet is read; 8-bit, 10-bit and RGB streams pass."""
     from pipeline.errors import DecoderRefused
     from pipeline.ingest import refuse_deep_surfaces
 
-    with av.open(str(hdr_clip)) as c:
-        with pytest.raises(DecoderRefused, match=r"10-bit input \(yuv420p10le\).*--decode cpu"):
-            refuse_deep_surfaces("hdr10.mkv", c.streams.video[0])
-    with av.open("samples/sample.mp4") as c:
-        refuse_deep_surfaces("sample.mp4", c.streams.video[0])
+    deep = make_clip(tmp_path / "in12.mkv", width=W, height=H, frames=1, codec="ffv1", pix_fmt="yuv420p12le",
+                     audio=False)
+    with av.open(str(deep)) as c:
+        with pytest.raises(DecoderRefused, match=r"12-bit input \(yuv420p12le\), 10 bits at most.*--decode cpu"):
+            refuse_deep_surfaces("in12.mkv", c.streams.video[0])
+    for clip in (hdr_clip, Path("samples/sample.mp4")):
+        with av.open(str(clip)) as c:
+            refuse_deep_surfaces(clip.name, c.streams.video[0])
 
 
 def test_bt2020_constant_luminance_is_read_as_non_constant_with_a_notice(tmp_path):
