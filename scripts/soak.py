@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -38,7 +39,7 @@ class Sample:
     pool: int
     fds: int
     threads: int
-    gpu: int  # device memory in use by the whole process (cudaMemGetInfo), 0 without a GPU
+    gpu: int  # device memory this process holds (see gpu_used_bytes), 0 without a GPU
 
 
 # What may grow after warm-up: RSS by a little (allocator noise, FFmpeg's lazily built tables); the
@@ -57,11 +58,37 @@ def rss_bytes() -> int:
 
 
 def gpu_used_bytes() -> int:
-    """Device memory in use, seen by the driver: catches an arena or a buffer a run forgot to give back."""
+    """Device memory this process holds, as the driver counts it per process (``nvidia-smi``): catches an
+    arena, a decoder's surfaces or a buffer a run forgot to give back, whatever else runs on the GPU. Where
+    the driver gives no per-process figure, the device's whole use (cudaMemGetInfo), said once."""
     if "cupy" not in sys.modules:  # the CPU backend never imported it: nothing to measure
         return 0
+    own = process_gpu_bytes(os.getpid())
+    if own is not None:
+        return own
+    if not DEVICE_WIDE_SAID:
+        DEVICE_WIDE_SAID.append(True)
+        print("soak: no per-process GPU memory from nvidia-smi; 'gpu used' is the whole device's (other "
+              "processes on it count too)")
     free, total = sys.modules["cupy"].cuda.runtime.memGetInfo()
     return total - free
+
+
+DEVICE_WIDE_SAID: list[bool] = []
+
+
+def process_gpu_bytes(pid: int) -> int | None:
+    """Device memory the driver counts for ``pid``, in bytes; None where nvidia-smi cannot say."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 2 and fields[0] == str(pid) and fields[1].isdigit():
+            return int(fields[1]) * MIB
+    return None
 
 
 def sample(label: str, memory: dict) -> Sample:
