@@ -34,11 +34,11 @@ for part in "$@"; do
           2>>"$out/summary.txt"
         python3 -c "import json;d=json.load(open('$out/$c-$dec-$alloc.json'));print('$c $dec $alloc', d['fps'], d['steady_fps'], d['time_to_first_frame_ms'])" | tee -a "$out/summary.txt"
       done; done; done ;;
-    batch)  # one GPU: 8 files, libx264 ultrafast, then -o null --decode nvdec; per-file overhead
-      clip e1080 1920 1080 60 300; mkdir -p "$out/in"; for i in 1 2 3 4 5 6 7 8; do ln -sf "../clips/e1080.mp4" "$out/in/f$i.mp4"; done
-      timeout 100 python3 -m pipeline batch "$out/in/"*.mp4 -o "$out/bo" --gpus 0 -y --encoder-opt preset=ultrafast \
+    batch)  # one GPU: 16 files, libx264 ultrafast, then -o null --decode nvdec; per-file overhead
+      clip e1080 1920 1080 60 300; mkdir -p "$out/in"; for i in $(seq 16); do cp "$out/clips/e1080.mp4" "$out/in/f$i.mp4"; done  # links: one file, run once
+      timeout 200 python3 -m pipeline batch "$out/in/"*.mp4 -o "$out/bo" --gpus 0 -y --encoder-opt preset=ultrafast \
         --json "$out/batch_x264.json" 2>&1 | tail -4 | tee -a "$out/summary.txt"
-      timeout 60 python3 -m pipeline batch "$out/in/"*.mp4 -o null --gpus 0 --decode nvdec --json "$out/batch_null.json" \
+      timeout 120 python3 -m pipeline batch "$out/in/"*.mp4 -o null --gpus 0 --decode nvdec --json "$out/batch_null.json" \
         2>&1 | tail -4 | tee -a "$out/summary.txt" ;;
     streams) log "streams"; timeout 300 python3 scripts/bench_streams.py --out-dir "$out/streams" --seconds 5 \
         --pool 32,48,64,80 --naive 8,16,24,32 --x264 2,4,8 2>&1 | tail -25 | tee -a "$out/summary.txt" ;;

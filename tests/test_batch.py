@@ -72,6 +72,15 @@ def test_inputs_from_paths_globs_and_lists_in_order_each_once(clips, tmp_path, m
     assert got == [Path("clip2.mkv"), Path("clip1.mkv"), Path("clip0.mkv"), Path("missing.mkv")]
 
 
+def test_a_link_to_an_input_already_named_runs_once_and_says_so(clips, tmp_path, caplog):
+    link = tmp_path / "again.mkv"
+    link.symlink_to(clips / "clip0.mkv")
+    with caplog.at_level("INFO", logger="pipeline"):
+        got = expand_inputs([str(clips / "clip0.mkv"), str(link), str(clips / "clip0.mkv")])
+    assert got == [clips / "clip0.mkv"]
+    assert [r.getMessage() for r in caplog.records] == [f"{link}: the same file as {clips / 'clip0.mkv'}; run once"]
+
+
 def test_inputs_refused_a_glob_matching_nothing_a_missing_list_or_nothing(tmp_path):
     with pytest.raises(ConfigError, match="no file matches"):
         expand_inputs([str(tmp_path / "*.mp4")])

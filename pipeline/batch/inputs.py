@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import ConfigError, OutputError
+from ..log import log
 
 
 def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
@@ -16,12 +17,14 @@ def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
     skipped. A glob that matches nothing is refused, as is an empty list. A plain path is kept even
     when it is missing: that file fails alone, with the input error ``pipeline run`` gives."""
     paths: list[Path] = []
-    seen: set[Path] = set()
+    seen: dict[Path, Path] = {}
     for path in _expand(items, depth=0):
         key = path.resolve()
         if key not in seen:
-            seen.add(key)
+            seen[key] = path
             paths.append(path)
+        elif path != seen[key]:  # a link to it, or another spelling: said, so the count adds up
+            log.info(f"{path}: the same file as {seen[key]}; run once")
     if not paths:
         raise ConfigError("no input files given")
     return paths
