@@ -117,6 +117,71 @@ def test_the_early_cuda_context_is_made_only_for_a_gpu_device(monkeypatch):
     assert len(asked) == 3
 
 
+def test_the_early_cuda_context_thread_imports_cupy_once_the_context_is_made(monkeypatch):
+    """CuPy's import begins beside the pipeline's own imports, not after them; without a context (no driver,
+    no such GPU) nothing is imported, and an import that fails is left for the run to report."""
+    from pipeline.gpu import cuda
+    from pipeline.startup import create_cuda_context_early
+
+    made, imported = [True], []
+
+    def fake_cupy():
+        imported.append(1)
+        raise cuda.GPUError("CuPy is not installed")
+
+    monkeypatch.setattr(cuda, "retain_primary_context", lambda index: made[0])
+    monkeypatch.setattr(cuda, "cupy", fake_cupy)
+    create_cuda_context_early("cuda").join(5)
+    assert imported == [1]
+    made[0] = False
+    create_cuda_context_early("cuda").join(5)
+    assert imported == [1]
+
+
+def test_setup_has_quick_handoffs_until_the_first_frame_and_the_run_keeps_the_default(tmp_path):
+    """The switch interval is short from parsing to the first frame out (see startup.SETUP_SWITCH_INTERVAL_S),
+    then back to what it was, for the rest of the run and after it."""
+    import sys
+
+    from pipeline import startup
+    from pipeline.cli import main
+
+    before = sys.getswitchinterval()
+    restore = startup.quick_handoffs()
+    assert sys.getswitchinterval() == startup.SETUP_SWITCH_INTERVAL_S
+    restore()
+    restore()
+    assert sys.getswitchinterval() == before
+
+    class Run:
+        on_frame = None
+
+    seen, calls = [], []
+    run = Run()
+    run.on_frame = lambda stats: seen.append(stats.frames_out)
+    startup.after_first_frame(run, lambda: calls.append(sys.getswitchinterval()))
+    for n in (1, 2, 3):
+        run.on_frame(type("Stats", (), {"frames_out": n}))
+    assert calls == [before] and seen == [1, 2, 3]
+
+    intervals = []
+    original = startup.after_first_frame
+
+    def spy(pipeline, action):
+        intervals.append(sys.getswitchinterval())
+        original(pipeline, lambda: (action(), intervals.append(sys.getswitchinterval())))
+
+    import pipeline.cli as cli
+
+    cli.after_first_frame, saved = spy, cli.after_first_frame
+    try:
+        assert main(["run", "samples/sample.mp4", "-o", "null", "-q", "--device", "cpu", "--frames", "3"]) == 0
+    finally:
+        cli.after_first_frame = saved
+    assert intervals == [startup.SETUP_SWITCH_INTERVAL_S, before]
+    assert sys.getswitchinterval() == before
+
+
 def test_the_early_cuda_context_without_a_driver_does_nothing():
     import ctypes
 
