@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 
@@ -21,7 +21,7 @@ from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUSta
 from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
-from .startup import PROCESS_STARTED, after_first_frame, create_cuda_context_early, quick_handoffs, steady_malloc
+from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -96,17 +96,12 @@ def _one_line(error: BaseException) -> str:
 def _dispatch(args: argparse.Namespace, err: Console) -> int:
     if args.command == "run":
         cfg = config_from_args(args)
+        create_cuda_context_early(cfg.device)  # while the pipeline's modules import
         if args.inputs or args.stream_list:
-            create_cuda_context_early(cfg.device)
             from .many_cli import cmd_run_many
 
             return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers)
-        restore = quick_handoffs()  # until the first frame is out (see pipeline.startup)
-        try:
-            create_cuda_context_early(cfg.device)  # while the pipeline's modules import
-            return cmd_run(cfg, err, progress=args.progress, setup_done=restore)
-        finally:
-            restore()
+        return cmd_run(cfg, err, progress=args.progress)
     if args.command == "bench":
         from .bench import bench
 
@@ -132,8 +127,7 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
     return EXIT_USAGE
 
 
-def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None,
-            setup_done: Callable[[], None] = lambda: None) -> int:
+def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
     from .engine import Pipeline, RunControl
     from .progress import ProgressReport, progress_for, progress_report
 
@@ -156,7 +150,6 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None,
     try:
         with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal), \
                 progress_report(pipeline, report):
-            after_first_frame(pipeline, setup_done)
             stats = pipeline.run()
     finally:
         # Also when the run ends early with its output kept (a stalled live source, a signal): the

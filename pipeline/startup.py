@@ -12,10 +12,9 @@ import atexit
 import contextlib
 import functools
 import os
-import sys
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Iterator
 
 
 def process_started() -> float | None:
@@ -102,42 +101,9 @@ def create_cuda_context_early(device: str) -> threading.Thread | None:
 
 
 def _retain_primary_context(index: int) -> None:
-    """The context, then CuPy's import (about 0.3 s of the interpreter's time on the H200 machine): begun here,
-    it shares the interpreter with the pipeline's own imports instead of starting after them, on the path
-    to the first frame."""
-    from .gpu.cuda import cupy, retain_primary_context
+    from .gpu.cuda import retain_primary_context
 
-    if retain_primary_context(index):
-        with contextlib.suppress(Exception):  # no CuPy or a broken one: the run says so where it needs it
-            cupy()
-
-
-# Python hands its lock from a busy thread to a waiting one every 5 ms by default. During start-up one
-# thread imports (CuPy, the kernels) while another opens the decoder, which needs the lock back after every
-# FFmpeg call: on the H200 machine that open took 0.36 s, most of it waiting for the lock. A shorter
-# interval while setting up lets those short turns through; the run itself keeps the default.
-SETUP_SWITCH_INTERVAL_S = 0.0005
-
-
-def quick_handoffs() -> Callable[[], None]:
-    """Shorten the switch interval for set-up (see SETUP_SWITCH_INTERVAL_S); returns the function that puts
-    the previous one back (calling it again does nothing more)."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(min(previous, SETUP_SWITCH_INTERVAL_S))
-    return functools.partial(sys.setswitchinterval, previous)
-
-
-def after_first_frame(pipeline, action: Callable[[], None]) -> None:
-    """Call ``action`` once, when ``pipeline``'s first frame is out, before the per-frame callback it has."""
-    shown = pipeline.on_frame
-
-    def on_frame(stats) -> None:
-        if stats.frames_out == 1:
-            action()
-        if shown is not None:
-            shown(stats)
-
-    pipeline.on_frame = on_frame
+    retain_primary_context(index)
 
 
 class Phases:
