@@ -18,7 +18,7 @@ from typing import Iterator
 import av
 
 from .errors import DecoderRefused, InputError, SourceStalled
-from .ingest import SURFACE_LAYOUT
+from .ingest import SURFACE_LAYOUT, refuse_deep_surfaces
 from .span import SKIP, STOP
 from .video import FrameMeta
 
@@ -153,6 +153,7 @@ class DecodeLoop:
             frames = packet.decode()
         except av.error.FFmpegError as e:
             if self.hwaccel is not None and self._index == 0:  # before any frame: the GPU refused the stream
+                refuse_deep_surfaces(self.path, self.video)  # the header is parsed now: a deep one says so
                 raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
                                      f"{e}") from e
             self._damage.decoder_errors()  # what it logged about this packet is this error

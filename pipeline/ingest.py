@@ -69,9 +69,27 @@ def refuse_deep_surfaces(path: str, video) -> None:
     so ``--decode auto`` decodes them on the CPU (kept to 10 bits, as any deeper input). With the hardware
     decoder attached the header may not say the depth: :func:`surface_layout` checks the first frame's
     surfaces too."""
-    fmt = video.codec_context.format if video.codec_context is not None else None
+    fmt = header_format(video)
     if fmt is not None and not is_rgb_like(fmt) and depth_of(fmt) > MAX_SURFACE_DEPTH:
         raise _deep_refused(path, fmt)
+
+
+def header_format(video) -> av.VideoFormat | None:
+    """The stream's pixel format as its header gives it. Under the hardware decoder PyAV's ``format`` is the
+    hardware one ("cuda", no components) while ``pix_fmt`` still names the stream's own."""
+    cc = video.codec_context
+    if cc is None:
+        return None
+    fmt = cc.format
+    if fmt is not None and fmt.name != "cuda":
+        return fmt
+    name = cc.pix_fmt
+    if not name or name == "cuda":
+        return None
+    try:
+        return av.VideoFormat(name)
+    except ValueError:
+        return None
 
 
 def _deep_refused(path: str, fmt: av.VideoFormat) -> DecoderRefused:

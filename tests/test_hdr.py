@@ -234,6 +234,25 @@ def test_nvdec_takes_up_to_10_bits_and_refuses_deeper_input_before_decoding(hdr_
             refuse_deep_surfaces(clip.name, c.streams.video[0])
 
 
+def test_the_depth_refusal_reads_the_stream_format_under_the_hardware_decoder():
+    """With NVDEC attached PyAV gives the codec context's format as "cuda" (no components: it would pass as
+    RGB-like); its pix_fmt still names the stream's own format, which decides."""
+    from types import SimpleNamespace
+
+    from pipeline.errors import DecoderRefused
+    from pipeline.ingest import header_format, refuse_deep_surfaces
+
+    def stream(pix_fmt):
+        return SimpleNamespace(codec_context=SimpleNamespace(format=av.VideoFormat("cuda"), pix_fmt=pix_fmt))
+
+    assert header_format(stream("yuv420p12le")).name == "yuv420p12le"
+    assert header_format(stream(None)) is None and header_format(stream("cuda")) is None
+    with pytest.raises(DecoderRefused, match=r"12-bit input \(yuv420p12le\), 10 bits at most"):
+        refuse_deep_surfaces("in12.mkv", stream("yuv420p12le"))
+    refuse_deep_surfaces("in10.mkv", stream("yuv420p10le"))
+    refuse_deep_surfaces("in.mkv", stream(None))
+
+
 def test_bt2020_constant_luminance_is_read_as_non_constant_with_a_notice(tmp_path):
     clip = tmp_path / "cl.mkv"
     with av.open(str(clip), "w") as o:
