@@ -34,6 +34,18 @@ def test_non_finite_numbers_exit_2(tmp_path, clip, args, word):
     assert not out.exists() and partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("chain, word", [
+    ("bilateral=sigma_s=2:sigma_r=5e-324", "sigma_r must be >= 0.001"),
+    ("bilateral=sigma_r=1e-20", "sigma_r must be >= 0.001"),
+    ("bilateral=sigma_s=5e-324", "sigma_s must be >= 0.1"),
+    ("bilateral=sigma_s=1e-30:sigma_r=0.1", "sigma_s must be >= 0.1"),
+], ids=["sigma_r-denormal", "sigma_r-tiny", "sigma_s-denormal", "sigma_s-tiny"])
+def test_filter_values_too_small_to_compute_exit_2(tmp_path, clip, chain, word):
+    result = run_pipeline(clip, "-o", "null", "--filters", chain, cwd=tmp_path)
+    one_error(result, 2, word)
+    assert "RuntimeWarning" not in result.stderr
+
+
 def test_non_finite_toml_value_exits_2(tmp_path, clip):
     (config := tmp_path / "c.toml").write_text("arena_headroom = nan\n")
     one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
