@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
-from .config import AUDIO_MODES, DECODERS, DROP_POLICIES, RunConfig, check_device, preset_names
+from .config import AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, RunConfig, check_device, preset_names
 from .errors import ConfigError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments
 from .log import LEVELS
@@ -228,7 +228,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                         f"and the GPU reads unsnooped (default: {'on' if d.write_combined else 'off'}; see "
                         "`pipeline probe`)")
     p.add_argument("--arena-headroom", type=float,
-                   help=f"device arena size as a multiple of the frames in flight (default: {d.arena_headroom})")
+                   help=f"device arena size as a multiple of the frames in flight, 1 to {MAX_ARENA_HEADROOM:g} "
+                        f"(default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
                    help="Python file registering extra filters, repeatable")
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path (an existing file "

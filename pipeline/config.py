@@ -23,6 +23,10 @@ DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 DROP_POLICIES = ("auto", "block", "drop-oldest", "drop-newest")
 AUDIO_MODES = ("copy", "encode", "none")  # what the output does with the input's audio (pipeline.audio_out)
 
+# The arena holds the frames in flight (and those a consumer keeps) at once, nothing more: a multiple past
+# a few only reserves device memory no frame can use (and a huge one overflows the size computed from it).
+MAX_ARENA_HEADROOM = 4.0
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -82,8 +86,7 @@ class RunConfig:
             _check_min("pinned_cap_mib", self.pinned_cap_mib, 1)
         if self.frames is not None:
             _check_min("frames", self.frames, 1)
-        if self.arena_headroom < 1.0:
-            raise ConfigError(f"Invalid arena_headroom ({self.arena_headroom}). Supported values are >= 1.0.")
+        _check_between("arena_headroom", self.arena_headroom, 1.0, MAX_ARENA_HEADROOM)
         _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
         _check_choice("audio", self.audio, AUDIO_MODES)
         _check_positive("timeout", self.timeout)
@@ -215,6 +218,11 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 def _check_min(name: str, value: int, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"Invalid {name} ({value!r}). Supported values are integers >= {low}.")
+
+
+def _check_between(name: str, value: Any, low: float, high: float, what: str = "numbers") -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {what} from {low:,} to {high:,}.")
 
 
 FIELD_NAMES = {f.name for f in fields(RunConfig)}

@@ -67,6 +67,14 @@ def test_other_limits(changes, name):
         RunConfig(**changes)
 
 
+@pytest.mark.parametrize("value", [0.5, -0.0, 4.01, 1e308, 5e-324, True, "2"])
+def test_arena_headroom_out_of_range(value):
+    with pytest.raises(ConfigError, match=re.escape(f"Invalid arena_headroom ({value!r}). Supported values are "
+                                                    "numbers from 1.0 to 4.0.")):
+        RunConfig(arena_headroom=value)
+    assert RunConfig(arena_headroom=1).arena_headroom == 1 and RunConfig(arena_headroom=4.0).arena_headroom == 4.0
+
+
 def test_config_error_is_a_value_error():
     with pytest.raises(ValueError):
         RunConfig(ring_size=1)

@@ -46,6 +46,13 @@ def test_filter_values_too_small_to_compute_exit_2(tmp_path, clip, chain, word):
     assert "RuntimeWarning" not in result.stderr
 
 
+@pytest.mark.parametrize("args, words", [
+    (("--arena-headroom", "1e308"), ("arena_headroom", "from 1.0 to 4.0")),
+], ids=["arena-headroom"])
+def test_values_past_the_largest_exit_2_naming_the_limit(tmp_path, clip, args, words):
+    one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, *words)
+
+
 def test_non_finite_toml_value_exits_2(tmp_path, clip):
     (config := tmp_path / "c.toml").write_text("arena_headroom = nan\n")
     one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
