@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
-from .config import AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, RunConfig, check_device, preset_names
+from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
+                     MAX_STREAMS, RunConfig, check_device, preset_names)
 from .errors import ConfigError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments
 from .log import LEVELS
@@ -218,9 +219,11 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
-    p.add_argument("--ring-size", type=int, help=f"pinned host slots each way (default: {d.ring_size})")
-    p.add_argument("--streams", type=int, help=f"CUDA streams (default: {d.streams})")
-    p.add_argument("--in-flight", type=int, help=f"frames in flight on the GPU (default: {d.in_flight})")
+    p.add_argument("--ring-size", type=int,
+                   help=f"pinned host slots each way, 2 to {MAX_RING_SIZE} (default: {d.ring_size})")
+    p.add_argument("--streams", type=int, help=f"CUDA streams, 1 to {MAX_STREAMS} (default: {d.streams})")
+    p.add_argument("--in-flight", type=int,
+                   help=f"frames in flight on the GPU, 1 to {MAX_IN_FLIGHT} (default: {d.in_flight})")
     p.add_argument("--pinned-cap-mib", type=int, metavar="MIB",
                    help="page-locked host memory a run may take (default: half of the RAM); over it: exit 5")
     p.add_argument("--write-combined", action=argparse.BooleanOptionalAction, default=None,

@@ -24,11 +24,21 @@ def test_defaults_are_valid():
     assert (cfg.device, cfg.alloc, cfg.ring_size, cfg.filters) == ("auto", "pool", 8, DEFAULT_FILTERS)
 
 
-@pytest.mark.parametrize("value", [0, 1, -3])
-def test_ring_size_too_small(value):
+@pytest.mark.parametrize("value", [0, 1, -3, 257, 10**30])
+def test_ring_size_out_of_range(value):
     with pytest.raises(ConfigError) as info:
         RunConfig(ring_size=value)
-    assert str(info.value) == f"Invalid ring_size ({value}). Supported values are integers >= 2."
+    assert str(info.value) == f"Invalid ring_size ({value}). Supported values are integers from 2 to 256."
+
+
+@pytest.mark.parametrize("name, low, high", [("ring_size", 2, 256), ("streams", 1, 32), ("in_flight", 1, 64)])
+def test_counts_that_size_the_set_up_have_a_largest_value(name, low, high):
+    assert getattr(RunConfig(**{name: low}), name) == low
+    assert getattr(RunConfig(**{name: high}), name) == high
+    for value in (high + 1, 100_000):
+        with pytest.raises(ConfigError, match=re.escape(f"Invalid {name} ({value}). Supported values are integers "
+                                                        f"from {low} to {high}.")):
+            RunConfig(**{name: value})
 
 
 @pytest.mark.parametrize("value", ["8", 8.0, True, None])

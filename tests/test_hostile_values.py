@@ -48,7 +48,10 @@ def test_filter_values_too_small_to_compute_exit_2(tmp_path, clip, chain, word):
 
 @pytest.mark.parametrize("args, words", [
     (("--arena-headroom", "1e308"), ("arena_headroom", "from 1.0 to 4.0")),
-], ids=["arena-headroom"])
+    (("--in-flight", "100000"), ("in_flight", "from 1 to 64")),
+    (("--ring-size", "100000"), ("ring_size", "from 2 to 256")),
+    (("--streams", "100000"), ("streams", "from 1 to 32")),
+], ids=["arena-headroom", "in-flight", "ring-size", "streams"])
 def test_values_past_the_largest_exit_2_naming_the_limit(tmp_path, clip, args, words):
     one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, *words)
 
