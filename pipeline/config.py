@@ -272,6 +272,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raw = tomllib.loads(read_text(path, MAX_CONFIG_BYTES, "config file"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    except RecursionError:  # tomllib parses each nested array or inline table with one more call
+        raise ConfigError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
+                          "(a config file's values nest a level or two)") from None
     values = {}
     base = Path(os.path.abspath(path)).parent
     for key, value in raw.items():

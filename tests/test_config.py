@@ -143,6 +143,13 @@ def test_toml_syntax_error(tmp_path):
         load_toml(path)
 
 
+@pytest.mark.parametrize("value", ["[" * 100_000 + "]" * 100_000, "{a = " * 100_000 + "1" + "}" * 100_000],
+                         ids=["arrays", "inline-tables"])
+def test_toml_nested_too_deeply(tmp_path, value):
+    with pytest.raises(ConfigError, match="invalid TOML: arrays or inline tables nested too deeply"):
+        load_toml(_toml(tmp_path, f"encoder_opts = {value}\n"))
+
+
 def test_toml_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_toml(tmp_path / "nope.toml")

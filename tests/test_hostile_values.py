@@ -61,6 +61,11 @@ def test_non_finite_toml_value_exits_2(tmp_path, clip):
     one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
 
 
+def test_a_config_nested_too_deeply_exits_2(tmp_path, clip):
+    (config := tmp_path / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    one_error(run_pipeline(clip, "-o", "null", "--config", config, cwd=tmp_path), 2, "deep.toml", "nested too deeply")
+
+
 def test_non_finite_cube_row_exits_2(tmp_path, clip):
     rows = ["0 0 0"] * 7 + ["1e999 0 0"]  # overflows to inf; "nan" is refused as a keyword
     (cube := tmp_path / "bad.cube").write_text("LUT_3D_SIZE 2\n" + "\n".join(rows) + "\n")
