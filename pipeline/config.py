@@ -36,6 +36,9 @@ MAX_RING_SIZE = 256
 # The arena holds the frames in flight (and those a consumer keeps) at once, nothing more: a multiple past
 # a few only reserves device memory no frame can use (and a huge one overflows the size computed from it).
 MAX_ARENA_HEADROOM = 4.0
+# -ss, -t and -to: about 31 years. FFmpeg's time bases have denominators below 2**31, so a time this far in
+# is still a 64-bit timestamp in any stream's ticks (where the input seeks to it); 1e20 s is not.
+MAX_SECONDS = 10**9
 
 
 @dataclass(frozen=True)
@@ -169,10 +172,11 @@ def pipe_fd(name: str | None, default: int = 0) -> int | None:
 
 def _check_span(start: float | None, duration: float | None, end: float | None) -> None:
     for name, value in (("start", start), ("end", end)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ConfigError(f"Invalid {name} ({value!r}). Supported values are numbers of seconds >= 0.")
+        if value is not None:
+            _check_between(name, value, 0, MAX_SECONDS, "numbers of seconds")
     if duration is not None:
         _check_positive("duration", duration)
+        _check_between("duration", duration, 0, MAX_SECONDS, "numbers of seconds")
     if duration is not None and end is not None:
         raise ConfigError("-t/--duration and -to/--end are exclusive: give one")
     if end is not None and end <= (start or 0):

@@ -85,6 +85,15 @@ def test_arena_headroom_out_of_range(value):
     assert RunConfig(arena_headroom=1).arena_headroom == 1 and RunConfig(arena_headroom=4.0).arena_headroom == 4.0
 
 
+@pytest.mark.parametrize("name", ["start", "duration", "end"])
+def test_span_times_have_a_largest_value(name):
+    assert getattr(RunConfig(**{name: 10**9}), name) == 10**9
+    for value in (10**9 + 1, 1e20, 1e308):
+        with pytest.raises(ConfigError, match=re.escape(f"Invalid {name} ({value!r}). Supported values are numbers "
+                                                        "of seconds from 0 to 1,000,000,000.")):
+            RunConfig(**{name: value})
+
+
 def test_config_error_is_a_value_error():
     with pytest.raises(ValueError):
         RunConfig(ring_size=1)

@@ -51,7 +51,10 @@ def test_filter_values_too_small_to_compute_exit_2(tmp_path, clip, chain, word):
     (("--in-flight", "100000"), ("in_flight", "from 1 to 64")),
     (("--ring-size", "100000"), ("ring_size", "from 2 to 256")),
     (("--streams", "100000"), ("streams", "from 1 to 32")),
-], ids=["arena-headroom", "in-flight", "ring-size", "streams"])
+    (("-ss", "99999999999999999999"), ("start", "to 1,000,000,000")),
+    (("-to", "99999999999999999999"), ("end", "to 1,000,000,000")),
+    (("-t", "99999999999999999999"), ("duration", "to 1,000,000,000")),
+], ids=["arena-headroom", "in-flight", "ring-size", "streams", "start", "end", "duration"])
 def test_values_past_the_largest_exit_2_naming_the_limit(tmp_path, clip, args, words):
     one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, *words)
 
