@@ -64,6 +64,18 @@ def test_non_finite_toml_value_exits_2(tmp_path, clip):
     one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
 
 
+@pytest.mark.parametrize("args, word", [
+    (("--frames", "-1"), "frames"), (("--frames", "1e99"), "--frames"), (("--frames", "0"), "frames"),
+    (("--timeout", "nan"), "timeout"), (("--timeout", "-0"), "timeout"),
+    (("--latency-budget", "-5"), "latency_budget"), (("--latency-budget", "0"), "latency_budget"),
+    (("-ss", "nan"), "-ss"), (("-t", "inf"), "-t"), (("-to", "1e400"), "-to"), (("-t", "0"), "duration"),
+    (("--pinned-cap-mib", "0"), "pinned_cap_mib"), (("--pinned-cap-mib", "-1"), "pinned_cap_mib"),
+    (("--reconnect", "-1"), "reconnect"),
+], ids=lambda v: v if isinstance(v, str) else "_".join(v))
+def test_values_below_their_range_or_not_numbers_exit_2(tmp_path, clip, args, word):
+    one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, word)
+
+
 def test_a_config_nested_too_deeply_exits_2(tmp_path, clip):
     (config := tmp_path / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
     one_error(run_pipeline(clip, "-o", "null", "--config", config, cwd=tmp_path), 2, "deep.toml", "nested too deeply")
