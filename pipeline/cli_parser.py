@@ -20,14 +20,14 @@ from .memory.registry import STRATEGIES
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number; an
-       encoder or muxer option nobody uses; an encoder that refuses the frames or whose hardware
-       is absent, a container that cannot hold them; a config or LUT file that is not regular or
-       too large; output or --stats-json file exists without -y (or with -n), or appeared during
-       the run; --preview where no window can be shown; a --plugin file that fails to load; a URL
-       whose protocol the installed FFmpeg lacks, e.g. srt:// with PyAV's wheel; a pipe output
-       without -f; -ss past the input's end; a --pix-fmt FFmpeg does not know or the encoder does
-       not take)
+  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number or
+       one outside its range; an encoder or muxer option nobody uses; an encoder that refuses the
+       frames or whose hardware is absent, a container that cannot hold them; a config or LUT file
+       that is not regular or too large, a config nested too deeply; output or --stats-json file
+       exists without -y (or with -n), or appeared during the run; --preview where no window can
+       be shown; a --plugin file that fails to load; a URL whose protocol the installed FFmpeg
+       lacks, e.g. srt:// with PyAV's wheel; a pipe output without -f; -ss past the input's end; a
+       --pix-fmt FFmpeg does not know or the encoder does not take)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error or a damaged or cut-short input; a live source, FIFO or
        device that cannot be opened within --timeout, or that stalled and could not be reopened:
