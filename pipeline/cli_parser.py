@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 
 from . import __version__
-from .config import AUDIO_MODES, DECODERS, DROP_POLICIES, RunConfig, check_device, preset_names
+from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
+                     MAX_STREAMS, RunConfig, check_device, preset_names)
 from .errors import ConfigError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments
 from .log import LEVELS
@@ -19,14 +20,14 @@ from .memory.registry import STRATEGIES
 
 EXIT_CODES = """exit codes:
   0    success
-  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number; an
-       encoder or muxer option nobody uses; an encoder that refuses the frames or whose hardware
-       is absent, a container that cannot hold them; a config or LUT file that is not regular or
-       too large; output or --stats-json file exists without -y (or with -n), or appeared during
-       the run; --preview where no window can be shown; a --plugin file that fails to load; a URL
-       whose protocol the installed FFmpeg lacks, e.g. srt:// with PyAV's wheel; a pipe output
-       without -f; -ss past the input's end; a --pix-fmt FFmpeg does not know or the encoder does
-       not take)
+  2    usage or config error (bad option, filter chain, config key, a NaN or infinite number or
+       one outside its range; an encoder or muxer option nobody uses; an encoder that refuses the
+       frames or whose hardware is absent, a container that cannot hold them; a config or LUT file
+       that is not regular or too large, a config nested too deeply; output or --stats-json file
+       exists without -y (or with -n), or appeared during the run; --preview where no window can
+       be shown; a --plugin file that fails to load; a URL whose protocol the installed FFmpeg
+       lacks, e.g. srt:// with PyAV's wheel; a pipe output without -f; -ss past the input's end; a
+       --pix-fmt FFmpeg does not know or the encoder does not take)
   3    bad input (missing, unreadable, no video stream, a still image, undecodable, frames too large;
        with --strict, any decode error or a damaged or cut-short input; a live source, FIFO or
        device that cannot be opened within --timeout, or that stalled and could not be reopened:
@@ -218,9 +219,11 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
-    p.add_argument("--ring-size", type=int, help=f"pinned host slots each way (default: {d.ring_size})")
-    p.add_argument("--streams", type=int, help=f"CUDA streams (default: {d.streams})")
-    p.add_argument("--in-flight", type=int, help=f"frames in flight on the GPU (default: {d.in_flight})")
+    p.add_argument("--ring-size", type=int,
+                   help=f"pinned host slots each way, 2 to {MAX_RING_SIZE} (default: {d.ring_size})")
+    p.add_argument("--streams", type=int, help=f"CUDA streams, 1 to {MAX_STREAMS} (default: {d.streams})")
+    p.add_argument("--in-flight", type=int,
+                   help=f"frames in flight on the GPU, 1 to {MAX_IN_FLIGHT} (default: {d.in_flight})")
     p.add_argument("--pinned-cap-mib", type=int, metavar="MIB",
                    help="page-locked host memory a run may take (default: half of the RAM); over it: exit 5")
     p.add_argument("--write-combined", action=argparse.BooleanOptionalAction, default=None,
@@ -228,7 +231,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                         f"and the GPU reads unsnooped (default: {'on' if d.write_combined else 'off'}; see "
                         "`pipeline probe`)")
     p.add_argument("--arena-headroom", type=float,
-                   help=f"device arena size as a multiple of the frames in flight (default: {d.arena_headroom})")
+                   help=f"device arena size as a multiple of the frames in flight, 1 to {MAX_ARENA_HEADROOM:g} "
+                        f"(default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
                    help="Python file registering extra filters, repeatable")
     p.add_argument("--stats-json", help="write the run statistics as JSON to this path (an existing file "

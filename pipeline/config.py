@@ -23,6 +23,23 @@ DEFAULT_FILTERS = "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"
 DROP_POLICIES = ("auto", "block", "drop-oldest", "drop-newest")
 AUDIO_MODES = ("copy", "encode", "none")  # what the output does with the input's audio (pipeline.audio_out)
 
+# Upper bounds of the settings that size what a run sets up, each far past where it stops helping: a run
+# takes what they ask for up front, so an unbounded one allocates until the memory runs out.
+# A frame in flight holds an arena block and five CUDA events, and the queues between stages are as deep;
+# the GPU overlaps a handful of frames (its copy engines and streams), not dozens.
+MAX_IN_FLIGHT = 64
+# CUDA_DEVICE_MAX_CONNECTIONS' largest value: more streams than the device has hardware queues share them.
+MAX_STREAMS = 32
+# A slot is held from decode to upload, or from download to encode: by a frame in flight or one in the queue
+# beside it, so about 2 * MAX_IN_FLIGHT + 2 at most are busy at once; more slots only pin memory.
+MAX_RING_SIZE = 256
+# The arena holds the frames in flight (and those a consumer keeps) at once, nothing more: a multiple past
+# a few only reserves device memory no frame can use (and a huge one overflows the size computed from it).
+MAX_ARENA_HEADROOM = 4.0
+# -ss, -t and -to: about 31 years. FFmpeg's time bases have denominators below 2**31, so a time this far in
+# is still a 64-bit timestamp in any stream's ticks (where the input seeks to it); 1e20 s is not.
+MAX_SECONDS = 10**9
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -74,16 +91,15 @@ class RunConfig:
         check_device(self.device)
         _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
-        _check_min("ring_size", self.ring_size, 2)
-        _check_min("streams", self.streams, 1)
-        _check_min("in_flight", self.in_flight, 1)
-        _check_min("copy_threads", self.copy_threads, 1)
+        _check_int("ring_size", self.ring_size, 2, MAX_RING_SIZE)
+        _check_int("streams", self.streams, 1, MAX_STREAMS)
+        _check_int("in_flight", self.in_flight, 1, MAX_IN_FLIGHT)
+        _check_int("copy_threads", self.copy_threads, 1)
         if self.pinned_cap_mib is not None:
-            _check_min("pinned_cap_mib", self.pinned_cap_mib, 1)
+            _check_int("pinned_cap_mib", self.pinned_cap_mib, 1)
         if self.frames is not None:
-            _check_min("frames", self.frames, 1)
-        if self.arena_headroom < 1.0:
-            raise ConfigError(f"Invalid arena_headroom ({self.arena_headroom}). Supported values are >= 1.0.")
+            _check_int("frames", self.frames, 1)
+        _check_between("arena_headroom", self.arena_headroom, 1.0, MAX_ARENA_HEADROOM)
         _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
         _check_choice("audio", self.audio, AUDIO_MODES)
         _check_positive("timeout", self.timeout)
@@ -156,10 +172,11 @@ def pipe_fd(name: str | None, default: int = 0) -> int | None:
 
 def _check_span(start: float | None, duration: float | None, end: float | None) -> None:
     for name, value in (("start", start), ("end", end)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ConfigError(f"Invalid {name} ({value!r}). Supported values are numbers of seconds >= 0.")
+        if value is not None:
+            _check_between(name, value, 0, MAX_SECONDS, "numbers of seconds")
     if duration is not None:
         _check_positive("duration", duration)
+        _check_between("duration", duration, 0, MAX_SECONDS, "numbers of seconds")
     if duration is not None and end is not None:
         raise ConfigError("-t/--duration and -to/--end are exclusive: give one")
     if end is not None and end <= (start or 0):
@@ -212,9 +229,15 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {', '.join(allowed)}.")
 
 
-def _check_min(name: str, value: int, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"Invalid {name} ({value!r}). Supported values are integers >= {low}.")
+def _check_int(name: str, value: int, low: int, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        supported = f"integers >= {low}" if high is None else f"integers from {low} to {high}"
+        raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {supported}.")
+
+
+def _check_between(name: str, value: Any, low: float, high: float, what: str = "numbers") -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {what} from {low:,} to {high:,}.")
 
 
 FIELD_NAMES = {f.name for f in fields(RunConfig)}
@@ -253,6 +276,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raw = tomllib.loads(read_text(path, MAX_CONFIG_BYTES, "config file"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    except RecursionError:  # tomllib parses each nested array or inline table with one more call
+        raise ConfigError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
+                          "(a config file's values nest a level or two)") from None
     values = {}
     base = Path(os.path.abspath(path)).parent
     for key, value in raw.items():

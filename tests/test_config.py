@@ -24,11 +24,21 @@ def test_defaults_are_valid():
     assert (cfg.device, cfg.alloc, cfg.ring_size, cfg.filters) == ("auto", "pool", 8, DEFAULT_FILTERS)
 
 
-@pytest.mark.parametrize("value", [0, 1, -3])
-def test_ring_size_too_small(value):
+@pytest.mark.parametrize("value", [0, 1, -3, 257, 10**30])
+def test_ring_size_out_of_range(value):
     with pytest.raises(ConfigError) as info:
         RunConfig(ring_size=value)
-    assert str(info.value) == f"Invalid ring_size ({value}). Supported values are integers >= 2."
+    assert str(info.value) == f"Invalid ring_size ({value}). Supported values are integers from 2 to 256."
+
+
+@pytest.mark.parametrize("name, low, high", [("ring_size", 2, 256), ("streams", 1, 32), ("in_flight", 1, 64)])
+def test_counts_that_size_the_set_up_have_a_largest_value(name, low, high):
+    assert getattr(RunConfig(**{name: low}), name) == low
+    assert getattr(RunConfig(**{name: high}), name) == high
+    for value in (high + 1, 100_000):
+        with pytest.raises(ConfigError, match=re.escape(f"Invalid {name} ({value}). Supported values are integers "
+                                                        f"from {low} to {high}.")):
+            RunConfig(**{name: value})
 
 
 @pytest.mark.parametrize("value", ["8", 8.0, True, None])
@@ -65,6 +75,23 @@ def test_alloc_message_lists_choices():
 def test_other_limits(changes, name):
     with pytest.raises(ConfigError, match=f"Invalid {name} "):
         RunConfig(**changes)
+
+
+@pytest.mark.parametrize("value", [0.5, -0.0, 4.01, 1e308, 5e-324, True, "2"])
+def test_arena_headroom_out_of_range(value):
+    with pytest.raises(ConfigError, match=re.escape(f"Invalid arena_headroom ({value!r}). Supported values are "
+                                                    "numbers from 1.0 to 4.0.")):
+        RunConfig(arena_headroom=value)
+    assert RunConfig(arena_headroom=1).arena_headroom == 1 and RunConfig(arena_headroom=4.0).arena_headroom == 4.0
+
+
+@pytest.mark.parametrize("name", ["start", "duration", "end"])
+def test_span_times_have_a_largest_value(name):
+    assert getattr(RunConfig(**{name: 10**9}), name) == 10**9
+    for value in (10**9 + 1, 1e20, 1e308):
+        with pytest.raises(ConfigError, match=re.escape(f"Invalid {name} ({value!r}). Supported values are numbers "
+                                                        "of seconds from 0 to 1,000,000,000.")):
+            RunConfig(**{name: value})
 
 
 def test_config_error_is_a_value_error():
@@ -123,6 +150,13 @@ def test_toml_syntax_error(tmp_path):
     path = _toml(tmp_path, "ring_size = = 4\n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_toml(path)
+
+
+@pytest.mark.parametrize("value", ["[" * 100_000 + "]" * 100_000, "{a = " * 100_000 + "1" + "}" * 100_000],
+                         ids=["arrays", "inline-tables"])
+def test_toml_nested_too_deeply(tmp_path, value):
+    with pytest.raises(ConfigError, match="invalid TOML: arrays or inline tables nested too deeply"):
+        load_toml(_toml(tmp_path, f"encoder_opts = {value}\n"))
 
 
 def test_toml_missing_file(tmp_path):

@@ -9,6 +9,7 @@ import itertools
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import cv2
@@ -189,6 +190,28 @@ def test_bad_parameters_name_the_parameter(spec, needle):
     message = str(e.value)
     assert needle in message
     assert spec.partition("=")[0] in message
+
+
+HOSTILE_FLOATS = ["nan", "inf", "-inf", "-0", "0", "1e308", "-1e308", "5e-324", "-5e-324", "1e-30", "1e-8"]
+
+
+@pytest.mark.parametrize("value", HOSTILE_FLOATS)
+@pytest.mark.parametrize("setting", [f"{name}={p.name}" for name, cls in sorted(builtin_filters().items())
+                                     for p in cls.params if p.kind is float])
+def test_extreme_float_parameters_are_refused_or_give_finite_frames(setting, value):
+    """NaN, infinities, signed zero, the largest and the smallest doubles: each is refused when the chain is
+    parsed, or the filter's output is finite with no NumPy warning (a NaN frame encodes as garbage)."""
+    try:
+        f = one_filter(f"{setting}={value}")
+    except ConfigError:
+        return
+    src = noise_rgb(W, H, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow or an invalid value on the way is a failure too
+        runner = Runner("cpu", f, W, H)
+        for _ in range(2):  # temporal filters: the first frame fills the state, the second uses it
+            out = runner(src)
+    assert np.isfinite(out).all()
 
 
 # --- chain syntax ------------------------------------------------------------------------------------------

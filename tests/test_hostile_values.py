@@ -34,9 +34,51 @@ def test_non_finite_numbers_exit_2(tmp_path, clip, args, word):
     assert not out.exists() and partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("chain, word", [
+    ("bilateral=sigma_s=2:sigma_r=5e-324", "sigma_r must be >= 0.001"),
+    ("bilateral=sigma_r=1e-20", "sigma_r must be >= 0.001"),
+    ("bilateral=sigma_s=5e-324", "sigma_s must be >= 0.1"),
+    ("bilateral=sigma_s=1e-30:sigma_r=0.1", "sigma_s must be >= 0.1"),
+], ids=["sigma_r-denormal", "sigma_r-tiny", "sigma_s-denormal", "sigma_s-tiny"])
+def test_filter_values_too_small_to_compute_exit_2(tmp_path, clip, chain, word):
+    result = run_pipeline(clip, "-o", "null", "--filters", chain, cwd=tmp_path)
+    one_error(result, 2, word)
+    assert "RuntimeWarning" not in result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--arena-headroom", "1e308"), ("arena_headroom", "from 1.0 to 4.0")),
+    (("--in-flight", "100000"), ("in_flight", "from 1 to 64")),
+    (("--ring-size", "100000"), ("ring_size", "from 2 to 256")),
+    (("--streams", "100000"), ("streams", "from 1 to 32")),
+    (("-ss", "99999999999999999999"), ("start", "to 1,000,000,000")),
+    (("-to", "99999999999999999999"), ("end", "to 1,000,000,000")),
+    (("-t", "99999999999999999999"), ("duration", "to 1,000,000,000")),
+], ids=["arena-headroom", "in-flight", "ring-size", "streams", "start", "end", "duration"])
+def test_values_past_the_largest_exit_2_naming_the_limit(tmp_path, clip, args, words):
+    one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, *words)
+
+
 def test_non_finite_toml_value_exits_2(tmp_path, clip):
     (config := tmp_path / "c.toml").write_text("arena_headroom = nan\n")
     one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--config", config, cwd=tmp_path), 2, "arena_headroom")
+
+
+@pytest.mark.parametrize("args, word", [
+    (("--frames", "-1"), "frames"), (("--frames", "1e99"), "--frames"), (("--frames", "0"), "frames"),
+    (("--timeout", "nan"), "timeout"), (("--timeout", "-0"), "timeout"),
+    (("--latency-budget", "-5"), "latency_budget"), (("--latency-budget", "0"), "latency_budget"),
+    (("-ss", "nan"), "-ss"), (("-t", "inf"), "-t"), (("-to", "1e400"), "-to"), (("-t", "0"), "duration"),
+    (("--pinned-cap-mib", "0"), "pinned_cap_mib"), (("--pinned-cap-mib", "-1"), "pinned_cap_mib"),
+    (("--reconnect", "-1"), "reconnect"),
+], ids=lambda v: v if isinstance(v, str) else "_".join(v))
+def test_values_below_their_range_or_not_numbers_exit_2(tmp_path, clip, args, word):
+    one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, word)
+
+
+def test_a_config_nested_too_deeply_exits_2(tmp_path, clip):
+    (config := tmp_path / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    one_error(run_pipeline(clip, "-o", "null", "--config", config, cwd=tmp_path), 2, "deep.toml", "nested too deeply")
 
 
 def test_non_finite_cube_row_exits_2(tmp_path, clip):

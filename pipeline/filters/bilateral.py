@@ -82,9 +82,12 @@ class Bilateral(Filter):
         "Edge-preserving blur: Gaussian in space (window radius ceil(2 sigma_s), reflect-101 borders) "
         "times Gaussian in RGB distance (Euclidean over the three channels)."
     )
+    # The lower bounds keep 1 / (2 sigma^2) a finite float32 (near zero it overflows to infinity, and the
+    # centre pixel's weight, exp(-(0 * inf)), is NaN), with room to spare, at values already past any use:
+    # at sigma_s 0.1 a neighbour's spatial weight is exp(-50), and sigma_r 0.001 is about one 10-bit code value.
     params = (
-        Param("sigma_s", float, 2.0, low=0.0, high=8.0, low_exclusive=True, help="spatial standard deviation, pixels"),
-        Param("sigma_r", float, 0.1, low=0.0, high=1.0, low_exclusive=True,
+        Param("sigma_s", float, 2.0, low=0.1, high=8.0, help="spatial standard deviation, pixels"),
+        Param("sigma_r", float, 0.1, low=0.001, high=1.0,
               help="range standard deviation, in RGB units (0 to 1); small keeps edges"),
     )
 
