@@ -25,7 +25,11 @@ import numpy as np
 from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTrc
 
 from . import synth
-from .errors import ConfigError, OutputError
+from .checks import check_output
+from .config import file_url, is_url
+from .errors import ConfigError, OutputError, PipelineError
+from .outfile import place_output, temp_path_for
+from .sink import remove_stale_partials
 from .synth import synth_frame
 
 AUDIO_RATE = 48000
@@ -241,8 +245,13 @@ def make_clip(
     crf: int | None = None,
     options: dict | None = None,
     hdr: bool = False,
+    overwrite: bool = True,
 ) -> Path:
     """Write a synthetic clip and return its path.
+
+    The clip is written to a temporary file beside ``path`` and moved onto it only when complete: a
+    failure leaves ``path`` as it was. ``overwrite=False``: a ``path`` that exists by then is kept
+    (ConfigError, as for ``pipeline run`` without -y).
 
     Video frames have pts 0, 1, 2, ... in time base 1/fps. With ``audio``, a
     stereo 48 kHz AAC tone of the same duration is muxed alongside. ``hdr``:
@@ -261,8 +270,9 @@ def make_clip(
     _check_args(width, height, frames, codec, pix_fmt)
     rate = _as_rate(fps)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)
     try:
-        with av.open(str(path), "w") as container:
+        with _open_output(tmp, path) as container:
             opts = _video_options(codec, crf, options, hdr)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container) if audio else None
@@ -278,11 +288,20 @@ def make_clip(
                 seed=seed,
                 hdr=hdr,
             )
+        place_output(tmp, path, overwrite)
     except BaseException:
         # A half-written clip looks valid to a quick glance; do not leave one.
-        path.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _open_output(tmp: Path, target: Path):
+    try:
+        return av.open(file_url(str(tmp)), "w")  # file: so that a ':' in the name is no protocol
+    except ValueError as e:  # no muxer for the name's extension (the temporary name keeps it)
+        raise ValueError(f"{target}: cannot choose a container from the name ({e}); end it in .mp4, .mkv "
+                         "or .nut") from e
 
 
 # --------------------------------------------------------------------------
@@ -321,11 +340,22 @@ CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
 
 def _output_path(args, preset: Preset, codec: str) -> Path:
     if args.output is not None:
+        if is_url(args.output):  # Path would fold udp://host into a local udp:/host
+            raise ConfigError(f"{args.output}: sample writes a file, not a URL")
         return Path(args.output)
     path = Path(preset.path)
     if codec != preset.codec and codec in CODEC_SUFFIX:
         path = path.with_suffix(CODEC_SUFFIX[codec])
     return path
+
+
+def _check_target(out: Path, default: bool, overwrite: bool) -> None:
+    """As ``pipeline run`` checks its output, before anything is encoded. A clip's own folder (``samples/``)
+    is made by :func:`make_clip` where it is missing (nothing there to lose); the one of a -o must exist."""
+    if default and not out.parent.exists():
+        return
+    check_output(None, out, overwrite)
+    remove_stale_partials(out)  # the temporary files of earlier runs killed mid-write
 
 
 def _display(path: Path) -> str:
@@ -345,6 +375,7 @@ def run(args) -> int:
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
     out = _output_path(args, preset, codec)
+    _check_target(out, args.output is None, bool(args.overwrite))
     try:
         path = make_clip(
             out,
@@ -357,7 +388,10 @@ def run(args) -> int:
             audio=preset.audio and not args.no_audio,
             seed=args.seed,
             crf=args.crf if args.crf is not None else preset.crf,
+            overwrite=bool(args.overwrite),
         )
+    except PipelineError:  # a target that appeared during the run: already one line of ours
+        raise
     except OSError as e:
         raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
     except av.codec.codec.UnknownCodecError:
