@@ -16,6 +16,9 @@ the clip writer and the command.
 
 from __future__ import annotations
 
+import os
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -27,7 +30,7 @@ from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTr
 from . import synth
 from .checks import check_output
 from .config import file_url, is_url
-from .errors import ConfigError, OutputError, PipelineError
+from .errors import ConfigError, Interrupted, OutputError, PipelineError
 from .outfile import place_output, temp_path_for
 from .sink import remove_stale_partials
 from .synth import synth_frame
@@ -358,6 +361,29 @@ def _check_target(out: Path, default: bool, overwrite: bool) -> None:
     remove_stale_partials(out)  # the temporary files of earlier runs killed mid-write
 
 
+@contextmanager
+def _stopped_by_signals(tmp: Path):
+    """SIGINT and SIGTERM stop the clip at once with none written (exit 130/143): a clip cut short is not the
+    one asked for. The first raises where the main thread is, and :func:`make_clip` removes ``tmp`` on the
+    way out; a second, while that happens, removes it itself and leaves at once, as ``pipeline run`` does."""
+    stopping = []
+
+    def handler(signum, frame):
+        if stopping:
+            tmp.unlink(missing_ok=True)
+            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no clip written\n".encode())
+            os._exit(128 + signum)
+        stopping.append(signum)
+        raise Interrupted(signum, "no clip written")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -377,20 +403,21 @@ def run(args) -> int:
     out = _output_path(args, preset, codec)
     _check_target(out, args.output is None, bool(args.overwrite))
     try:
-        path = make_clip(
-            out,
-            width=width,
-            height=height,
-            frames=frames,
-            fps=fps,
-            codec=codec,
-            pix_fmt=args.pix_fmt or preset.pix_fmt,
-            audio=preset.audio and not args.no_audio,
-            seed=args.seed,
-            crf=args.crf if args.crf is not None else preset.crf,
-            overwrite=bool(args.overwrite),
-        )
-    except PipelineError:  # a target that appeared during the run: already one line of ours
+        with _stopped_by_signals(temp_path_for(out)):
+            path = make_clip(
+                out,
+                width=width,
+                height=height,
+                frames=frames,
+                fps=fps,
+                codec=codec,
+                pix_fmt=args.pix_fmt or preset.pix_fmt,
+                audio=preset.audio and not args.no_audio,
+                seed=args.seed,
+                crf=args.crf if args.crf is not None else preset.crf,
+                overwrite=bool(args.overwrite),
+            )
+    except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
         raise
     except OSError as e:
         raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from fractions import Fraction
 
 import av
 import numpy as np
 import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
-from utils import cli_command, partials, run_command
+from utils import cli_command, partials, run_command, wait_until
 
 from pipeline import sample
 from pipeline.cli import SAMPLES, main
@@ -332,6 +334,20 @@ def test_make_clip_keeps_the_file_it_would_have_replaced_when_it_fails(tmp_path)
     out.write_bytes(b"the user's own file")
     with pytest.raises(ValueError):
         sample.make_clip(out, width=64, height=32, frames=2, codec="libx265", pix_fmt="rgb24", audio=False)
+    assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"])
+def test_a_signal_leaves_no_partial_clip_and_the_old_file_as_it_was(tmp_path, signum, code):
+    out = tmp_path / "mine.mp4"
+    out.write_bytes(b"the user's own file")
+    proc = subprocess.Popen(cli_command("sample", "-o", out, "--frames", "100000", "--size", "640x360", "-y"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: any(p.stat().st_size for p in partials(tmp_path)), proc, "temporary clip", timeout=60)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted by" in err and "Traceback" not in err
     assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
 
 
