@@ -16,6 +16,7 @@ the clip writer and the command.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from contextlib import contextmanager
@@ -32,7 +33,8 @@ from .checks import check_output
 from .config import file_url, is_url
 from .errors import ConfigError, Interrupted, OutputError, PipelineError
 from .outfile import place_output, temp_path_for
-from .sink import remove_stale_partials
+from .sink import check_hardware_encoder, remove_stale_partials
+from .source import MAX_SIDE
 from .synth import synth_frame
 
 AUDIO_RATE = 48000
@@ -41,6 +43,9 @@ AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
 # Codecs refused at odd sizes whatever the pixel format: libx264 rejects
 # them for 4:2:0, and the pipeline's H.264 paths assume even sizes.
 EVEN_SIZE_CODECS = {"libx264"}
+
+# FFmpeg holds a frame rate as a fraction of C ints.
+INT_MAX = 2**31 - 1
 
 # The picture's scene cache, reachable here beside synth_frame: clearing it makes the next frame build
 # its scene from scratch.
@@ -123,6 +128,8 @@ def rgb_to_frame(rgb: np.ndarray, pix_fmt: str, hdr: bool = False) -> av.VideoFr
 
 def _as_rate(fps: float | int | Fraction) -> Fraction:
     """Frame rate as an exact fraction; 23.976/29.97/59.94 become n*1000/1001."""
+    if isinstance(fps, float) and not math.isfinite(fps):  # NaN passes every comparison below
+        raise ValueError(f"fps must be a finite number, got {fps}")
     if isinstance(fps, (int, Fraction)):
         rate = Fraction(fps)
     else:
@@ -133,6 +140,8 @@ def _as_rate(fps: float | int | Fraction) -> Fraction:
             rate = Fraction(fps).limit_denominator(1001)
     if rate <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
+    if rate.numerator > INT_MAX:
+        raise ValueError(f"fps {fps:g} is too high")
     return rate
 
 
@@ -141,11 +150,24 @@ def _is_subsampled(pix_fmt: str) -> bool:
     return fmt.chroma_width(2) < 2 or fmt.chroma_height(2) < 2
 
 
-def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str) -> None:
+def _check_codec(codec: str) -> None:
+    kind = av.Codec(codec, "w").type  # UnknownCodecError for a name FFmpeg has no encoder for
+    if kind != "video":
+        raise ValueError(f"{codec} encodes {kind}, not video; --codec takes a video encoder (libx264, ffv1, ...)")
+
+
+def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str, seed: int) -> None:
     if width <= 0 or height <= 0:
         raise ValueError(f"frame size must be positive, got {width}x{height}")
+    # The pipeline reads no larger, and a larger picture would be drawn in memory before an encoder refused it.
+    if width > MAX_SIDE or height > MAX_SIDE:
+        raise ValueError(f"frame size {width}x{height} is too large; supported sizes are up to "
+                         f"{MAX_SIDE}x{MAX_SIDE}")
     if frames <= 0:
         raise ValueError(f"frames must be positive, got {frames}")
+    if seed < 0:  # NumPy's own refusal names no option
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    _check_codec(codec)
     if width % 2 or height % 2:
         if codec in EVEN_SIZE_CODECS:
             raise ValueError(f"{codec} needs even dimensions, got {width}x{height}")
@@ -270,7 +292,7 @@ def make_clip(
     AAC encoder delay (1024 samples) and video starts there, not at 0.
     """
     path = Path(path)
-    _check_args(width, height, frames, codec, pix_fmt)
+    _check_args(width, height, frames, codec, pix_fmt, seed)
     rate = _as_rate(fps)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(path)
@@ -401,6 +423,7 @@ def run(args) -> int:
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
     out = _output_path(args, preset, codec)
+    check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
     try:
         with _stopped_by_signals(temp_path_for(out)):
@@ -423,7 +446,7 @@ def run(args) -> int:
         raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
     except av.codec.codec.UnknownCodecError:
         raise ConfigError(f"sample: unknown codec {codec!r}") from None
-    except ValueError as e:  # bad sizes, counts or pixel formats (PyAV's own errors are ValueErrors too)
+    except (ValueError, av.error.FFmpegError) as e:  # bad values, or ones the encoder refuses when it opens
         raise ConfigError(f"sample: {e}") from e
     size_mb = path.stat().st_size / 1e6
     duration = frames / _as_rate(fps)

@@ -351,6 +351,24 @@ def test_a_signal_leaves_no_partial_clip_and_the_old_file_as_it_was(tmp_path, si
     assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("args, message", [
+    (("--fps", "inf"), "finite"),
+    (("--fps", "nan"), "finite"),
+    (("--fps", "0"), "positive"),
+    (("--fps", "1e300"), "too high"),
+    (("--size", "99999999x99999999"), "too large"),
+    (("--size", "0x0"), "positive"),
+    (("--codec", "aac"), "encodes audio, not video"),
+    (("--codec", "nosuch"), "unknown codec"),
+    (("--crf", "-5"), "libx264"),
+    (("--seed", "-1"), "seed"),
+])
+def test_hostile_values_are_one_line_and_exit_2(tmp_path, args, message):
+    result = _sample("-o", "x.mp4", "--frames", "2", *args, cwd=tmp_path)
+    assert result.returncode == 2 and message in _one_error_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["meeting12:30.mp4", "with space.mp4", "a" * 246 + ".mp4", "file:x.mp4"])
 def test_odd_names_are_written_as_named(tmp_path, name):
     result = _sample("-o", name, *SMALL, cwd=tmp_path)
