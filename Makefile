@@ -35,9 +35,9 @@ test-gpu: $(STAMP)
 	PIPELINE_REQUIRE_GPU=1 $(PY) -m pytest -m gpu -q
 
 bench-clips: $(STAMP)
-	$(VENV)/bin/pipeline sample 1080p
-	$(VENV)/bin/pipeline sample 4k
-	$(VENV)/bin/pipeline sample raw1080p
+	$(VENV)/bin/pipeline sample 1080p -y
+	$(VENV)/bin/pipeline sample 4k -y
+	$(VENV)/bin/pipeline sample raw1080p -y
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

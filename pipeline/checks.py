@@ -21,22 +21,22 @@ def as_pipeline_error(error: BaseException) -> BaseException:
     return error
 
 
-def check_output(source: str, target: Path | str, overwrite: bool) -> None:
+def check_output(source: str | None, target: Path | str, overwrite: bool) -> None:
     """Refuse, before decoding anything, an output that would destroy the input or cannot be written.
 
-    A stream URL is the receiver's business: nothing to check here."""
+    A stream URL is the receiver's business: nothing to check here. ``source`` None: a command with no
+    input (``pipeline sample``)."""
     if isinstance(target, str):
         return
     check_name_length(target)
-    src = Path(source)
-    if target.exists() and not is_url(source) and src.exists() and target.resolve().samefile(src.resolve()):
+    if source is not None and target.exists() and _is_input(target, source):
         raise ConfigError(f"{target}: output is the input; choose another -o")
     if target.exists() and target.is_dir():
         raise OutputError(f"{target}: is a directory")
     kind = special_kind(target)
     if kind is not None:  # replacing it would destroy a device node or a FIFO (-y on /dev/null as root)
-        raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced "
-                          "(-o null processes without writing)")
+        hint = " (-o null processes without writing)" if source is not None else ""  # only runs have a null output
+        raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced{hint}")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
     parent = target.parent if str(target.parent) else Path(".")
@@ -44,6 +44,11 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
         raise OutputError(f"{target}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: directory {parent} is not writable")
+
+
+def _is_input(target: Path, source: str) -> bool:
+    src = Path(source)
+    return not is_url(source) and src.exists() and target.resolve().samefile(src.resolve())
 
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,

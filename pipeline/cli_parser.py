@@ -322,10 +322,14 @@ Paths are relative to the current directory. Benchmark with them: pipeline bench
 def _add_sample(sub, name: str, help_text: str) -> None:
     sa = sub.add_parser(name, help=help_text,
                         description="Write a synthetic clip: textured, moving, seeded, each frame numbered large "
-                                    "enough to read after lossy coding.",
+                                    "enough to read after lossy coding.\nAs `pipeline run` writes its output: to a "
+                                    "hidden temporary file beside the target, renamed into place when complete;\n"
+                                    "Ctrl-C or SIGTERM stops at once with no clip written (exit 130/143).",
                         epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
-    sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below)")
+    sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below); an "
+                                                          "existing file is replaced only with -y")
+    add_overwrite_arguments(sa)
     sa.add_argument("--frames", type=int, metavar="N", help="number of frames (default: the clip's)")
     sa.add_argument("--fps", type=float, help="frame rate (default: the clip's)")
     sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")

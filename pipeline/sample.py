@@ -16,6 +16,10 @@ the clip writer and the command.
 
 from __future__ import annotations
 
+import math
+import os
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -25,7 +29,12 @@ import numpy as np
 from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTrc
 
 from . import synth
-from .errors import ConfigError, OutputError
+from .checks import check_output
+from .config import file_url, is_url
+from .errors import ConfigError, Interrupted, OutputError, PipelineError
+from .outfile import place_output, temp_path_for
+from .sink import check_hardware_encoder, remove_stale_partials
+from .source import MAX_SIDE
 from .synth import synth_frame
 
 AUDIO_RATE = 48000
@@ -34,6 +43,9 @@ AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
 # Codecs refused at odd sizes whatever the pixel format: libx264 rejects
 # them for 4:2:0, and the pipeline's H.264 paths assume even sizes.
 EVEN_SIZE_CODECS = {"libx264"}
+
+# FFmpeg holds a frame rate as a fraction of C ints.
+INT_MAX = 2**31 - 1
 
 # The picture's scene cache, reachable here beside synth_frame: clearing it makes the next frame build
 # its scene from scratch.
@@ -116,6 +128,8 @@ def rgb_to_frame(rgb: np.ndarray, pix_fmt: str, hdr: bool = False) -> av.VideoFr
 
 def _as_rate(fps: float | int | Fraction) -> Fraction:
     """Frame rate as an exact fraction; 23.976/29.97/59.94 become n*1000/1001."""
+    if isinstance(fps, float) and not math.isfinite(fps):  # NaN passes every comparison below
+        raise ValueError(f"fps must be a finite number, got {fps}")
     if isinstance(fps, (int, Fraction)):
         rate = Fraction(fps)
     else:
@@ -126,6 +140,8 @@ def _as_rate(fps: float | int | Fraction) -> Fraction:
             rate = Fraction(fps).limit_denominator(1001)
     if rate <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
+    if rate.numerator > INT_MAX:
+        raise ValueError(f"fps {fps:g} is too high")
     return rate
 
 
@@ -134,11 +150,24 @@ def _is_subsampled(pix_fmt: str) -> bool:
     return fmt.chroma_width(2) < 2 or fmt.chroma_height(2) < 2
 
 
-def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str) -> None:
+def _check_codec(codec: str) -> None:
+    kind = av.Codec(codec, "w").type  # UnknownCodecError for a name FFmpeg has no encoder for
+    if kind != "video":
+        raise ValueError(f"{codec} encodes {kind}, not video; --codec takes a video encoder (libx264, ffv1, ...)")
+
+
+def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str, seed: int) -> None:
     if width <= 0 or height <= 0:
         raise ValueError(f"frame size must be positive, got {width}x{height}")
+    # The pipeline reads no larger, and a larger picture would be drawn in memory before an encoder refused it.
+    if width > MAX_SIDE or height > MAX_SIDE:
+        raise ValueError(f"frame size {width}x{height} is too large; supported sizes are up to "
+                         f"{MAX_SIDE}x{MAX_SIDE}")
     if frames <= 0:
         raise ValueError(f"frames must be positive, got {frames}")
+    if seed < 0:  # NumPy's own refusal names no option
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    _check_codec(codec)
     if width % 2 or height % 2:
         if codec in EVEN_SIZE_CODECS:
             raise ValueError(f"{codec} needs even dimensions, got {width}x{height}")
@@ -241,8 +270,13 @@ def make_clip(
     crf: int | None = None,
     options: dict | None = None,
     hdr: bool = False,
+    overwrite: bool = True,
 ) -> Path:
     """Write a synthetic clip and return its path.
+
+    The clip is written to a temporary file beside ``path`` and moved onto it only when complete: a
+    failure leaves ``path`` as it was. ``overwrite=False``: a ``path`` that exists by then is kept
+    (ConfigError, as for ``pipeline run`` without -y).
 
     Video frames have pts 0, 1, 2, ... in time base 1/fps. With ``audio``, a
     stereo 48 kHz AAC tone of the same duration is muxed alongside. ``hdr``:
@@ -258,11 +292,12 @@ def make_clip(
     AAC encoder delay (1024 samples) and video starts there, not at 0.
     """
     path = Path(path)
-    _check_args(width, height, frames, codec, pix_fmt)
+    _check_args(width, height, frames, codec, pix_fmt, seed)
     rate = _as_rate(fps)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)
     try:
-        with av.open(str(path), "w") as container:
+        with _open_output(tmp, path) as container:
             opts = _video_options(codec, crf, options, hdr)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container) if audio else None
@@ -278,11 +313,20 @@ def make_clip(
                 seed=seed,
                 hdr=hdr,
             )
+        place_output(tmp, path, overwrite)
     except BaseException:
         # A half-written clip looks valid to a quick glance; do not leave one.
-        path.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _open_output(tmp: Path, target: Path):
+    try:
+        return av.open(file_url(str(tmp)), "w")  # file: so that a ':' in the name is no protocol
+    except ValueError as e:  # no muxer for the name's extension (the temporary name keeps it)
+        raise ValueError(f"{target}: cannot choose a container from the name ({e}); end it in .mp4, .mkv "
+                         "or .nut") from e
 
 
 # --------------------------------------------------------------------------
@@ -321,11 +365,45 @@ CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
 
 def _output_path(args, preset: Preset, codec: str) -> Path:
     if args.output is not None:
+        if is_url(args.output):  # Path would fold udp://host into a local udp:/host
+            raise ConfigError(f"{args.output}: sample writes a file, not a URL")
         return Path(args.output)
     path = Path(preset.path)
     if codec != preset.codec and codec in CODEC_SUFFIX:
         path = path.with_suffix(CODEC_SUFFIX[codec])
     return path
+
+
+def _check_target(out: Path, default: bool, overwrite: bool) -> None:
+    """As ``pipeline run`` checks its output, before anything is encoded. A clip's own folder (``samples/``)
+    is made by :func:`make_clip` where it is missing (nothing there to lose); the one of a -o must exist."""
+    if default and not out.parent.exists():
+        return
+    check_output(None, out, overwrite)
+    remove_stale_partials(out)  # the temporary files of earlier runs killed mid-write
+
+
+@contextmanager
+def _stopped_by_signals(tmp: Path):
+    """SIGINT and SIGTERM stop the clip at once with none written (exit 130/143): a clip cut short is not the
+    one asked for. The first raises where the main thread is, and :func:`make_clip` removes ``tmp`` on the
+    way out; a second, while that happens, removes it itself and leaves at once, as ``pipeline run`` does."""
+    stopping = []
+
+    def handler(signum, frame):
+        if stopping:
+            tmp.unlink(missing_ok=True)
+            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no clip written\n".encode())
+            os._exit(128 + signum)
+        stopping.append(signum)
+        raise Interrupted(signum, "no clip written")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _display(path: Path) -> str:
@@ -345,24 +423,30 @@ def run(args) -> int:
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
     out = _output_path(args, preset, codec)
+    check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
+    _check_target(out, args.output is None, bool(args.overwrite))
     try:
-        path = make_clip(
-            out,
-            width=width,
-            height=height,
-            frames=frames,
-            fps=fps,
-            codec=codec,
-            pix_fmt=args.pix_fmt or preset.pix_fmt,
-            audio=preset.audio and not args.no_audio,
-            seed=args.seed,
-            crf=args.crf if args.crf is not None else preset.crf,
-        )
+        with _stopped_by_signals(temp_path_for(out)):
+            path = make_clip(
+                out,
+                width=width,
+                height=height,
+                frames=frames,
+                fps=fps,
+                codec=codec,
+                pix_fmt=args.pix_fmt or preset.pix_fmt,
+                audio=preset.audio and not args.no_audio,
+                seed=args.seed,
+                crf=args.crf if args.crf is not None else preset.crf,
+                overwrite=bool(args.overwrite),
+            )
+    except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
+        raise
     except OSError as e:
         raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
     except av.codec.codec.UnknownCodecError:
         raise ConfigError(f"sample: unknown codec {codec!r}") from None
-    except ValueError as e:  # bad sizes, counts or pixel formats (PyAV's own errors are ValueErrors too)
+    except (ValueError, av.error.FFmpegError) as e:  # bad values, or ones the encoder refuses when it opens
         raise ConfigError(f"sample: {e}") from e
     size_mb = path.stat().st_size / 1e6
     duration = frames / _as_rate(fps)

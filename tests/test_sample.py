@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from fractions import Fraction
 
 import av
 import numpy as np
 import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
+from utils import cli_command, partials, run_command, wait_until
 
 from pipeline import sample
 from pipeline.cli import SAMPLES, main
@@ -287,3 +291,102 @@ def test_the_cli_imports_the_clip_generator_only_for_sample():
             "print(sorted(m for m in ('cv2', 'pipeline.sample') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# --- the output, as `pipeline run` treats its own -----------------------------------------------------------
+
+SMALL = ("--frames", "2", "--size", "64x32")
+
+
+def _sample(*args, cwd, timeout=60):
+    return run_command(cli_command("sample", *args), cwd=cwd, timeout=timeout)
+
+
+def _one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr and "internal error" not in result.stderr, \
+        result.stderr
+    return lines[0]
+
+
+def test_an_existing_output_is_kept_without_y_and_replaced_with_it(tmp_path):
+    out = tmp_path / "mine.mp4"
+    out.write_bytes(b"the user's own file")
+    refused = _sample("-o", out, *SMALL, cwd=tmp_path)
+    assert refused.returncode == 2 and "already exists" in _one_error_line(refused)
+    assert out.read_bytes() == b"the user's own file"
+    replaced = _sample("-o", out, *SMALL, "-y", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    assert len(_decode(out)[1]) == 2 and partials(tmp_path) == []
+
+
+def test_a_failing_sample_keeps_the_file_it_would_have_replaced(tmp_path):
+    out = tmp_path / "mine.mp4"
+    out.write_bytes(b"the user's own file")
+    # Refused by x265 when it opens, after the container is created: the failure comes mid-write.
+    result = _sample("-o", out, *SMALL, "--codec", "libx265", "--pix-fmt", "rgb24", "-y", cwd=tmp_path)
+    assert result.returncode == 2 and "libx265" in _one_error_line(result)
+    assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
+
+
+def test_make_clip_keeps_the_file_it_would_have_replaced_when_it_fails(tmp_path):
+    out = tmp_path / "mine.mkv"
+    out.write_bytes(b"the user's own file")
+    with pytest.raises(ValueError):
+        sample.make_clip(out, width=64, height=32, frames=2, codec="libx265", pix_fmt="rgb24", audio=False)
+    assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"])
+def test_a_signal_leaves_no_partial_clip_and_the_old_file_as_it_was(tmp_path, signum, code):
+    out = tmp_path / "mine.mp4"
+    out.write_bytes(b"the user's own file")
+    proc = subprocess.Popen(cli_command("sample", "-o", out, "--frames", "100000", "--size", "640x360", "-y"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: any(p.stat().st_size for p in partials(tmp_path)), proc, "temporary clip", timeout=60)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted by" in err and "Traceback" not in err
+    assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--fps", "inf"), "finite"),
+    (("--fps", "nan"), "finite"),
+    (("--fps", "0"), "positive"),
+    (("--fps", "1e300"), "too high"),
+    (("--size", "99999999x99999999"), "too large"),
+    (("--size", "0x0"), "positive"),
+    (("--codec", "aac"), "encodes audio, not video"),
+    (("--codec", "nosuch"), "unknown codec"),
+    (("--crf", "-5"), "libx264"),
+    (("--seed", "-1"), "seed"),
+])
+def test_hostile_values_are_one_line_and_exit_2(tmp_path, args, message):
+    result = _sample("-o", "x.mp4", "--frames", "2", *args, cwd=tmp_path)
+    assert result.returncode == 2 and message in _one_error_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["meeting12:30.mp4", "with space.mp4", "a" * 246 + ".mp4", "file:x.mp4"])
+def test_odd_names_are_written_as_named(tmp_path, name):
+    result = _sample("-o", name, *SMALL, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(_decode(tmp_path / name)[1]) == 2 and [p.name for p in tmp_path.iterdir()] == [name]
+
+
+@pytest.mark.parametrize("target, code, message", [
+    ("fifo.mp4", 4, "FIFO"),
+    ("/dev/null", 4, "character device"),
+    ("missing/x.mp4", 4, "does not exist"),
+    (".", 4, "is a directory"),
+    ("a" * 300 + ".mp4", 4, "too long"),
+    ("x.nosuchext", 2, "container"),
+    ("udp://127.0.0.1:9/x.ts", 2, "URL"),
+])
+def test_unusable_targets_are_one_line_with_their_exit_code(tmp_path, target, code, message):
+    os.mkfifo(tmp_path / "fifo.mp4")
+    result = _sample("-o", target, *SMALL, cwd=tmp_path, timeout=30)  # a FIFO must not wait for a reader
+    assert result.returncode == code and message in _one_error_line(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.mp4"]
