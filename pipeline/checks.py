@@ -69,6 +69,26 @@ def check_stats_path(path: str | None, source: str = "", output: Path | str | No
         raise OutputError(f"{target}: --stats-json directory {parent} is not writable")
 
 
+def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
+                        stats_json: str | None = None) -> None:
+    """The ``-progress`` file is opened (and truncated, as ffmpeg does) once the run is set up: refuse, before
+    the run, one whose truncation would destroy the input, the output or the --stats-json file, and one
+    that cannot be written. An existing file is replaced without -y, as ffmpeg replaces it; a FIFO or a
+    device is written into."""
+    target = Path(path)
+    check_name_length(target, "-progress")
+    for other, what in ((source, "input"), (output, "output"), (stats_json, "--stats-json file")):
+        if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
+            raise ConfigError(f"{target}: -progress is the {what}; choose another path")
+    if target.is_dir():
+        raise OutputError(f"{target}: -progress is a directory")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{target}: cannot write -progress: directory {parent} does not exist")
+    if not target.exists() and not os.access(parent, os.W_OK):
+        raise OutputError(f"{target}: cannot write -progress: directory {parent} is not writable")
+
+
 def _same_file(a: Path, b: Path) -> bool:
     """The same file: one inode (links included), or the same place once resolved (b not written yet)."""
     try:

@@ -129,21 +129,19 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
     from .engine import Pipeline, RunControl
-    from .progress import ProgressReport, progress_for, progress_report
+    from .progress import check_progress, progress_for, progress_report
 
     to_stdout = writes_stdout(cfg)
-    report = ProgressReport.open(progress, to_stdout) if progress else None
+    if progress:
+        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json)
     control = RunControl()
     _install_signal_handlers(control)
     control.interruptible = True  # until the output is about to be created (build_parts)
     try:
         pipeline = Pipeline.from_config(cfg, control=control)
-    except BaseException:
-        if report is not None:
-            report.close()
-        raise
     finally:
         control.interruptible = False
+    report = _open_report(progress, pipeline, control) if progress else None
     if PROCESS_STARTED is not None:  # the interpreter and the imports before set-up began
         pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
         pipeline.stats.origin = PROCESS_STARTED
@@ -166,6 +164,29 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
         out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
                   "(null output: nothing written)")
     return 0
+
+
+def _output_of(cfg: RunConfig):
+    """The output path or URL the run will write, None for a null output."""
+    from .build import is_null_output
+
+    return None if is_null_output(cfg) else cfg.output_target()
+
+
+def _open_report(url: str, pipeline, control):
+    """The -progress report, opened (a file truncated) only once the run's checks have passed and its
+    parts are built. A FIFO's open waits for a reader: a signal meanwhile ends the run at once, as one
+    during set-up does, and the output is dropped."""
+    from .progress import ProgressReport
+
+    control.interruptible = True
+    try:
+        return ProgressReport.open(url)
+    except BaseException:
+        pipeline.close()
+        raise
+    finally:
+        control.interruptible = False
 
 
 def writes_stdout(cfg: RunConfig) -> bool:

@@ -84,6 +84,7 @@ FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, 
     the summary goes to stderr. MP4/MOV on a pipe are written fragmented. stdin is read as fast as it
     comes (no drops, no seeking, no frame count).
   -progress FILE|pipe:1|pipe:2: ffmpeg's key=value progress blocks, about once a second and at the end.
+    The file is replaced once the run's checks pass; the input, the output or --stats-json is refused.
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture
