@@ -27,7 +27,12 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
     A stream URL is the receiver's business: nothing to check here."""
     if isinstance(target, str):
         return
+    from .outfile import final_path
+
     check_name_length(target)
+    final = final_path(target)  # a symbolic link's file: the temporary file is made beside it
+    if final != target:
+        check_name_length(final)
     src = Path(source)
     if target.exists() and not is_url(source) and src.exists() and target.resolve().samefile(src.resolve()):
         raise ConfigError(f"{target}: output is the input; choose another -o")
@@ -39,11 +44,12 @@ def check_output(source: str, target: Path | str, overwrite: bool) -> None:
                           "(-o null processes without writing)")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
-    parent = target.parent if str(target.parent) else Path(".")
+    parent = final.parent if str(final.parent) else Path(".")
+    linked = "" if final == target else f" (the link points to {final})"
     if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist")
+        raise OutputError(f"{target}: directory {parent} does not exist{linked}")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: directory {parent} is not writable")
+        raise OutputError(f"{target}: directory {parent} is not writable{linked}")
 
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,

@@ -48,7 +48,8 @@ encoded where the container cannot take its codec; see --audio).
 
   Output: written to a hidden temporary file beside the target and renamed into place when complete,
     so the target never holds a partial file; an existing target is replaced only with -y, and
-    without -y neither is one that another process created during the run (exit 2).
+    without -y neither is one that another process created during the run (exit 2). A symbolic link
+    stays a link: the file it points to is replaced (a dangling link's file is created).
   Names: one without scheme:// is a local file whatever it holds ("meeting12:30.mp4" is no
     protocol); a long output name gets a shortened temporary name.
   Input: 8-bit 4:2:0 is read as it is, deeper 4:2:0 as 10 bits (12 bits and more rounded to 10), RGB

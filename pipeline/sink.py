@@ -43,7 +43,7 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .outfile import partial_prefix, place_output, temp_path_for
+from .outfile import final_path, partial_prefix, place_output, temp_path_for
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
@@ -287,7 +287,8 @@ class Sink:
         self.overwrite = overwrite  # at the final rename: replace a target that appeared during the run
         self.url = is_url(str(target))
         self.pipe = pipe_fd(str(target), 1) is not None  # stdout: written directly too
-        self.tmp: Path | None = None if self.url or self.pipe else temp_path_for(Path(target))
+        self.final: Path | None = None if self.url or self.pipe else final_path(Path(target))  # a link's file
+        self.tmp: Path | None = None if self.final is None else temp_path_for(self.final)
         self.pix_fmt, self.layout, notice = _output_format(codec, pix_fmt, fmt.depth)
         if notice:
             log.info(f"{target}: {notice}")
@@ -324,7 +325,7 @@ class Sink:
             if self.url:
                 kwargs = {"timeout": (timeout, timeout)} if timeout else {}
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
-            remove_stale_partials(Path(target))
+            remove_stale_partials(self.final)
             options = {**_muxer_options(Path(target), time_base), **output_opts}
             return av.open(file_url(str(self.tmp)), "w", format=muxer, container_options=options)
         except ValueError as e:  # unknown container for this extension, or an unknown --format
@@ -466,7 +467,7 @@ class Sink:
             self.audio_out.flush()
             self.container.close()
             if self.tmp is not None:
-                place_output(self.tmp, Path(self.target), self.overwrite)
+                place_output(self.tmp, self.final, self.overwrite, name=self.target)
         except OutputError:
             self.abort()
             raise

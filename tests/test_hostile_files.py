@@ -84,6 +84,45 @@ def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwri
     assert partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("chain", [1, 2], ids=["link", "link-to-link"])
+def test_a_link_output_replaces_the_file_it_points_to_and_stays_a_link(tmp_path, clip, chain):
+    """As ffmpeg writes through a link: the temporary file goes beside the file linked to, and is renamed
+    onto it, not onto the link."""
+    real = tmp_path / "real" / "target.mp4"
+    real.parent.mkdir()
+    real.write_bytes(b"old output")
+    out = tmp_path / "out.mp4"
+    out.symlink_to(Path("real") / "target.mp4")  # relative, as ln -s makes them
+    if chain == 2:
+        (tmp_path / "chain.mp4").symlink_to("out.mp4")
+        out = tmp_path / "chain.mp4"
+    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, "already exists")
+    assert real.read_bytes() == b"old output"
+    result = run_pipeline(clip, "-o", out, "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.is_symlink() and (tmp_path / "out.mp4").is_symlink()
+    assert len(video_frames(real)) == len(video_frames(clip))
+    assert partials(tmp_path) == partials(real.parent) == []
+
+
+def test_a_dangling_link_output_creates_the_file_it_names(tmp_path, clip):
+    out = tmp_path / "out.mp4"
+    out.symlink_to("made.mp4")
+    result = run_pipeline(clip, "-o", out, cwd=tmp_path)  # nothing exists yet: no -y needed
+    assert result.returncode == 0, result.stderr
+    assert out.is_symlink() and len(video_frames(tmp_path / "made.mp4")) == len(video_frames(clip))
+    (tmp_path / "gone.mp4").symlink_to(Path("missing") / "x.mp4")
+    one_error(run_pipeline(clip, "-o", tmp_path / "gone.mp4", "-y", cwd=tmp_path), 4, "does not exist", "link")
+    assert (tmp_path / "gone.mp4").is_symlink() and partials(tmp_path) == []
+
+
+def test_a_link_loop_output_exits_4_and_stays(tmp_path, clip):
+    (tmp_path / "a.mp4").symlink_to("b.mp4")
+    (tmp_path / "b.mp4").symlink_to("a.mp4")
+    one_error(run_pipeline(clip, "-o", tmp_path / "a.mp4", "-y", cwd=tmp_path), 4, "cannot be followed")
+    assert (tmp_path / "a.mp4").is_symlink() and partials(tmp_path) == []
+
+
 # -- 3. the final rename never replaces a file that appeared during the run ---------------------------------
 
 
