@@ -22,6 +22,7 @@ from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
 from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
+from .stdio import Unfailing
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     steady_malloc()
-    err = Console(stderr=True, highlight=False)
+    # A closed terminal must not end the run; a stderr closed from the start is rich's null file.
+    err = Console(file=Unfailing(sys.stderr) if sys.stderr is not None else None, stderr=True, highlight=False)
     debug = "--debug" in argv
     args = None
     install_log(lambda line: err.print(line, markup=False, soft_wrap=True), LEVELS["info"])
@@ -217,7 +219,11 @@ def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool 
 
 
 def _install_signal_handlers(control: Any) -> None:
-    """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once.
+    """First SIGINT/SIGTERM/SIGHUP: drain and finalise (exit 130/143/129). A second one: exit at once.
+
+    SIGHUP (the terminal closed, or a service manager's stop) ends the run as SIGTERM does, keeping a
+    playable output; where it is ignored when the run starts (``nohup``), it stays ignored. SIGQUIT
+    keeps its meaning, an immediate stop with a core dump, after dropping the temporary file.
 
     During set-up, before the output exists, the first one ends the run at once (Interrupted raised
     where the main thread is: nothing to drain, nothing written). Later it only sets an event (the
@@ -230,15 +236,32 @@ def _install_signal_handlers(control: Any) -> None:
     def handler(signum, frame):
         if control.stop_event.is_set():
             control.discard_output()
-            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n".encode())
+            _say(f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n")
             os._exit(128 + signum)
         control.stop(signum)
         if control.interruptible:
             control.interruptible = False
             raise Interrupted(signum, "no output written")
 
+    def quit_now(signum, frame):
+        control.discard_output()
+        _say("pipeline: SIGQUIT: exiting now, no output\n")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # the default action: the exit status (and core) say SIGQUIT
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+    for sig, action in ((signal.SIGHUP, handler), (signal.SIGQUIT, quit_now)):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, action)
+
+
+def _say(line: str) -> None:
+    """A line on stderr from a signal handler, which must go on if stderr is gone (a closed terminal)."""
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:

@@ -36,8 +36,9 @@ EXIT_CODES = """exit codes:
   5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error,
        at set-up or mid-run, with what was needed and what was free; on the CPU backend, frames
        whose buffers exceed the available memory)
-  130  interrupted (SIGINT): in-flight frames drained, output finalised (during set-up: at once,
-       nothing written)
+  129  hung up (SIGHUP, the terminal closed): in-flight frames drained, output finalised (during
+       set-up: at once, nothing written)
+  130  interrupted (SIGINT): likewise
   143  terminated (SIGTERM): likewise
   1    internal error (a bug; --debug shows the traceback); a --plugin filter failing mid-run
        (the line names the filter and its file)"""
@@ -73,9 +74,9 @@ encoded where the container cannot take its codec; see --audio).
     holds with a warning (in every container: what the demuxer met on the way is reported); errors
     the decoder concealed are counted as corrupt frames; --strict makes the first decode error, or
     a damaged or cut-short input, fatal (exit 3), and decodes with slice threads.
-  SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
-    at once without output. During set-up (before the output exists) the first one ends the run at
-    once. Files read while setting up (--config, lut3d) must be regular files, of bounded size.
+  SIGINT/SIGTERM/SIGHUP: stop reading, finish the frames in flight, finalise the output; a second one
+    exits at once without output, as SIGQUIT does. During set-up (before the output exists) the first
+    one ends the run at once. SIGHUP ignored when the run starts (nohup) stays ignored. Files read while setting up (--config, lut3d) must be regular files, of bounded size.
 
 FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
   Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
