@@ -22,7 +22,7 @@ from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
 from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
-from .stdio import Unfailing
+from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, stdout_errors
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     steady_malloc()
+    hold_closed_descriptors()
     # A closed terminal must not end the run; a stderr closed from the start is rich's null file.
     err = Console(file=Unfailing(sys.stderr) if sys.stderr is not None else None, stderr=True, highlight=False)
     debug = "--debug" in argv
@@ -157,15 +158,23 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
         if cfg.stats_json and pipeline.stats.frames_out:
             _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None,
                          overwrite=cfg.overwrite)
-    if not cfg.quiet:
-        out = err if to_stdout else Console(highlight=False)  # stdout carries the video: nothing else goes there
-        out.print(stats.table())
-        if stats.mode != "file" or cfg.latency_budget is not None:
-            out.print(stats.hops_table())
-        out.print(stats.memory_table())
-        out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
-                  "(null output: nothing written)")
+    if cfg.quiet:
+        return 0
+    if to_stdout:  # stdout carries the video: nothing else goes there
+        _print_summary(err, stats, cfg)
+    else:
+        with stdout_errors("; the run itself is complete"):
+            _print_summary(StdoutConsole(highlight=False), stats, cfg)
     return 0
+
+
+def _print_summary(out: Console, stats, cfg: RunConfig) -> None:
+    out.print(stats.table())
+    if stats.mode != "file" or cfg.latency_budget is not None:
+        out.print(stats.hops_table())
+    out.print(stats.memory_table())
+    out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
+              "(null output: nothing written)")
 
 
 def _output_of(cfg: RunConfig):
@@ -274,7 +283,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     if not ok:
         raise GPUError(f"pipeline warmup compiles CUDA kernels: {reason}")
     done = warm((DEFAULT_FILTERS, *(args.chains or ())))
-    print(f"compiled or loaded {done['kernels']} kernels in {done['seconds']} s; cached in {done['cache']}")
+    with stdout_errors():
+        print(f"compiled or loaded {done['kernels']} kernels in {done['seconds']} s; cached in {done['cache']}")
     return 0
 
 
@@ -291,7 +301,8 @@ def cmd_presets() -> int:
     for name in preset_names():
         chain = load_toml(name).get("filters", "(the default chain)")
         table.add_row(name, preset_summary(name), chain.replace(str(PRESETS_DIR) + os.sep, ""))
-    Console().print(table)
+    with stdout_errors():
+        StdoutConsole().print(table)
     return 0
 
 
@@ -309,7 +320,9 @@ def cmd_filters(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"filters": [describe_filter(FILTERS[name]) for name in names]}, indent=2))
+        text = json.dumps({"filters": [describe_filter(FILTERS[name]) for name in names]}, indent=2)
+        with stdout_errors():
+            print(text)
         return 0
     table = Table(title="filters", title_justify="left")
     table.add_column("filter")
@@ -318,5 +331,6 @@ def cmd_filters(args: argparse.Namespace) -> int:
     for name in names:
         cls = FILTERS[name]
         table.add_row(name, cls.help, "\n".join(p.describe() + (f": {p.help}" if p.help else "") for p in cls.params))
-    Console().print(table)
+    with stdout_errors():
+        StdoutConsole().print(table)
     return 0

@@ -32,7 +32,8 @@ EXIT_CODES = """exit codes:
        device that cannot be opened within --timeout, or that stalled and could not be reopened:
        then the frames done before the stall are kept, playable)
   4    output or I/O error (directory missing or not writable, write failed, disk full, a name too
-       long for the filesystem; the output is a FIFO or a device: only regular files are replaced)
+       long for the filesystem; the output is a FIFO or a device: only regular files are replaced;
+       stdout cannot be written)
   5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error,
        at set-up or mid-run, with what was needed and what was free; on the CPU backend, frames
        whose buffers exceed the available memory)

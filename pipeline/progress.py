@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .checks import check_progress_path
 from .config import is_url, pipe_fd
 from .errors import ConfigError, OutputError
+from .stdio import silence
 
 
 @contextlib.contextmanager
@@ -90,8 +91,8 @@ class ProgressReport:
         try:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
-        except OSError:  # a reader that went away must not end the run
-            pass
+        except OSError:  # a reader that went away must not end the run, nor make the exit flush fail
+            silence(self.stream)
 
     def out_time_us(self, stats) -> int:
         if stats.first_pts_s is None or stats.last_pts_s is None:

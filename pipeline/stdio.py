@@ -1,16 +1,37 @@
-"""The command line's stderr when what it leads to goes away: a closed terminal (EIO), a reader that left
-(EPIPE), a full disk (ENOSPC).
+"""The command line's stdout and stderr when what they lead to goes away: a closed terminal (EIO), a reader
+that left (EPIPE), a full disk (ENOSPC).
 
-stderr only reports: once it cannot be written (the terminal closed, which is also a SIGHUP), the run
-goes on without it and ends with its own exit code. The stream is then pointed at /dev/null, so that
-what is still buffered, and Python's flush at exit, go nowhere instead of failing again (a failed flush
-at exit makes the exit status 120).
+stdout holds a command's result (a table, JSON): failing to write it is an output error, one line and
+exit 4, as coreutils and ffmpeg end on a write error. stderr only reports: once it cannot be written (the
+terminal closed, which is also a SIGHUP), the run goes on without it and ends with its own exit code.
+
+Either way the stream is then pointed at /dev/null, so that what is still buffered, and Python's flush
+at exit, go nowhere instead of failing again (a failed flush at exit makes the exit status 120).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-from typing import TextIO
+import sys
+from typing import Iterator, TextIO
+
+from rich.console import Console
+
+from .errors import OutputError
+
+
+def hold_closed_descriptors() -> None:
+    """Where the process started with stdin, stdout or stderr closed (``2>&-``), put /dev/null there, opened
+    the wrong way round (reading for stdout and stderr, writing for stdin), so each stays unusable, as
+    it was. Otherwise the first file opened would get the number: the input or the temporary output
+    would then receive what the codecs print to stderr themselves."""
+    for fd, flags in ((0, os.O_WRONLY), (1, os.O_RDONLY), (2, os.O_RDONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, flags)  # the lowest free number: fd, the ones below it are open by now
 
 
 def silence(stream: TextIO) -> None:
@@ -26,6 +47,29 @@ def silence(stream: TextIO) -> None:
         pass
     finally:
         os.close(devnull)
+
+
+@contextlib.contextmanager
+def stdout_errors(after: str = "") -> Iterator[None]:
+    """A write error on stdout in here is an OutputError (its line ends with ``after``: what was done
+    before, when that is complete). Flushed before leaving, so that an error shows here, not at exit.
+    Only writes belong in here: any OSError is taken for stdout's."""
+    if sys.stdout is None:  # closed when the process started
+        raise OutputError(f"stdout: write failed: it is closed{after}")
+    try:
+        yield
+        sys.stdout.flush()
+    except OSError as e:
+        silence(sys.stdout)
+        raise OutputError(f"stdout: write failed: {e.strerror or e}{after}") from None
+
+
+class StdoutConsole(Console):
+    """rich's console on stdout, its broken pipe an OSError like any other write error (for
+    :func:`stdout_errors`): rich itself would leave with exit 1 and nothing said."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 class Unfailing:
