@@ -103,6 +103,10 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         if args.inputs or args.stream_list:
             from .many_cli import cmd_run_many
 
+            if args.progress:  # it would be left unwritten, the reader waiting on nothing
+                raise ConfigError(f"-progress {args.progress}: reports one run; several streams run here "
+                                  "(--stats-json has each stream's figures)")
+
             return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers)
         return cmd_run(cfg, err, progress=args.progress)
     if args.command == "bench":

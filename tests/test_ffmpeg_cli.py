@@ -240,6 +240,13 @@ def test_progress_refuses_stdout_when_it_carries_the_video(clip, tmp_path):
     assert (tmp_path / "video.ts").stat().st_size == 0
 
 
+def test_progress_with_several_inputs_is_refused(clip, tmp_path):
+    """It was left unwritten, with exit 0."""
+    r = run_pipeline(clip, clip, "-o", "null", "-progress", "p.txt", cwd=tmp_path)
+    one_error(r, 2, "-progress p.txt", "several streams")
+    assert not (tmp_path / "p.txt").exists()
+
+
 def test_progress_block_format(monkeypatch):
     lines = []
     report = ProgressReport(SimpleNamespace(write=lines.append, flush=lambda: None))
