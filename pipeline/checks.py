@@ -28,7 +28,12 @@ def check_output(source: str | None, target: Path | str, overwrite: bool) -> Non
     input (``pipeline sample``)."""
     if isinstance(target, str):
         return
+    from .outfile import final_path
+
     check_name_length(target)
+    final = final_path(target)  # a symbolic link's file: the temporary file is made beside it
+    if final != target:
+        check_name_length(final)
     if source is not None and target.exists() and _is_input(target, source):
         raise ConfigError(f"{target}: output is the input; choose another -o")
     if target.exists() and target.is_dir():
@@ -39,11 +44,12 @@ def check_output(source: str | None, target: Path | str, overwrite: bool) -> Non
         raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced{hint}")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
-    parent = target.parent if str(target.parent) else Path(".")
+    parent = final.parent if str(final.parent) else Path(".")
+    linked = "" if final == target else f" (the link points to {final})"
     if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist")
+        raise OutputError(f"{target}: directory {parent} does not exist{linked}")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: directory {parent} is not writable")
+        raise OutputError(f"{target}: directory {parent} is not writable{linked}")
 
 
 def _is_input(target: Path, source: str) -> bool:
@@ -72,6 +78,26 @@ def check_stats_path(path: str | None, source: str = "", output: Path | str | No
         raise OutputError(f"{target}: --stats-json directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: --stats-json directory {parent} is not writable")
+
+
+def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
+                        stats_json: str | None = None) -> None:
+    """The ``-progress`` file is opened (and truncated, as ffmpeg does) once the run is set up: refuse, before
+    the run, one whose truncation would destroy the input, the output or the --stats-json file, and one
+    that cannot be written. An existing file is replaced without -y, as ffmpeg replaces it; a FIFO or a
+    device is written into."""
+    target = Path(path)
+    check_name_length(target, "-progress")
+    for other, what in ((source, "input"), (output, "output"), (stats_json, "--stats-json file")):
+        if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
+            raise ConfigError(f"{target}: -progress is the {what}; choose another path")
+    if target.is_dir():
+        raise OutputError(f"{target}: -progress is a directory")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputError(f"{target}: cannot write -progress: directory {parent} does not exist")
+    if not target.exists() and not os.access(parent, os.W_OK):
+        raise OutputError(f"{target}: cannot write -progress: directory {parent} is not writable")
 
 
 def _same_file(a: Path, b: Path) -> bool:

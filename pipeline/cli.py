@@ -22,6 +22,7 @@ from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
 from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
+from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, stdout_errors
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -57,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     steady_malloc()
-    err = Console(stderr=True, highlight=False)
+    hold_closed_descriptors()
+    # A closed terminal must not end the run; a stderr closed from the start is rich's null file.
+    err = Console(file=Unfailing(sys.stderr) if sys.stderr is not None else None, stderr=True, highlight=False)
     debug = "--debug" in argv
     args = None
     install_log(lambda line: err.print(line, markup=False, soft_wrap=True), LEVELS["info"])
@@ -100,6 +103,10 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
         if args.inputs or args.stream_list:
             from .many_cli import cmd_run_many
 
+            if args.progress:  # it would be left unwritten, the reader waiting on nothing
+                raise ConfigError(f"-progress {args.progress}: reports one run; several streams run here "
+                                  "(--stats-json has each stream's figures)")
+
             return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers)
         return cmd_run(cfg, err, progress=args.progress)
     if args.command == "bench":
@@ -129,21 +136,19 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
     from .engine import Pipeline, RunControl
-    from .progress import ProgressReport, progress_for, progress_report
+    from .progress import check_progress, progress_for, progress_report
 
     to_stdout = writes_stdout(cfg)
-    report = ProgressReport.open(progress, to_stdout) if progress else None
+    if progress:
+        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json)
     control = RunControl()
     _install_signal_handlers(control)
     control.interruptible = True  # until the output is about to be created (build_parts)
     try:
         pipeline = Pipeline.from_config(cfg, control=control)
-    except BaseException:
-        if report is not None:
-            report.close()
-        raise
     finally:
         control.interruptible = False
+    report = _open_report(progress, pipeline, control) if progress else None
     if PROCESS_STARTED is not None:  # the interpreter and the imports before set-up began
         pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
         pipeline.stats.origin = PROCESS_STARTED
@@ -157,15 +162,46 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
         if cfg.stats_json and pipeline.stats.frames_out:
             _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None,
                          overwrite=cfg.overwrite)
-    if not cfg.quiet:
-        out = err if to_stdout else Console(highlight=False)  # stdout carries the video: nothing else goes there
-        out.print(stats.table())
-        if stats.mode != "file" or cfg.latency_budget is not None:
-            out.print(stats.hops_table())
-        out.print(stats.memory_table())
-        out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
-                  "(null output: nothing written)")
+    if cfg.quiet:
+        return 0
+    if to_stdout:  # stdout carries the video: nothing else goes there
+        _print_summary(err, stats, cfg)
+    else:
+        with stdout_errors("; the run itself is complete"):
+            _print_summary(StdoutConsole(highlight=False), stats, cfg)
     return 0
+
+
+def _print_summary(out: Console, stats, cfg: RunConfig) -> None:
+    out.print(stats.table())
+    if stats.mode != "file" or cfg.latency_budget is not None:
+        out.print(stats.hops_table())
+    out.print(stats.memory_table())
+    out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
+              "(null output: nothing written)")
+
+
+def _output_of(cfg: RunConfig):
+    """The output path or URL the run will write, None for a null output."""
+    from .build import is_null_output
+
+    return None if is_null_output(cfg) else cfg.output_target()
+
+
+def _open_report(url: str, pipeline, control):
+    """The -progress report, opened (a file truncated) only once the run's checks have passed and its
+    parts are built. A FIFO's open waits for a reader: a signal meanwhile ends the run at once, as one
+    during set-up does, and the output is dropped."""
+    from .progress import ProgressReport
+
+    control.interruptible = True
+    try:
+        return ProgressReport.open(url)
+    except BaseException:
+        pipeline.close()
+        raise
+    finally:
+        control.interruptible = False
 
 
 def writes_stdout(cfg: RunConfig) -> bool:
@@ -196,7 +232,11 @@ def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool 
 
 
 def _install_signal_handlers(control: Any) -> None:
-    """First SIGINT/SIGTERM: drain and finalise (exit 130/143). A second one: exit at once.
+    """First SIGINT/SIGTERM/SIGHUP: drain and finalise (exit 130/143/129). A second one: exit at once.
+
+    SIGHUP (the terminal closed, or a service manager's stop) ends the run as SIGTERM does, keeping a
+    playable output; where it is ignored when the run starts (``nohup``), it stays ignored. SIGQUIT
+    keeps its meaning, an immediate stop with a core dump, after dropping the temporary file.
 
     During set-up, before the output exists, the first one ends the run at once (Interrupted raised
     where the main thread is: nothing to drain, nothing written). Later it only sets an event (the
@@ -209,15 +249,32 @@ def _install_signal_handlers(control: Any) -> None:
     def handler(signum, frame):
         if control.stop_event.is_set():
             control.discard_output()
-            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n".encode())
+            _say(f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n")
             os._exit(128 + signum)
         control.stop(signum)
         if control.interruptible:
             control.interruptible = False
             raise Interrupted(signum, "no output written")
 
+    def quit_now(signum, frame):
+        control.discard_output()
+        _say("pipeline: SIGQUIT: exiting now, no output\n")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # the default action: the exit status (and core) say SIGQUIT
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+    for sig, action in ((signal.SIGHUP, handler), (signal.SIGQUIT, quit_now)):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, action)
+
+
+def _say(line: str) -> None:
+    """A line on stderr from a signal handler, which must go on if stderr is gone (a closed terminal)."""
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -230,7 +287,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     if not ok:
         raise GPUError(f"pipeline warmup compiles CUDA kernels: {reason}")
     done = warm((DEFAULT_FILTERS, *(args.chains or ())))
-    print(f"compiled or loaded {done['kernels']} kernels in {done['seconds']} s; cached in {done['cache']}")
+    with stdout_errors():
+        print(f"compiled or loaded {done['kernels']} kernels in {done['seconds']} s; cached in {done['cache']}")
     return 0
 
 
@@ -247,7 +305,8 @@ def cmd_presets() -> int:
     for name in preset_names():
         chain = load_toml(name).get("filters", "(the default chain)")
         table.add_row(name, preset_summary(name), chain.replace(str(PRESETS_DIR) + os.sep, ""))
-    Console().print(table)
+    with stdout_errors():
+        StdoutConsole().print(table)
     return 0
 
 
@@ -265,7 +324,9 @@ def cmd_filters(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"filters": [describe_filter(FILTERS[name]) for name in names]}, indent=2))
+        text = json.dumps({"filters": [describe_filter(FILTERS[name]) for name in names]}, indent=2)
+        with stdout_errors():
+            print(text)
         return 0
     table = Table(title="filters", title_justify="left")
     table.add_column("filter")
@@ -274,5 +335,6 @@ def cmd_filters(args: argparse.Namespace) -> int:
     for name in names:
         cls = FILTERS[name]
         table.add_row(name, cls.help, "\n".join(p.describe() + (f": {p.help}" if p.help else "") for p in cls.params))
-    Console().print(table)
+    with stdout_errors():
+        StdoutConsole().print(table)
     return 0

@@ -33,12 +33,14 @@ EXIT_CODES = """exit codes:
        device that cannot be opened within --timeout, or that stalled and could not be reopened:
        then the frames done before the stall are kept, playable)
   4    output or I/O error (directory missing or not writable, write failed, disk full, a name too
-       long for the filesystem; the output is a FIFO or a device: only regular files are replaced)
+       long for the filesystem; the output is a FIFO or a device: only regular files are replaced;
+       stdout cannot be written)
   5    GPU or device memory error (no usable GPU with --device cuda, out of device memory, CUDA error,
        at set-up or mid-run, with what was needed and what was free; on the CPU backend, frames
        whose buffers exceed the available memory)
-  130  interrupted (SIGINT): in-flight frames drained, output finalised (during set-up: at once,
-       nothing written)
+  129  hung up (SIGHUP, the terminal closed): in-flight frames drained, output finalised (during
+       set-up: at once, nothing written)
+  130  interrupted (SIGINT): likewise
   143  terminated (SIGTERM): likewise
   1    internal error (a bug; --debug shows the traceback); a --plugin filter failing mid-run
        (the line names the filter and its file)"""
@@ -49,7 +51,8 @@ encoded where the container cannot take its codec; see --audio).
 
   Output: written to a hidden temporary file beside the target and renamed into place when complete,
     so the target never holds a partial file; an existing target is replaced only with -y, and
-    without -y neither is one that another process created during the run (exit 2).
+    without -y neither is one that another process created during the run (exit 2). A symbolic link
+    stays a link: the file it points to is replaced (a dangling link's file is created).
   Names: one without scheme:// is a local file whatever it holds ("meeting12:30.mp4" is no
     protocol); a long output name gets a shortened temporary name.
   Input: 8-bit 4:2:0 is read as it is, deeper 4:2:0 as 10 bits (12 bits and more rounded to 10), RGB
@@ -73,9 +76,10 @@ encoded where the container cannot take its codec; see --audio).
     holds with a warning (in every container: what the demuxer met on the way is reported); errors
     the decoder concealed are counted as corrupt frames; --strict makes the first decode error, or
     a damaged or cut-short input, fatal (exit 3), and decodes with slice threads.
-  SIGINT/SIGTERM: stop reading, finish the frames in flight, finalise the output; a second one exits
-    at once without output. During set-up (before the output exists) the first one ends the run at
-    once. Files read while setting up (--config, lut3d) must be regular files, of bounded size.
+  SIGINT/SIGTERM/SIGHUP: stop reading, finish the frames in flight, finalise the output; a second one
+    exits at once without output, as SIGQUIT does. During set-up (before the output exists) the first
+    one ends the run at once. SIGHUP ignored when the run starts (nohup) stays ignored. Files read
+    while setting up (--config, lut3d) must be regular files, of bounded size.
 
 FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
   Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
@@ -85,6 +89,7 @@ FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, 
     the summary goes to stderr. MP4/MOV on a pipe are written fragmented. stdin is read as fast as it
     comes (no drops, no seeking, no frame count).
   -progress FILE|pipe:1|pipe:2: ffmpeg's key=value progress blocks, about once a second and at the end.
+    The file is replaced once the run's checks pass; the input, the output or --stats-json is refused.
 
 Real time:
   Live input: any URL FFmpeg opens (rtsp://, udp://, tcp://, srt://, http(s):// HLS...) or a capture

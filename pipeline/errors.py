@@ -8,6 +8,7 @@ EXIT_USAGE = 2
 EXIT_INPUT = 3
 EXIT_OUTPUT = 4
 EXIT_GPU = 5
+EXIT_SIGHUP = 129  # 128 + the signal's number, as a shell reports a process the signal ended
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -81,11 +82,11 @@ class PluginError(PipelineError):
 
 
 class Interrupted(PipelineError):
-    """SIGINT or SIGTERM: in-flight frames were drained and the output finalised."""
+    """SIGINT, SIGTERM or SIGHUP: in-flight frames were drained and the output finalised."""
 
     def __init__(self, signum: int, detail: str = ""):
         import signal
 
         self.signum = signum
-        self.exit_code = EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT
+        self.exit_code = 128 + signum  # EXIT_SIGINT, EXIT_SIGTERM, EXIT_SIGHUP
         super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {detail}" if detail else ""))

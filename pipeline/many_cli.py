@@ -12,6 +12,7 @@ from rich.table import Table
 
 from .config import RunConfig
 from .errors import ConfigError, OutputError
+from .stdio import StdoutConsole, stdout_errors
 
 
 def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dict[str, Any]] | None,
@@ -33,7 +34,8 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     if cfg.stats_json:
         _write_json(result, cfg.stats_json)
     if not cfg.quiet:
-        Console(highlight=False).print(table(result))
+        with stdout_errors("; the streams' runs are complete"):
+            StdoutConsole(highlight=False).print(table(result))
     return result.exit_code
 
 

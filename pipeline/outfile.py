@@ -1,6 +1,7 @@
 """A file output's temporary name, and the last step: moving the finished temporary file onto the target.
 
-The temporary file sits beside the target (so the move is atomic) and keeps its suffix (so the muxer is
+The temporary file sits beside the target (beside the file it points to, for a symbolic link: see
+:func:`final_path`), so the move is atomic, and keeps its suffix (so the muxer is
 chosen from it); its name must fit the filesystem's limit however long the target's is.
 
 The target is checked before the run, but a run takes time: another process may create the same name
@@ -51,6 +52,24 @@ def partial_prefix(target: Path) -> str:
     return f".{keep}{digest}{PARTIAL}"
 
 
+def final_path(target: Path) -> Path:
+    """The file a finished run replaces: ``target`` itself, or, where it is a symbolic link, the file the
+    link points to (through any chain of links), as ffmpeg writes through a link. The temporary file goes
+    beside that file and is renamed onto it, so the link stays a link.
+
+    A dangling link is followed too, as ffmpeg and a shell's ``>`` follow it: the run creates the file it
+    names (its directory must exist), which is what a link made in advance for the output is for. A link
+    that cannot be followed (a loop) is refused: renaming onto its name would replace the link."""
+    if not target.is_symlink():
+        return target
+    try:
+        return Path(os.path.realpath(target, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(target))
+    except OSError as e:
+        raise OutputError(f"{target}: a symbolic link that cannot be followed ({e.strerror or e})") from None
+
+
 def temp_path_for(target: Path, pid: int | None = None) -> Path:
     return target.with_name(f"{partial_prefix(target)}{pid or os.getpid()}{target.suffix}")
 
@@ -84,23 +103,25 @@ def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
     os.unlink(src)
 
 
-def place_output(tmp: Path, target: Path, overwrite: bool) -> None:
-    """Put the finished ``tmp`` in place of ``target``; on refusal ``tmp`` is removed and the target kept.
+def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | None = None) -> None:
+    """Put the finished ``tmp`` in place of ``target`` (a :func:`final_path`; ``name``, what the user
+    called it, for the messages); on refusal ``tmp`` is removed and the target kept.
 
     Without ``overwrite``, a target that appeared during the run is a ConfigError (exit 2, as for one that
     existed before); with it, one that became a FIFO or a device is an OutputError (only regular files are
     replaced)."""
+    name = target if name is None else name
     try:
         if overwrite:
             kind = special_kind(target)
             if kind is not None:
-                raise OutputError(f"{target}: became a {kind} during the run; only regular files are replaced")
+                raise OutputError(f"{name}: became a {kind} during the run; only regular files are replaced")
             os.replace(tmp, target)
         else:
             rename_noreplace(tmp, target)
     except FileExistsError:
         tmp.unlink(missing_ok=True)
-        raise ConfigError(f"{target}: appeared during the run (another process wrote it); kept as it is, "
+        raise ConfigError(f"{name}: appeared during the run (another process wrote it); kept as it is, "
                           "nothing written (use -y/--overwrite to replace it)") from None
     except OutputError:
         tmp.unlink(missing_ok=True)

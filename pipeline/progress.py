@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import time
+from pathlib import Path
 from typing import Callable, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from .checks import check_progress_path
 from .config import is_url, pipe_fd
 from .errors import ConfigError, OutputError
+from .stdio import silence
 
 
 @contextlib.contextmanager
@@ -54,8 +58,9 @@ class ProgressReport:
         self.last_write = time.perf_counter()
 
     @classmethod
-    def open(cls, url: str, writes_stdout: bool) -> ProgressReport:
-        return cls(open_progress(url, writes_stdout))
+    def open(cls, url: str) -> ProgressReport:
+        """The report into ``url``, checked before the run by :func:`check_progress`."""
+        return cls(open_progress(url))
 
     def bind(self, pipeline) -> ProgressReport:
         """The run reported on: its frame rate, and its output file's size as it grows."""
@@ -86,8 +91,8 @@ class ProgressReport:
         try:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
-        except OSError:  # a reader that went away must not end the run
-            pass
+        except OSError:  # a reader that went away must not end the run, nor make the exit flush fail
+            silence(self.stream)
 
     def out_time_us(self, stats) -> int:
         if stats.first_pts_s is None or stats.last_pts_s is None:
@@ -120,17 +125,40 @@ def clock(us: int) -> str:
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micro:06d}"
 
 
-def open_progress(url: str, writes_stdout: bool) -> TextIO:
-    """``-progress``'s target: a file (replaced), ``pipe:1`` or ``-`` (stdout), ``pipe:2`` (stderr)."""
+def check_progress(url: str, writes_stdout: bool, source: str = "", output: Path | str | None = None,
+                   stats_json: str | None = None) -> None:
+    """Refuse, before the run, a ``-progress`` target that is not a file, ``pipe:1`` or ``-`` (stdout), or
+    ``pipe:2`` (stderr); stdout when it carries the video; a file that must not be truncated."""
     fd = pipe_fd(url, 1)
     if fd is not None:
         if fd == 1 and writes_stdout:
             raise ConfigError(f"-progress {url}: stdout carries the video (-o -); use pipe:2 or a file")
         if fd not in (1, 2):
             raise ConfigError(f"-progress {url}: the pipes are pipe:1 (stdout) and pipe:2 (stderr)")
-        return sys.stdout if fd == 1 else sys.stderr
+        return
     if is_url(url):
         raise ConfigError(f"-progress {url}: a file, pipe:1 or pipe:2 (URLs are not written to)")
+    if writes_stdout and _is_stdout(url):
+        raise ConfigError(f"-progress {url}: is stdout, which carries the video (-o -); use pipe:2 or a file")
+    check_progress_path(url, source, output, stats_json)
+
+
+def _is_stdout(path: str) -> bool:
+    """``path`` is the file or pipe behind stdout (``/dev/stdout``, ``/proc/self/fd/1``, the file stdout was
+    redirected to). A device is not counted: two writers into ``/dev/null`` or a terminal harm nothing."""
+    try:
+        mine, theirs = os.fstat(1), os.stat(path)
+    except (OSError, ValueError):
+        return False
+    same = (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+    return same and not stat.S_ISCHR(mine.st_mode)
+
+
+def open_progress(url: str) -> TextIO:
+    """``-progress``'s target, already checked (:func:`check_progress`): a file is truncated here."""
+    fd = pipe_fd(url, 1)
+    if fd is not None:
+        return sys.stdout if fd == 1 else sys.stderr
     try:
         return open(url, "w", encoding="ascii")
     except OSError as e:

@@ -18,7 +18,8 @@ the next run into the same directory removes such leftovers of processes that no
 A URL output (``udp://``, ``rtmp://``, ``srt://``...) is a live stream: it is written directly (there is
 nothing to rename), the muxer comes from ``--format`` or else the scheme (MPEG-TS for udp/tcp/srt, FLV
 for rtmp), and connecting is bounded by the timeout. A pipe (``-o -``, ``pipe:N``) is written directly
-too, with the muxer ``--format`` names; MP4 and MOV are written fragmented there.
+too, with the muxer ``--format`` names, by the sink itself (:class:`PipeWriter`, so that no write error
+goes unseen); MP4 and MOV are written fragmented there.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import select
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Iterator
@@ -43,7 +45,7 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .outfile import partial_prefix, place_output, temp_path_for
+from .outfile import final_path, partial_prefix, place_output, temp_path_for
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
@@ -265,6 +267,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class PipeWriter:
+    """A pipe output's bytes, written to its descriptor here rather than by FFmpeg's pipe protocol, whose
+    write errors the fragmented MP4 muxer drops: into a reader that left (EPIPE) or a full device the
+    run went on and ended with exit 0 and a cut stream.
+
+    The first error is kept and everything after it dropped, so that FFmpeg never takes its own error
+    paths (closing the MP4 muxer after failed writes can crash with movflags=frag_keyframe+empty_moov):
+    the sink raises the error once the mux or close that met it returns."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        if self.error is None:
+            try:
+                self._write_all(memoryview(data))
+            except OSError as e:
+                self.error = e
+        return len(data)
+
+    def _write_all(self, view: memoryview) -> None:
+        while view:
+            try:
+                view = view[os.write(self.fd, view):]
+            except BlockingIOError:  # a non-blocking descriptor into a full pipe: wait, as a blocking one does
+                select.select([], [self.fd], [])
+
+
 class Sink:
     """A PyAV encoder and muxer: I420 host frames in (8-bit wrapped, not copied; 10-bit copied), packets out.
 
@@ -287,7 +318,9 @@ class Sink:
         self.overwrite = overwrite  # at the final rename: replace a target that appeared during the run
         self.url = is_url(str(target))
         self.pipe = pipe_fd(str(target), 1) is not None  # stdout: written directly too
-        self.tmp: Path | None = None if self.url or self.pipe else temp_path_for(Path(target))
+        self._writer = PipeWriter(pipe_fd(str(target), 1)) if self.pipe else None
+        self.final: Path | None = None if self.url or self.pipe else final_path(Path(target))  # a link's file
+        self.tmp: Path | None = None if self.final is None else temp_path_for(self.final)
         self.pix_fmt, self.layout, notice = _output_format(codec, pix_fmt, fmt.depth)
         if notice:
             log.info(f"{target}: {notice}")
@@ -310,6 +343,7 @@ class Sink:
                 _check_pipe_audio(target, self.container.format.name, templates)
             self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
+            self._check_written()
             _check_encoder_options(target, self.video.codec_context, options)
         except BaseException:
             self.abort()
@@ -324,7 +358,7 @@ class Sink:
             if self.url:
                 kwargs = {"timeout": (timeout, timeout)} if timeout else {}
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
-            remove_stale_partials(Path(target))
+            remove_stale_partials(self.final)
             options = {**_muxer_options(Path(target), time_base), **output_opts}
             return av.open(file_url(str(self.tmp)), "w", format=muxer, container_options=options)
         except ValueError as e:  # unknown container for this extension, or an unknown --format
@@ -341,7 +375,7 @@ class Sink:
         """A pipe (``-o -``): the muxer is ``--format`` (the config refuses a pipe without one)."""
         options = {**pipe_muxer_options(muxer, time_base), **output_opts}
         try:
-            return av.open(self.target, "w", format=muxer, container_options=options)
+            return av.open(self._writer, "w", format=muxer, container_options=options)
         except ValueError as e:
             raise ConfigError(f"{self.target}: invalid --format {muxer!r} ({e})") from e
         except (OSError, av.error.FFmpegError) as e:
@@ -456,6 +490,13 @@ class Sink:
             self.container.mux(packets)
         except (OSError, av.error.FFmpegError) as e:
             raise OutputError(f"{self.target}: write failed: {e}") from e
+        self._check_written()
+
+    def _check_written(self) -> None:
+        """A pipe's write error, which FFmpeg did not see (see :class:`PipeWriter`)."""
+        error = self._writer.error if self._writer is not None else None
+        if error is not None:
+            raise OutputError(f"{self.target}: write failed: {error.strerror or error}")
 
     def finish(self) -> None:
         """Flush the encoder, finalise the container and move it into place; on failure, no output."""
@@ -465,8 +506,9 @@ class Sink:
             self._report(packets)
             self.audio_out.flush()
             self.container.close()
+            self._check_written()
             if self.tmp is not None:
-                place_output(self.tmp, Path(self.target), self.overwrite)
+                place_output(self.tmp, self.final, self.overwrite, name=self.target)
         except OutputError:
             self.abort()
             raise

@@ -53,8 +53,8 @@ def clip(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def restore_signals():
-    """cli.main installs SIGINT/SIGTERM handlers; put pytest's back."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    """cli.main installs SIGINT/SIGTERM/SIGHUP/SIGQUIT handlers; put pytest's back."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)

@@ -4,13 +4,14 @@ syntax of -ss/-t/-to, and -progress. Parsing is checked in process; each alias o
 from __future__ import annotations
 
 import argparse
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
 import av
 import numpy as np
 import pytest
-from utils import run_pipeline, video_frames
+from utils import one_error, partials, pipeline_command, run_pipeline, video_frames
 
 from pipeline.cli import build_parser, config_from_args, main
 from pipeline.config import RunConfig
@@ -213,6 +214,37 @@ def test_progress_refusals(clip, tmp_path):
     r = run_pipeline(clip, "out.mp4", "-progress", tmp_path / "missing" / "p.txt", quiet=False, cwd=tmp_path)
     assert r.returncode == 4 and "cannot write -progress" in r.stderr
     assert not (tmp_path / "out.mp4").exists()
+
+
+@pytest.mark.parametrize("which", ["input", "output", "stats"])
+def test_progress_refuses_the_runs_own_files_and_truncates_nothing(clip, tmp_path, which):
+    """-progress FILE truncated FILE before the run's checks: naming the input emptied it."""
+    src = tmp_path / "in.mp4"
+    src.write_bytes(clip.read_bytes())
+    out, stats = tmp_path / "out.mp4", tmp_path / "stats.json"
+    out.write_bytes(b"kept output")
+    stats.write_text("{}")
+    named = {"input": "./in.mp4", "output": out, "stats": "stats.json"}[which]
+    r = run_pipeline(src, "-o", out, "-y", "--stats-json", stats, "-progress", named, cwd=tmp_path)
+    one_error(r, 2, "-progress is the")
+    assert src.read_bytes() == clip.read_bytes()
+    assert out.read_bytes() == b"kept output" and stats.read_text() == "{}"
+    assert partials(tmp_path) == []
+
+
+def test_progress_refuses_stdout_when_it_carries_the_video(clip, tmp_path):
+    with open(tmp_path / "video.ts", "wb") as video:
+        r = subprocess.run(pipeline_command(clip, "-o", "-", "-f", "mpegts", "-progress", "/dev/stdout"),
+                           stdout=video, stderr=subprocess.PIPE, text=True, timeout=60)
+    one_error(r, 2, "is stdout")
+    assert (tmp_path / "video.ts").stat().st_size == 0
+
+
+def test_progress_with_several_inputs_is_refused(clip, tmp_path):
+    """It was left unwritten, with exit 0."""
+    r = run_pipeline(clip, clip, "-o", "null", "-progress", "p.txt", cwd=tmp_path)
+    one_error(r, 2, "-progress p.txt", "several streams")
+    assert not (tmp_path / "p.txt").exists()
 
 
 def test_progress_block_format(monkeypatch):

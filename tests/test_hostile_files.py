@@ -84,6 +84,45 @@ def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwri
     assert partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("chain", [1, 2], ids=["link", "link-to-link"])
+def test_a_link_output_replaces_the_file_it_points_to_and_stays_a_link(tmp_path, clip, chain):
+    """As ffmpeg writes through a link: the temporary file goes beside the file linked to, and is renamed
+    onto it, not onto the link."""
+    real = tmp_path / "real" / "target.mp4"
+    real.parent.mkdir()
+    real.write_bytes(b"old output")
+    out = tmp_path / "out.mp4"
+    out.symlink_to(Path("real") / "target.mp4")  # relative, as ln -s makes them
+    if chain == 2:
+        (tmp_path / "chain.mp4").symlink_to("out.mp4")
+        out = tmp_path / "chain.mp4"
+    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, "already exists")
+    assert real.read_bytes() == b"old output"
+    result = run_pipeline(clip, "-o", out, "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.is_symlink() and (tmp_path / "out.mp4").is_symlink()
+    assert len(video_frames(real)) == len(video_frames(clip))
+    assert partials(tmp_path) == partials(real.parent) == []
+
+
+def test_a_dangling_link_output_creates_the_file_it_names(tmp_path, clip):
+    out = tmp_path / "out.mp4"
+    out.symlink_to("made.mp4")
+    result = run_pipeline(clip, "-o", out, cwd=tmp_path)  # nothing exists yet: no -y needed
+    assert result.returncode == 0, result.stderr
+    assert out.is_symlink() and len(video_frames(tmp_path / "made.mp4")) == len(video_frames(clip))
+    (tmp_path / "gone.mp4").symlink_to(Path("missing") / "x.mp4")
+    one_error(run_pipeline(clip, "-o", tmp_path / "gone.mp4", "-y", cwd=tmp_path), 4, "does not exist", "link")
+    assert (tmp_path / "gone.mp4").is_symlink() and partials(tmp_path) == []
+
+
+def test_a_link_loop_output_exits_4_and_stays(tmp_path, clip):
+    (tmp_path / "a.mp4").symlink_to("b.mp4")
+    (tmp_path / "b.mp4").symlink_to("a.mp4")
+    one_error(run_pipeline(clip, "-o", tmp_path / "a.mp4", "-y", cwd=tmp_path), 4, "cannot be followed")
+    assert (tmp_path / "a.mp4").is_symlink() and partials(tmp_path) == []
+
+
 # -- 3. the final rename never replaces a file that appeared during the run ---------------------------------
 
 
@@ -223,7 +262,7 @@ def test_setup_files_are_regular_and_bounded(tmp_path, clip, what, option):
     one_error(result, 2, str(path), words)
 
 
-@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
 def test_one_signal_ends_a_set_up_step_that_takes_long(tmp_path, clip, signame, code):
     import signal
     import time
@@ -326,3 +365,81 @@ def test_a_signal_during_a_stalled_fifo_keeps_the_frames_done(tmp_path, fifo, ts
     assert "holds the" in err and len(err.strip().splitlines()) == 1
     assert out.is_file() and partials(tmp_path) == []
     del writer
+
+
+# -- 7. stdout and stderr that cannot be written ------------------------------------------------------------
+
+
+def _stdout_into(where: str):
+    """``(stdout, preexec_fn)`` for a child whose stdout is a full device, a pipe nobody reads (its reader
+    closed) or closed outright (``>&-``); the caller closes ``stdout``."""
+    import os
+
+    if where == "full":
+        return os.open("/dev/full", os.O_WRONLY), None
+    reader, writer = os.pipe()
+    os.close(reader)
+    return writer, (lambda: os.close(1)) if where == "closed" else None
+
+
+@pytest.mark.parametrize("where", ["full", "no-reader", "closed"])
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
+@pytest.mark.parametrize("command", [("filters",), ("filters", "--json"), ("filters", "gblur"), ("presets",),
+                                     ("run",)], ids=["filters", "filters-json", "one-filter", "presets", "run"])
+def test_a_stdout_that_cannot_be_written_is_exit_4_in_one_line(tmp_path, clip, command, buffered, where):
+    """As coreutils and ffmpeg end on a write error; it was an internal error (exit 1). Python's own flush
+    at exit must not fail again either ("Exception ignored", exit 120)."""
+    import os
+
+    from utils import cli_command, environment
+
+    if command == ("run",):  # not quiet: the summary goes to stdout
+        command = ("run", clip, "-o", tmp_path / "out.mp4", "--device", "cpu")
+    env = environment(PYTHONUNBUFFERED="" if buffered else "1")
+    stdout, preexec = _stdout_into(where)
+    try:
+        result = subprocess.run(cli_command(*command), stdout=stdout, stderr=subprocess.PIPE, text=True, env=env,
+                                preexec_fn=preexec, cwd=tmp_path, timeout=60)
+    finally:
+        os.close(stdout)
+    one_error(result, 4, "stdout: write failed")
+    if command[0] == "run":  # the summary could not be shown; the output is whole
+        assert "the run itself is complete" in result.stderr
+        assert len(video_frames(tmp_path / "out.mp4")) == len(video_frames(clip))
+
+
+@pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
+def test_progress_into_a_reader_that_left_ends_the_run_as_usual(tmp_path, clip, buffered):
+    """The report's write errors never ended the run, but its text stayed buffered: Python's flush at exit
+    failed ("Exception ignored", exit 120)."""
+    import os
+
+    from utils import environment
+
+    stdout, _ = _stdout_into("no-reader")
+    try:
+        result = subprocess.run(pipeline_command(clip, "-o", tmp_path / "out.mp4", "-progress", "pipe:1"),
+                                stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=60,
+                                env=environment(PYTHONUNBUFFERED="" if buffered else "1"))
+    finally:
+        os.close(stdout)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert len(video_frames(tmp_path / "out.mp4")) == len(video_frames(clip))
+
+
+def test_a_closed_stderr_is_never_given_to_a_file_the_run_opens(tmp_path):
+    """With fd 2 closed, the first file opened took its number, and what the codecs print to stderr
+    themselves would have gone into it. It is held on /dev/null (read-only: still unusable)."""
+    import os
+
+    clip = make_clip(tmp_path / "in.mp4", width=320, height=240, frames=120, audio=False)
+    out = tmp_path / "out.mp4"
+    cmd = pipeline_command(clip, "-o", out, "--filters", "gblur=sigma=8,gblur=sigma=8")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, preexec_fn=lambda: os.close(2))
+    wait_until(lambda: partials(tmp_path), proc, "the temporary output")
+    stderr_is = os.readlink(f"/proc/{proc.pid}/fd/2")
+    assert proc.wait(timeout=60) == 0
+    assert stderr_is == "/dev/null"
+    missing = subprocess.run(pipeline_command(tmp_path / "missing.mp4", "-o", out, "-y"), cwd=tmp_path, timeout=60,
+                             preexec_fn=lambda: os.close(2))
+    assert missing.returncode == 3  # the exit code holds without a stderr to say why

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
+import time
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from utils import count_audio_packets, pipeline_command, python_command, read_json, run_pipeline, video_times
+from utils import (count_audio_packets, one_error, pipeline_command, python_command, read_json, run_pipeline,
+                   video_times)
 
 from pipeline import sink
 from pipeline.config import pipe_fd
@@ -103,6 +106,39 @@ def test_mp4_on_stdout_is_fragmented(clip, tmp_path):
     assert b"moof" in r.stdout and r.stdout[4:8] == b"ftyp"
     frames, audio, times = decoded(r.stdout)
     assert frames == FRAMES and audio > 0 and times[0] == 0
+
+
+@pytest.mark.parametrize("muxer", ["mp4", "mpegts", "matroska"])
+@pytest.mark.parametrize("into", ["closed-pipe", "full-device"])
+def test_a_write_error_on_stdout_ends_the_run_with_exit_4(clip, tmp_path, muxer, into):
+    """The fragmented MP4 muxer dropped the pipe's write errors: into a reader that left, exit 0."""
+    if into == "closed-pipe":
+        reader, stdout = os.pipe()
+        os.close(reader)
+    else:
+        stdout = os.open("/dev/full", os.O_WRONLY)
+    try:
+        r = subprocess.run(pipeline_command(clip, "-o", "-", "-f", muxer), stdout=stdout, stderr=subprocess.PIPE,
+                           text=True, timeout=60, cwd=tmp_path)
+    finally:
+        os.close(stdout)
+    one_error(r, 4, "pipe:1: write failed")
+
+
+def test_a_non_blocking_stdout_gets_the_whole_stream(clip, tmp_path):
+    """A reader slower than the run, behind a descriptor set non-blocking: a full pipe is waited for."""
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)
+    proc = subprocess.Popen(pipeline_command(clip, "-o", "-", "-f", "mpegts"), stdout=writer,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    os.close(writer)
+    chunks = []
+    while chunk := os.read(reader, 4096):
+        chunks.append(chunk)
+        time.sleep(0.001)
+    os.close(reader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert decoded(b"".join(chunks))[0] == FRAMES
 
 
 def test_aac_from_mpegts_cannot_go_to_mp4_on_a_pipe(clip, tmp_path):

@@ -1,8 +1,9 @@
 """Signals mid-run, on the CLI as a subprocess.
 
-SIGINT/SIGTERM: in-flight frames drained, encoder flushed, container finalised, exit 130/143; a second
-signal exits at once with no output; SIGKILL leaves the target untouched (the work goes to a temporary
-file renamed into place only when complete).
+SIGINT/SIGTERM/SIGHUP: in-flight frames drained, encoder flushed, container finalised, exit 130/143/129
+(SIGHUP also when it comes from a terminal that closed, which takes stderr with it); a second signal
+exits at once with no output, and so does SIGQUIT; SIGKILL leaves the target untouched (the work goes to
+a temporary file renamed into place only when complete).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from utils import partials, pipeline_command, pipeline_threads, run_pipeline, video_times, wait_until
+from utils import partials, pipeline_command, pipeline_threads, read_json, run_pipeline, video_times, wait_until
 
 from pipeline import cli, engine
 from pipeline.sample import make_clip
@@ -44,7 +45,8 @@ def wait_for_progress(proc: subprocess.Popen, out: Path, settle: float = 1.0) ->
     assert proc.poll() is None, "finished before the signal: make the run slower"
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"])
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+                         ids=["INT", "TERM", "HUP"])
 def test_first_signal_drains_and_finalises(tmp_path, long_clip, signum, code):
     out = tmp_path / "out.mp4"
     proc = start(long_clip, out)
@@ -111,3 +113,68 @@ def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypat
     assert video_times(out) == video_times(long_clip)[:done]
     assert partials(out.parent) == []
     assert pipeline_threads() == []
+
+
+def _in_session_of(tty: int, cmd: list[str]) -> list[str]:
+    """``cmd`` run as the leader of a new session whose controlling terminal is ``tty`` (its stdin), as a
+    shell in a terminal window runs it: closing the terminal then sends it SIGHUP."""
+    code = ("import fcntl, os, sys, termios; os.setsid(); fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+            "os.execv(sys.argv[1], sys.argv[1:])")
+    return [cmd[0], "-c", code, *cmd]
+
+
+def test_a_terminal_that_closes_ends_the_run_as_sighup_with_a_playable_output(tmp_path, long_clip):
+    """The progress bar and the last line go to the terminal, which is gone: the run still exits 129."""
+    import pty
+    import select
+
+    out = tmp_path / "out.mp4"
+    master, slave = pty.openpty()
+    cmd = pipeline_command(long_clip, "-o", out, "--filters", SLOW_CHAIN, "--stats-json", tmp_path / "s.json",
+                           quiet=False)
+    proc = subprocess.Popen(_in_session_of(slave, cmd), cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+
+    def read_terminal(until) -> None:  # as a terminal does: a bar nobody reads would block the run
+        deadline = time.monotonic() + 30
+        while not until():
+            assert proc.poll() is None and time.monotonic() < deadline, "no progress"
+            if select.select([master], [], [], 0.05)[0]:
+                os.read(master, 65536)
+
+    read_terminal(lambda: partials(tmp_path))
+    settled = time.monotonic() + 1.0
+    read_terminal(lambda: time.monotonic() > settled)
+    os.close(master)  # the window closes
+    assert proc.wait(timeout=60) == 129
+    done = read_json(tmp_path / "s.json")["frames_out"]
+    assert 0 < done < FRAMES
+    assert video_times(out) == video_times(long_clip)[:done]
+    assert partials(tmp_path) == []
+
+
+def test_sighup_stays_ignored_under_nohup(tmp_path, long_clip):
+    out = tmp_path / "out.mp4"
+    cmd = pipeline_command(long_clip, "-o", out, "--filters", SLOW_CHAIN, "--frames", "60")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    wait_for_progress(proc, out, settle=0.2)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert len(video_times(out)) == 60
+
+
+def test_sigquit_exits_at_once_and_leaves_no_temporary_file(tmp_path, long_clip):
+    import resource
+
+    out = tmp_path / "out.mp4"
+    cmd = pipeline_command(long_clip, "-o", out, "--filters", SLOW_CHAIN)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    wait_for_progress(proc, out)
+    proc.send_signal(signal.SIGQUIT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGQUIT, err  # the signal's own end, as the shell expects of it
+    assert "SIGQUIT" in err and "Traceback" not in err
+    assert not out.exists() and partials(tmp_path) == []
