@@ -310,6 +310,46 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     assert {w["name"] for w in data["batch"]["workers"]} == {"cpu0", "cpu1"}
 
 
+def refused(capsys, code: int, *args: str) -> str:
+    """``pipeline batch ARGS`` in this process ends before any cluster starts: ``code`` and one line."""
+    from pipeline import cli
+
+    assert cli.main(["batch", "--device", "cpu", "-q", *args]) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("pipeline: error: "), err
+    return err
+
+
+def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, tmp_path, capsys):
+    clip, out = clips / "clip0.mkv", tmp_path / "out"
+    results = tmp_path / "r.json"
+    results.write_text("an earlier batch's")
+    assert "already exists" in refused(capsys, 2, str(clip), "-o", str(out), "--json", str(results))
+    assert results.read_text() == "an earlier batch's"
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{clip}\n")
+    (out / "clip0_processed.mkv").parent.mkdir()
+    for path, what in ((clip, "an input"), (listing, "an input list"), (out / "clip0_processed.mkv", "an output")):
+        assert f"--json is {what}" in refused(capsys, 2, f"@{listing}", "-o", str(out), "-y", "--json", str(path))
+    assert listing.read_text() == f"{clip}\n" and not (out / "clip0_processed.mkv").exists()
+
+
+def test_a_json_file_that_appears_during_the_batch_is_kept(clips, tmp_path, capsys, monkeypatch):
+    from pipeline.batch import cli as batch_cli
+
+    results = tmp_path / "r.json"
+
+    def execute(sources, *args, **kwargs):
+        results.write_text("another batch's")
+        return BatchReport([FileResult(0, str(sources[0]), None, status="done")])
+
+    monkeypatch.setattr(batch_cli, "execute", execute)
+    monkeypatch.setattr(batch_cli, "_install_signal_handlers", lambda stop: None)
+    assert "appeared during the batch" in refused(capsys, 2, str(clips / "clip0.mkv"), "-o", "null",
+                                                  "--json", str(results))
+    assert results.read_text() == "another batch's"
+
+
 def test_cli_refuses_options_of_a_single_run(clips, tmp_path):
     cmd = batch_command(str(clips / "clip0.mkv"), "--stats-json", str(tmp_path / "s.json"))
     result = run_command(cmd, timeout=60, env=child_env())

@@ -81,10 +81,8 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     notify = on_result or (lambda result: None)
     sources = expand_inputs(inputs)
     specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
-    null = batch.output == "null"
-    outputs: list[Path | None] = [None] * len(sources) if null else list(
-        outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
-    if not null:
+    outputs = planned_outputs(sources, batch)
+    if batch.output != "null":
         prepare_directory(Path(batch.output))
     digest = options_hash(cfg)
     report = BatchReport([FileResult(i, str(s), str(o) if o else None) for i, (s, o) in
@@ -100,6 +98,13 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     report.signum = stop.signum
     report.finish()
     return report
+
+
+def planned_outputs(sources: Sequence[Path], batch: BatchSettings) -> list[Path | None]:
+    """Each input's output (absolute), or None for each with ``-o null``."""
+    if batch.output == "null":
+        return [None] * len(sources)
+    return list(outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
 
 
 def check_options(cfg: RunConfig) -> None:
