@@ -19,6 +19,7 @@ from utils import ROOT, cli_command, environment, partials, read_json, run_comma
 
 from pipeline import sample as make_sample
 from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
+from pipeline.batch import cluster
 from pipeline.batch.cluster import plan_workers
 from pipeline.batch.inputs import expand_inputs, outputs_for
 from pipeline.batch.resume import marker_path, options_hash, why_incomplete
@@ -99,6 +100,7 @@ def test_two_inputs_writing_one_output_are_refused(tmp_path):
 
 
 def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
     specs = plan_workers("0,1,1", None, "auto")
     assert [(s.name, s.env) for s in specs] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
                                                 ("gpu1", {"CUDA_VISIBLE_DEVICES": "1"}),
@@ -116,6 +118,17 @@ def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
         plan_workers(None, 2, "cuda")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan_workers("all", None, "auto")] == ["3", "5"]
+
+
+def test_at_most_one_worker_per_core_or_one_per_gpu(monkeypatch):
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 4)
+    assert len(plan_workers(None, 4, "cpu")) == 4
+    for gpus, workers in ((None, 5), (None, 10**12), ("0,0,0,0,1", None)):
+        with pytest.raises(ConfigError, match="than the 4 cores here; at most 4"):
+            plan_workers(gpus, workers, "auto")
+    assert len(plan_workers(",".join(map(str, range(6))), None, "auto")) == 6  # one per GPU: always
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 64)
+    assert len(plan_workers(None, None, "cpu")) == 32
 
 
 def test_options_hash_counts_what_shapes_the_output_only(tmp_path):
@@ -230,6 +243,11 @@ def test_workers_stay_warm_across_files(clips, tmp_path, scheduler):
     run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)
     report = run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)
     assert all(r.warm for r in report.results)  # same worker processes: nothing set up again
+
+
+def test_no_more_workers_start_than_files_to_run(clips, tmp_path):
+    report = run_batch([str(good(clips)[0])], "null", filters=CHAIN, device="cpu", workers=2, processes=False)
+    assert report.results[0].status == "done" and [w["name"] for w in report.workers] == ["cpu0"]
 
 
 def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):

@@ -51,9 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cluster")
     g.add_argument("--gpus", metavar="all|IDS",
                    help="one worker per GPU: 'all' (default when a GPU is visible) or ids as nvidia-smi "
-                        "shows them, e.g. 0,1 (an id twice: two workers on that GPU)")
+                        "shows them, e.g. 0,1 (an id twice: two workers on that GPU; in all at most one "
+                        "worker per core, or one per GPU)")
     g.add_argument("--workers", type=int, metavar="N",
-                   help="N CPU workers instead (default without a GPU: half the cores)")
+                   help="N CPU workers instead (default without a GPU: half the cores; at most one per core, and "
+                        "never more than the files to run)")
     g.add_argument("--scheduler", metavar="ADDRESS",
                    help="join an existing Dask cluster (tcp://host:8786) instead of starting one here")
     g.add_argument("--dashboard", metavar="ADDRESS", nargs="?", const=":8787",

@@ -30,10 +30,28 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one), at least one."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def default_cpu_workers() -> int:
     # A run is already several threads (decode, submit, encode, and the codecs' own), so one worker
     # per core would oversubscribe: half the cores, at least one.
-    return max(1, (os.cpu_count() or 2) // 2)
+    return max(1, usable_cores() // 2)
+
+
+def check_worker_count(count: int, gpus: int, asked: str) -> None:
+    """Refuse more local workers than cores (one per GPU, ``gpus`` of them, is always allowed). Each is
+    a process running a whole file with threads of its own: past one per core they only slow each other
+    down, and hundreds of them take minutes and gigabytes of memory just to start."""
+    cores = usable_cores()
+    if count > max(cores, gpus):
+        raise ConfigError(f"{asked}: more workers ({count}) than the {cores} cores here; at most "
+                          f"{max(cores, gpus)} (each worker runs a whole file at a time)")
 
 
 def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[WorkerSpec]:
@@ -47,16 +65,18 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
                           "--workers N starts N CPU workers")
     if workers is not None and workers < 1:
         raise ConfigError(f"Invalid --workers ({workers}). Supported values are integers >= 1.")
-    if device == "cpu":
-        if gpus is not None:
-            raise ConfigError("--gpus with --device cpu: choose one")
-        return cpu_workers(workers or default_cpu_workers())
+    if device == "cpu" and gpus is not None:
+        raise ConfigError("--gpus with --device cpu: choose one")
     if workers is not None:
         if device == "cuda":
             raise ConfigError("--workers starts CPU workers; for --device cuda choose GPUs with --gpus")
+        check_worker_count(workers, 0, f"--workers {workers}")
         return cpu_workers(workers)
+    if device == "cpu":
+        return cpu_workers(default_cpu_workers())
     ids = _chosen_gpus(gpus)
     if ids:
+        check_worker_count(len(ids), len(set(ids)), f"--gpus {gpus or 'all'}")
         return gpu_workers(ids)
     if device == "cuda":
         raise GPUError("--device cuda: no GPU visible (nvidia-smi and CuPy found none)")

@@ -88,6 +88,7 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     report = BatchReport([FileResult(i, str(s), str(o) if o else None) for i, (s, o) in
                           enumerate(zip(sources, outputs))], settings=_describe(cfg, batch, digest))
     jobs = plan(report, cfg, digest, notify)
+    specs = specs[:len(jobs)]  # a worker more than the files to run would only start and wait
     if jobs and not stop.event.is_set():
         with connect(specs, scheduler=batch.scheduler, processes=batch.processes,
                      dashboard=batch.dashboard) as client:
