@@ -85,12 +85,58 @@ def test_a_link_to_an_input_already_named_runs_once_and_says_so(clips, tmp_path,
 def test_inputs_refused_a_glob_matching_nothing_a_missing_list_or_nothing(tmp_path):
     with pytest.raises(ConfigError, match="no file matches"):
         expand_inputs([str(tmp_path / "*.mp4")])
-    with pytest.raises(ConfigError, match="cannot read the input list"):
+    with pytest.raises(ConfigError, match="input list: file not found"):
         expand_inputs([f"@{tmp_path / 'none.txt'}"])
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing\n")
     with pytest.raises(ConfigError, match="no input files"):
         expand_inputs([f"@{empty}"])
+
+
+def test_an_input_list_that_is_a_device_or_too_large_is_refused(clips, tmp_path, monkeypatch):
+    from pipeline.batch import inputs
+
+    with pytest.raises(ConfigError, match="/dev/zero is a character device; only a regular file or a pipe"):
+        expand_inputs(["@/dev/zero"])
+    monkeypatch.setattr(inputs, "LIST_LIMIT", 1000)
+    big = tmp_path / "big.txt"
+    big.write_text(f"{clips / 'clip0.mkv'}\n" * 100)
+    with pytest.raises(ConfigError, match="big.txt is .* bytes; the limit is 1000 bytes"):
+        expand_inputs([f"@{big}"])
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"caf\xe9.mkv\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        expand_inputs([f"@{latin}"])
+
+
+def test_an_input_list_from_a_pipe_is_read_up_to_the_limit(clips, tmp_path, monkeypatch):
+    import threading
+
+    from pipeline.batch import inputs
+
+    monkeypatch.setattr(inputs, "LIST_LIMIT", 1000)
+    fifo = tmp_path / "list.fifo"
+    for body, size_ok in ((f"{clips / 'clip0.mkv'}\n{clips / 'clip1.mkv'}\n", True), ("x" * 5000, False)):
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=lambda: _write_ignoring_a_closed_reader(fifo, body))
+        writer.start()
+        try:
+            if size_ok:
+                assert expand_inputs([f"@{fifo}"]) == [clips / "clip0.mkv", clips / "clip1.mkv"]
+            else:
+                with pytest.raises(ConfigError, match="larger than the limit of 1000 bytes"):
+                    expand_inputs([f"@{fifo}"])
+        finally:
+            writer.join(10)
+            fifo.unlink()
+
+
+def _write_ignoring_a_closed_reader(path: Path, body: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(body)
+    except BrokenPipeError:  # the reader stopped at its limit
+        pass
 
 
 def test_two_inputs_writing_one_output_are_refused(tmp_path):

@@ -7,8 +7,12 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..checks import special_kind
 from ..errors import ConfigError, OutputError
 from ..log import log
+from ..textfile import read_text
+
+LIST_LIMIT = 16 << 20  # a million paths; a list larger than that is a device or a runaway file
 
 
 def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
@@ -48,11 +52,31 @@ def _expand(items: Iterable[str | os.PathLike], depth: int) -> Iterable[Path]:
 
 
 def _read_list(name: str) -> list[str]:
+    """The entries of ``@name``: a regular file, or a pipe (``@/dev/stdin``, ``@<(find ...)``), read no
+    further than LIST_LIMIT. A device is refused: ``@/dev/zero`` would be read until memory runs out."""
+    kind = special_kind(name)
+    if kind == "FIFO":
+        text = _read_pipe(name)
+    elif kind is not None:
+        raise ConfigError(f"input list: {name} is a {kind}; only a regular file or a pipe is read")
+    else:
+        text = read_text(name, LIST_LIMIT, "input list")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _read_pipe(name: str) -> str:
     try:
-        lines = Path(name).read_text().splitlines()
+        with open(name, "rb") as f:  # waits for a writer, as cat does (Ctrl-C ends the wait)
+            data = f.read(LIST_LIMIT + 1)
     except OSError as e:
-        raise ConfigError(f"@{name}: cannot read the input list: {e.strerror or e}") from e
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        raise ConfigError(f"input list: cannot read {name}: {e.strerror or e}") from e
+    if len(data) > LIST_LIMIT:
+        raise ConfigError(f"input list: {name} is larger than the limit of {LIST_LIMIT} bytes "
+                          f"({LIST_LIMIT >> 20} MiB)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"input list: cannot read {name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def output_for(source: Path, directory: Path, suffix: str) -> Path:
