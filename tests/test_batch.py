@@ -62,6 +62,16 @@ def by_name(report: BatchReport) -> dict[str, FileResult]:
     return {Path(r.input).name: r for r in report.results}
 
 
+def refused(capsys, code: int, *args: str) -> str:
+    """``pipeline batch ARGS`` in this process ends before any cluster starts: ``code`` and one line."""
+    from pipeline import cli
+
+    assert cli.main(["batch", "--device", "cpu", "-q", *args]) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("pipeline: error: "), err
+    return err
+
+
 # --- inputs, outputs, workers, resume markers (no cluster) -----------------------------------------------
 
 
@@ -175,6 +185,71 @@ def test_at_most_one_worker_per_core_or_one_per_gpu(monkeypatch):
     assert len(plan_workers(",".join(map(str, range(6))), None, "auto")) == 6  # one per GPU: always
     monkeypatch.setattr(cluster, "usable_cores", lambda: 64)
     assert len(plan_workers(None, None, "cpu")) == 32
+
+
+@pytest.mark.parametrize("address", ["bogus", "tcp://head", "head:port", "tcp://:8786", "tcp://head:0",
+                                     "tcp://head:65536", "smoke://head:8786", " tcp://head:8786"])
+def test_a_scheduler_address_dask_cannot_use_is_refused_up_front(address):
+    with pytest.raises(ConfigError, match="not a scheduler address"):
+        cluster.check_scheduler_address(address)
+
+
+def test_scheduler_addresses_dask_takes_pass(scheduler):
+    for address in (scheduler, scheduler.removeprefix("tcp://"), "tls://head:8786", "tcp://[::1]:8786",
+                    "inproc://10.0.0.1/1234/1"):
+        cluster.check_scheduler_address(address)
+
+
+@pytest.mark.parametrize("server", ["silent", "chatty"])
+def test_a_scheduler_address_where_no_scheduler_answers_is_refused_in_bounded_time(server, monkeypatch):
+    """A port that accepts and never answers (Dask's own handshake would wait on it for good), and one
+    that answers something else."""
+    import socket
+    import threading
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def serve():
+        conn, _ = listener.accept()
+        accepted.append(conn)
+        if server == "chatty":
+            conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n" * 4)
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match="no Dask scheduler"):
+            with cluster.connect([], scheduler=address):
+                pass
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_scheduler_without_workers_is_said_and_the_batch_can_be_stopped(clips, caplog):
+    import threading
+
+    stop = StopRequest()
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty, \
+            caplog.at_level("WARNING", logger="pipeline"):
+        timer = threading.Timer(1.0, stop)
+        timer.start()
+        report = run_batch([str(good(clips)[0])], "null", device="cpu", scheduler=empty.scheduler_address, stop=stop)
+        timer.cancel()
+    assert [r.status for r in report.results] == ["cancelled"] and report.exit_code == 130
+    assert any("no workers yet" in r.getMessage() for r in caplog.records)
+
+
+def test_cli_refuses_a_bad_scheduler_and_local_options_with_one(clips, capsys):
+    clip = str(clips / "clip0.mkv")
+    assert "not a scheduler address" in refused(capsys, 2, clip, "-o", "null", "--scheduler", "bogus")
+    assert "--workers with --scheduler" in refused(capsys, 2, clip, "-o", "null", "--scheduler", "head:8786",
+                                                   "--workers", "2")
 
 
 def test_options_hash_counts_what_shapes_the_output_only(tmp_path):
@@ -372,16 +447,6 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     assert data["files"][3]["input"].endswith("missing.mkv") and data["files"][3]["exit_code"] == 3
     assert data["totals"]["exit_code"] == 3 and data["batch"]["scheduler"] == "local"
     assert {w["name"] for w in data["batch"]["workers"]} == {"cpu0", "cpu1"}
-
-
-def refused(capsys, code: int, *args: str) -> str:
-    """``pipeline batch ARGS`` in this process ends before any cluster starts: ``code`` and one line."""
-    from pipeline import cli
-
-    assert cli.main(["batch", "--device", "cpu", "-q", *args]) == code
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("pipeline: error: "), err
-    return err
 
 
 def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, tmp_path, capsys):

@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="N CPU workers instead (default without a GPU: half the cores; at most one per core, and "
                         "never more than the files to run)")
     g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="join an existing Dask cluster (tcp://host:8786) instead of starting one here")
+                   help="join an existing Dask cluster (tcp://host:8786) instead of starting one here; exit 2 "
+                        "when no Dask scheduler answers there within 20 s")
     g.add_argument("--dashboard", metavar="ADDRESS", nargs="?", const=":8787",
                    help="serve the local scheduler's dashboard (default address :8787; needs bokeh)")
     add_run_arguments(p, RunConfig(), single=False)

@@ -128,6 +128,57 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(cupy().cuda.runtime.getDeviceCount())] if ok else []
 
 
+CONNECT_TIMEOUT_S = 20  # to reach a --scheduler and read its greeting; then the address is refused
+_HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")  # Dask's own; a plugin's scheme is left to connect()
+
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse, before any work, what cannot be a scheduler's address: an unknown scheme, or for Dask's
+    own schemes a missing host or port (``bogus``, ``tcp://head``) or a port out of range."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    example = "e.g. tcp://head:8786 or head:8786"
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        if scheme not in _HOST_PORT_SCHEMES:
+            return
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"--scheduler {address}: not a scheduler address ({e}); {example}") from None
+    if not host or not 0 < port < 65536:
+        raise ConfigError(f"--scheduler {address}: not a scheduler address (a host and a port from 1 to "
+                          f"65535 are needed); {example}")
+
+
+def _greeted(address: str) -> None:
+    """Connect to ``address`` and read its greeting within CONNECT_TIMEOUT_S. ``Client`` bounds only the
+    connection: a port that accepts and never answers (an HTTP server waiting for a request) would
+    hang the batch in the handshake for good."""
+    import asyncio
+
+    from distributed.comm import connect as open_comm
+    from distributed.security import Security
+
+    async def greeting() -> None:
+        comm = await open_comm(address, timeout=CONNECT_TIMEOUT_S, **Security().get_connection_args("client"))
+        await comm.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(greeting(), CONNECT_TIMEOUT_S))
+    except TimeoutError:
+        raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
+                          "(nothing listening, the host unreachable, or another kind of server)") from None
+    except OSError as e:  # refused, no route, or Dask's own "Timed out trying to connect"
+        raise ConfigError(f"--scheduler {address}: cannot reach the scheduler: {e}") from None
+    except Exception as e:
+        # Something else answered (its bytes read as a Dask frame: a MemoryError for exabytes), TLS
+        # without its configuration (TypeError), a scheme's backend that is not installed, ...
+        raise ConfigError(f"--scheduler {address}: no Dask scheduler there ({type(e).__name__}: "
+                          f"{e})") from None
+
+
 @contextlib.contextmanager
 def connect(specs: list[WorkerSpec], *, scheduler: str | None = None, processes: bool = True,
             dashboard: str | None = None) -> Iterator:
@@ -135,8 +186,10 @@ def connect(specs: list[WorkerSpec], *, scheduler: str | None = None, processes:
     from distributed import Client
 
     if scheduler is not None:
+        if not scheduler.startswith("inproc://"):  # in this process: nothing to wait for
+            _greeted(scheduler)
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError) as e:
             raise ConfigError(f"--scheduler {scheduler}: cannot reach the scheduler: {e}") from e
         with client:

@@ -18,7 +18,8 @@ from typing import Any, Callable, Sequence
 
 from ..config import RunConfig
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError
-from .cluster import connect, plan_workers, survey
+from ..log import log
+from .cluster import check_scheduler_address, connect, plan_workers, survey
 from .inputs import expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
 from .report import BatchReport
@@ -77,6 +78,7 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
             on_result: OnResult | None = None, stop: StopRequest | None = None) -> BatchReport:
     """The batch of ``inputs`` with run options ``cfg`` (its input and output are set per file)."""
     check_options(cfg)
+    check_cluster(batch)
     stop = stop or StopRequest()
     notify = on_result or (lambda result: None)
     sources = expand_inputs(inputs)
@@ -113,6 +115,18 @@ def check_options(cfg: RunConfig) -> None:
         raise ConfigError("--stats-json is one run's; a batch writes its results with --json PATH")
     if cfg.preview:
         raise ConfigError("--preview shows one run; batch workers have no window")
+
+
+def check_cluster(batch: BatchSettings) -> None:
+    """The options of a local cluster mean nothing on a joined one: refused rather than ignored."""
+    if batch.scheduler is None:
+        return
+    check_scheduler_address(batch.scheduler)
+    local = [name for name, value in (("--gpus", batch.gpus), ("--workers", batch.workers),
+                                      ("--dashboard", batch.dashboard)) if value is not None]
+    if local:
+        raise ConfigError(f"{', '.join(local)} with --scheduler: those set up a cluster here; the joined "
+                          "cluster's own workers run the files")
 
 
 def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> list[Job]:
@@ -163,6 +177,9 @@ class Collector:
 
         self.client.register_plugin(BatchPlugin(ignore_sigint=own_cluster), name=PLUGIN)
         self.offsets, self.report.workers = survey(self.client)
+        if not self.report.workers:  # a joined cluster's workers may be on their way: wait, but say so
+            log.warning("the scheduler has no workers yet: the files wait for one to join (Ctrl-C stops "
+                        "the batch)")
         self._submit(jobs)
         stopping = False
         while self.pending:
