@@ -155,6 +155,12 @@ def test_two_inputs_writing_one_output_are_refused(tmp_path):
         outputs_for([Path("a/x.mp4"), Path("b/x.mp4")], tmp_path, "_p")
 
 
+@pytest.mark.parametrize("suffix", ["/../../x", "_p/", "a\0b"])
+def test_a_suffix_that_is_not_part_of_a_name_is_refused(tmp_path, suffix):
+    with pytest.raises(ConfigError, match="--suffix .*: a path separator or a NUL"):
+        outputs_for([Path("a/x.mp4")], tmp_path / "out", suffix)
+
+
 def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
     monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
     specs = plan_workers("0,1,1", None, "auto")

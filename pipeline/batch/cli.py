@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR",
                    help="output directory, created if needed; 'null' processes and discards (default: .)")
     p.add_argument("--suffix", default="_processed",
-                   help="outputs are DIR/<stem><suffix><ext> (default: _processed)")
+                   help="outputs are DIR/<stem><suffix><ext> (default: _processed); no path separator")
     p.add_argument("--json", dest="results_json", metavar="PATH",
                    help="write per-file results and totals as JSON (docs/batch.md has the schema); an existing "
                         "file is replaced only with -y, an input or an output never")

@@ -85,7 +85,9 @@ def output_for(source: Path, directory: Path, suffix: str) -> Path:
 
 
 def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:
-    """Each input's output; two inputs that would write the same file are refused before any work."""
+    """Each input's output. Refused before any work: a suffix that is not part of a name, and two inputs
+    that would write the same file."""
+    check_suffix(suffix)
     outputs = [output_for(s, directory, suffix) for s in sources]
     owner: dict[Path, Path] = {}
     for source, out in zip(sources, outputs):
@@ -94,6 +96,13 @@ def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[P
                               "rename one, or run them in separate batches")
         owner[out] = source
     return outputs
+
+
+def check_suffix(suffix: str) -> None:
+    """A separator in the suffix would put outputs outside DIR (``--suffix /../../x``); a NUL cannot be
+    in a file name at all."""
+    if any(c and c in suffix for c in ("/", os.sep, os.altsep, "\0")):
+        raise ConfigError(f"--suffix {suffix!r}: a path separator or a NUL; the suffix is part of a file name")
 
 
 def prepare_directory(directory: Path) -> None:
