@@ -161,6 +161,17 @@ def test_a_suffix_that_is_not_part_of_a_name_is_refused(tmp_path, suffix):
         outputs_for([Path("a/x.mp4")], tmp_path / "out", suffix)
 
 
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    """``-o`` the inputs' own directory: a batch run again picks up its outputs as inputs."""
+    first, done = tmp_path / "x.mp4", tmp_path / "x_p.mp4"
+    with pytest.raises(ConfigError, match="x.mp4: its output .*x_p.mp4 is an input too"):
+        outputs_for([first, done], tmp_path, "_p")
+    with pytest.raises(ConfigError, match="is the input itself"):
+        outputs_for([first], tmp_path, "")
+    assert outputs_for([first, done], tmp_path / "out", "_p") == [tmp_path / "out" / "x_p.mp4",
+                                                                   tmp_path / "out" / "x_p_p.mp4"]
+
+
 def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
     monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
     specs = plan_workers("0,1,1", None, "auto")

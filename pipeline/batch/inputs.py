@@ -85,8 +85,9 @@ def output_for(source: Path, directory: Path, suffix: str) -> Path:
 
 
 def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:
-    """Each input's output. Refused before any work: a suffix that is not part of a name, and two inputs
-    that would write the same file."""
+    """Each input's output. Refused before any work: a suffix that is not part of a name, two inputs
+    that would write the same file, and an output that is an input (a batch run again on its own outputs
+    with ``-o`` the inputs' directory would otherwise replace them under ``-y`` while they are read)."""
     check_suffix(suffix)
     outputs = [output_for(s, directory, suffix) for s in sources]
     owner: dict[Path, Path] = {}
@@ -95,6 +96,12 @@ def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[P
             raise ConfigError(f"{owner[out]} and {source} would both write {out}; "
                               "rename one, or run them in separate batches")
         owner[out] = source
+    inputs = {source.resolve(): source for source in sources}
+    for source, out in zip(sources, outputs):
+        other = inputs.get(out.resolve())
+        if other is not None:
+            what = "the input itself" if other == source else f"an input too ({other})"
+            raise ConfigError(f"{source}: its output {out} is {what}; choose another -o or --suffix")
     return outputs
 
 
