@@ -172,6 +172,20 @@ def test_an_output_that_is_an_input_is_refused(tmp_path):
                                                                    tmp_path / "out" / "x_p_p.mp4"]
 
 
+def test_a_second_batch_into_a_directory_in_use_is_refused(clips, tmp_path):
+    """Its runs would remove the first batch's resume markers: refused before any work."""
+    from pipeline.batch.inputs import claim_directory
+
+    with claim_directory(tmp_path):
+        with pytest.raises(ConfigError, match="another batch is writing into this directory"):
+            run_batch([str(good(clips)[0])], tmp_path, device="cpu", workers=1, processes=False)
+        with claim_directory(None):  # -o null: nothing to hold
+            pass
+    assert list(tmp_path.iterdir()) == []
+    with claim_directory(tmp_path):  # released with the first
+        pass
+
+
 def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
     monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
     specs = plan_workers("0,1,1", None, "auto")

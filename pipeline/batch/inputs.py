@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from ..checks import special_kind
 from ..errors import ConfigError, OutputError
@@ -120,3 +122,28 @@ def prepare_directory(directory: Path) -> None:
         raise OutputError(f"{directory}: cannot create the output directory: {e.strerror or e}") from e
     if not os.access(directory, os.W_OK):
         raise OutputError(f"{directory}: the output directory is not writable")
+
+
+@contextlib.contextmanager
+def claim_directory(directory: Path | None) -> Iterator[None]:
+    """Hold ``directory`` for one batch: a second batch writing into it at the same time is refused. Its
+    runs would find the first's outputs appearing (and fail), and each run removes its output's resume
+    marker before it starts, so the first batch's complete outputs would be left without one.
+
+    The lock is an flock on the directory itself: no file is left in it, and it is released however
+    the process ends. Where the filesystem has no flock for a directory (NFS), there is no guard."""
+    if directory is None:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{directory}: another batch is writing into this directory; wait for it to "
+                              "end, or choose another -o") from None
+        except OSError as e:
+            log.debug(f"{directory}: no lock against a second batch here: {e.strerror or e}")
+        yield
+    finally:
+        os.close(fd)

@@ -20,7 +20,7 @@ from ..config import RunConfig
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError
 from ..log import log
 from .cluster import check_scheduler_address, connect, plan_workers, survey
-from .inputs import expand_inputs, outputs_for, prepare_directory
+from .inputs import claim_directory, expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
 from .report import BatchReport
 from .resume import options_hash, why_incomplete
@@ -84,17 +84,19 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     sources = expand_inputs(inputs)
     specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
     outputs = planned_outputs(sources, batch)
-    if batch.output != "null":
-        prepare_directory(Path(batch.output))
+    directory = None if batch.output == "null" else Path(batch.output)
+    if directory is not None:
+        prepare_directory(directory)
     digest = options_hash(cfg)
     report = BatchReport([FileResult(i, str(s), str(o) if o else None) for i, (s, o) in
                           enumerate(zip(sources, outputs))], settings=_describe(cfg, batch, digest))
-    jobs = plan(report, cfg, digest, notify)
-    specs = specs[:len(jobs)]  # a worker more than the files to run would only start and wait
-    if jobs and not stop.event.is_set():
-        with connect(specs, scheduler=batch.scheduler, processes=batch.processes,
-                     dashboard=batch.dashboard) as client:
-            Collector(client, report, stop, notify).run(jobs, own_cluster=batch.scheduler is None)
+    with claim_directory(directory):  # from the resume check to the last marker
+        jobs = plan(report, cfg, digest, notify)
+        specs = specs[:len(jobs)]  # a worker more than the files to run would only start and wait
+        if jobs and not stop.event.is_set():
+            with connect(specs, scheduler=batch.scheduler, processes=batch.processes,
+                         dashboard=batch.dashboard) as client:
+                Collector(client, report, stop, notify).run(jobs, own_cluster=batch.scheduler is None)
     for r in report.results:
         if r.status == "pending":  # stopped before it was submitted
             _cancelled(r, stop.signum or 2)
