@@ -262,6 +262,13 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_refused_in_bounded_ti
     assert time.monotonic() - t0 < 10
 
 
+def test_an_output_directory_that_is_a_file_is_refused(clips, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    assert "taken: not a directory" in refused(capsys, 4, str(clips / "clip0.mkv"), "-o", str(taken))
+    assert taken.read_text() == "a file"
+
+
 def test_a_scheduler_without_workers_is_said_and_the_batch_can_be_stopped(clips, caplog):
     import threading
 

@@ -116,6 +116,8 @@ def check_suffix(suffix: str) -> None:
 
 def prepare_directory(directory: Path) -> None:
     """Create the output directory (and its parents) if needed; refuse one that cannot be written."""
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{directory}: not a directory; -o names the directory the outputs go into")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
