@@ -262,6 +262,15 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_refused_in_bounded_ti
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.parametrize("address, error", [("bogus", "not an address"), (":99999", "not an address"),
+                                            ("[::1]:8787", "not an address"), ("nosuch.invalid:8787", "unknown host")])
+def test_a_dashboard_address_the_cluster_cannot_serve_on_is_refused_up_front(address, error):
+    with pytest.raises(ConfigError, match=error):
+        cluster.check_dashboard_address(address)
+    for fine in ("8787", ":8787", "127.0.0.1:0", "localhost:8787"):
+        cluster.check_dashboard_address(fine)
+
+
 def test_an_output_directory_that_is_a_file_is_refused(clips, tmp_path, capsys):
     taken = tmp_path / "taken"
     taken.write_text("a file")

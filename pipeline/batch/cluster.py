@@ -152,6 +152,24 @@ def check_scheduler_address(address: str) -> None:
                           f"65535 are needed); {example}")
 
 
+def check_dashboard_address(address: str) -> None:
+    """``PORT``, ``:PORT`` or ``HOST:PORT``, with a host this machine knows: the cluster would fail to
+    start on anything else, after the workers were asked for."""
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        # An IPv6 address in brackets passes Dask's parser here, but not the one that starts the server.
+        host, port = ("", -1) if "[" in address else parse_host_port(address if ":" in address else f":{address}")
+    except ValueError:
+        host, port = "", -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--dashboard {address}: not an address to serve on; e.g. :8787 or 127.0.0.1:8787")
+    try:
+        socket.getaddrinfo(host or None, port)
+    except (OSError, UnicodeError) as e:
+        raise ConfigError(f"--dashboard {address}: unknown host {host!r} ({getattr(e, 'strerror', None) or e})") from None
+
+
 def _greeted(address: str) -> None:
     """Connect to ``address`` and read its greeting within CONNECT_TIMEOUT_S. ``Client`` bounds only the
     connection: a port that accepts and never answers (an HTTP server waiting for a request) would

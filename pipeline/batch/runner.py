@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from ..config import RunConfig
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError
 from ..log import log
-from .cluster import check_scheduler_address, connect, plan_workers, survey
+from .cluster import check_dashboard_address, check_scheduler_address, connect, plan_workers, survey
 from .inputs import claim_directory, expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
 from .report import BatchReport
@@ -120,7 +120,10 @@ def check_options(cfg: RunConfig) -> None:
 
 
 def check_cluster(batch: BatchSettings) -> None:
-    """The options of a local cluster mean nothing on a joined one: refused rather than ignored."""
+    """Addresses Dask cannot use are refused before any work; the options of a local cluster mean
+    nothing on a joined one: refused rather than ignored."""
+    if batch.dashboard is not None:
+        check_dashboard_address(batch.dashboard)
     if batch.scheduler is None:
         return
     check_scheduler_address(batch.scheduler)
