@@ -24,7 +24,8 @@ visible; --scheduler joins a cluster of several machines (docs/batch.md). Worker
 files, so the CUDA context and the compiled kernels are made once per worker.
 
   Inputs: files, globs (quote them: 'clips/**/*.mp4') and @LIST (a text file or a pipe, at most
-    16 MiB, one path or glob per line; blank lines and # comments skipped). Outputs: DIR/<stem><suffix><ext>, or -o null.
+    16 MiB, one path or glob per line; blank lines and # comments skipped).
+  Outputs: DIR/<stem><suffix><ext>, or -o null. One batch at a time writes into a DIR.
   Resume: a complete output (its marker DIR/.<name>.done.json matches the input's size and time and
     these options) is skipped; an output that exists but is not complete needs -y to be replaced.
   A file that fails fails alone: its error is in the table, the others go on. The exit code is the

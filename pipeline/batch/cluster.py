@@ -159,7 +159,8 @@ def check_dashboard_address(address: str) -> None:
 
     try:
         # An IPv6 address in brackets passes Dask's parser here, but not the one that starts the server.
-        host, port = ("", -1) if "[" in address else parse_host_port(address if ":" in address else f":{address}")
+        host, port = ("", -1) if "[" in address else parse_host_port(address if ":" in address
+                                                                     else f":{address}")
     except ValueError:
         host, port = "", -1
     if not 0 <= port <= 65535:
@@ -167,7 +168,8 @@ def check_dashboard_address(address: str) -> None:
     try:
         socket.getaddrinfo(host or None, port)
     except (OSError, UnicodeError) as e:
-        raise ConfigError(f"--dashboard {address}: unknown host {host!r} ({getattr(e, 'strerror', None) or e})") from None
+        reason = getattr(e, "strerror", None) or e
+        raise ConfigError(f"--dashboard {address}: unknown host {host!r} ({reason})") from None
 
 
 def _greeted(address: str) -> None:

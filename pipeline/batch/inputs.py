@@ -88,8 +88,8 @@ def output_for(source: Path, directory: Path, suffix: str) -> Path:
 
 def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:
     """Each input's output. Refused before any work: a suffix that is not part of a name, two inputs
-    that would write the same file, and an output that is an input (a batch run again on its own outputs
-    with ``-o`` the inputs' directory would otherwise replace them under ``-y`` while they are read)."""
+    that would write the same file, and an output that is an input (a glob over the inputs' own
+    directory picks up the last batch's outputs: under ``-y`` one would be replaced by another's)."""
     check_suffix(suffix)
     outputs = [output_for(s, directory, suffix) for s in sources]
     owner: dict[Path, Path] = {}
