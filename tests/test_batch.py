@@ -24,7 +24,7 @@ from pipeline.batch.cluster import plan_workers
 from pipeline.batch.inputs import expand_inputs, outputs_for
 from pipeline.batch.resume import marker_path, options_hash, why_incomplete
 from pipeline.config import RunConfig
-from pipeline.errors import ConfigError, GPUError
+from pipeline.errors import ConfigError, GPUError, OutputError
 
 distributed = pytest.importorskip("distributed")
 
@@ -508,6 +508,15 @@ def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, 
     for path, what in ((clip, "an input"), (listing, "an input list"), (out / "clip0_processed.mkv", "an output")):
         assert f"--json is {what}" in refused(capsys, 2, f"@{listing}", "-o", str(out), "-y", "--json", str(path))
     assert listing.read_text() == f"{clip}\n" and not (out / "clip0_processed.mkv").exists()
+
+
+def test_cli_json_may_go_into_the_output_directory_it_creates(clips, tmp_path):
+    from pipeline.batch.cli import check_json_path
+
+    out = tmp_path / "new" / "out"
+    check_json_path(str(out / "r.json"), [], False, out)
+    with pytest.raises(OutputError, match="--json directory .* does not exist"):
+        check_json_path(str(tmp_path / "elsewhere" / "r.json"), [], False, out)
 
 
 def test_a_json_file_that_appears_during_the_batch_is_kept(clips, tmp_path, capsys, monkeypatch):

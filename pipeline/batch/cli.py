@@ -74,7 +74,8 @@ def main(args: argparse.Namespace, err: Console) -> int:
                           scheduler=args.scheduler, dashboard=args.dashboard)
     sources = expand_inputs(args.inputs)
     if args.results_json:
-        check_json_path(args.results_json, _users_files(args.inputs, sources, batch), cfg.overwrite)
+        out_dir = None if batch.output == "null" else Path(batch.output)
+        check_json_path(args.results_json, _users_files(args.inputs, sources, batch), cfg.overwrite, out_dir)
     stop = StopRequest()
     _install_signal_handlers(stop)
     with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
@@ -97,10 +98,12 @@ def _stopped(report: BatchReport) -> str:
             f"{c['interrupted']}, not started: {c['cancelled']}")
 
 
-def check_json_path(path: str, theirs: Iterable[tuple[Path, str]], overwrite: bool) -> None:
+def check_json_path(path: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,
+                    out_dir: Path | None = None) -> None:
     """The results are written at the end: refuse, before any work, a path that cannot be written, and
     one whose writing would destroy something: one of ``theirs`` (the inputs, their lists, the outputs:
-    (path, what it is)), or, without -y, any existing file. A FIFO or a device is written into."""
+    (path, what it is)), or, without -y, any existing file. A FIFO or a device is written into. Its
+    directory may be ``out_dir``, which the batch creates (and refuses if it cannot)."""
     target = Path(path)
     check_name_length(target, "--json")
     for other, what in theirs:
@@ -111,6 +114,8 @@ def check_json_path(path: str, theirs: Iterable[tuple[Path, str]], overwrite: bo
         raise OutputError(f"{target}: --json is a directory")
     if target.is_file() and not overwrite:
         raise ConfigError(f"{target}: --json file already exists (use -y/--overwrite to replace it)")
+    if out_dir is not None and _same_file(parent, out_dir):
+        return
     if not parent.is_dir():
         raise OutputError(f"{target}: --json directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
