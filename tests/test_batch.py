@@ -231,6 +231,16 @@ def test_scheduler_addresses_dask_takes_pass(scheduler):
         cluster.check_scheduler_address(address)
 
 
+def test_a_scheduler_is_reached_from_a_thread_running_an_event_loop(scheduler):
+    """As in a notebook: the greeting is read on a loop of its own."""
+    import asyncio
+
+    async def in_a_loop():
+        cluster._greeted(scheduler)
+
+    asyncio.run(in_a_loop())
+
+
 @pytest.mark.parametrize("server", ["silent", "chatty"])
 def test_a_scheduler_address_where_no_scheduler_answers_is_refused_in_bounded_time(server, monkeypatch):
     """A port that accepts and never answers (Dask's own handshake would wait on it for good), and one

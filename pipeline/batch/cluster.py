@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -176,6 +177,24 @@ def _greeted(address: str) -> None:
     """Connect to ``address`` and read its greeting within CONNECT_TIMEOUT_S. ``Client`` bounds only the
     connection: a port that accepts and never answers (an HTTP server waiting for a request) would
     hang the batch in the handshake for good."""
+    error = _greeting_error(address)
+    if error is None:
+        return
+    if isinstance(error, TimeoutError):  # before OSError, which it is a kind of
+        raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
+                          "(nothing listening, the host unreachable, or another kind of server)")
+    if isinstance(error, OSError):  # refused, no route, or Dask's own "Timed out trying to connect"
+        raise ConfigError(f"--scheduler {address}: cannot reach the scheduler: {error}")
+    if isinstance(error, Exception):
+        # Something else answered (its bytes read as a Dask frame: a MemoryError for exabytes), TLS
+        # without its configuration (TypeError), a scheme's backend that is not installed, ...
+        raise ConfigError(f"--scheduler {address}: no Dask scheduler there ({type(error).__name__}: {error})")
+    raise error
+
+
+def _greeting_error(address: str) -> BaseException | None:
+    """What connecting to ``address`` and reading its greeting raised, if anything; on a thread with an
+    event loop of its own, since the caller's thread may be running one (a notebook's)."""
     import asyncio
 
     from distributed.comm import connect as open_comm
@@ -185,18 +204,18 @@ def _greeted(address: str) -> None:
         comm = await open_comm(address, timeout=CONNECT_TIMEOUT_S, **Security().get_connection_args("client"))
         await comm.close()
 
-    try:
-        asyncio.run(asyncio.wait_for(greeting(), CONNECT_TIMEOUT_S))
-    except TimeoutError:
-        raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
-                          "(nothing listening, the host unreachable, or another kind of server)") from None
-    except OSError as e:  # refused, no route, or Dask's own "Timed out trying to connect"
-        raise ConfigError(f"--scheduler {address}: cannot reach the scheduler: {e}") from None
-    except Exception as e:
-        # Something else answered (its bytes read as a Dask frame: a MemoryError for exabytes), TLS
-        # without its configuration (TypeError), a scheme's backend that is not installed, ...
-        raise ConfigError(f"--scheduler {address}: no Dask scheduler there ({type(e).__name__}: "
-                          f"{e})") from None
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(greeting(), CONNECT_TIMEOUT_S))
+        except BaseException as e:
+            failure.append(e)
+
+    thread = threading.Thread(target=probe, name="pipeline-batch-greeting", daemon=True)
+    thread.start()
+    thread.join()
+    return failure[0] if failure else None
 
 
 @contextlib.contextmanager
