@@ -19,11 +19,12 @@ from utils import ROOT, cli_command, environment, partials, read_json, run_comma
 
 from pipeline import sample as make_sample
 from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
+from pipeline.batch import cluster
 from pipeline.batch.cluster import plan_workers
 from pipeline.batch.inputs import expand_inputs, outputs_for
 from pipeline.batch.resume import marker_path, options_hash, why_incomplete
 from pipeline.config import RunConfig
-from pipeline.errors import ConfigError, GPUError
+from pipeline.errors import ConfigError, GPUError, OutputError
 
 distributed = pytest.importorskip("distributed")
 
@@ -61,6 +62,16 @@ def by_name(report: BatchReport) -> dict[str, FileResult]:
     return {Path(r.input).name: r for r in report.results}
 
 
+def refused(capsys, code: int, *args: str) -> str:
+    """``pipeline batch ARGS`` in this process ends before any cluster starts: ``code`` and one line."""
+    from pipeline import cli
+
+    assert cli.main(["batch", "--device", "cpu", "-q", *args]) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("pipeline: error: "), err
+    return err
+
+
 # --- inputs, outputs, workers, resume markers (no cluster) -----------------------------------------------
 
 
@@ -84,12 +95,58 @@ def test_a_link_to_an_input_already_named_runs_once_and_says_so(clips, tmp_path,
 def test_inputs_refused_a_glob_matching_nothing_a_missing_list_or_nothing(tmp_path):
     with pytest.raises(ConfigError, match="no file matches"):
         expand_inputs([str(tmp_path / "*.mp4")])
-    with pytest.raises(ConfigError, match="cannot read the input list"):
+    with pytest.raises(ConfigError, match="input list: file not found"):
         expand_inputs([f"@{tmp_path / 'none.txt'}"])
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing\n")
     with pytest.raises(ConfigError, match="no input files"):
         expand_inputs([f"@{empty}"])
+
+
+def test_an_input_list_that_is_a_device_or_too_large_is_refused(clips, tmp_path, monkeypatch):
+    from pipeline.batch import inputs
+
+    with pytest.raises(ConfigError, match="/dev/zero is a character device; only a regular file or a pipe"):
+        expand_inputs(["@/dev/zero"])
+    monkeypatch.setattr(inputs, "LIST_LIMIT", 1000)
+    big = tmp_path / "big.txt"
+    big.write_text(f"{clips / 'clip0.mkv'}\n" * 100)
+    with pytest.raises(ConfigError, match="big.txt is .* bytes; the limit is 1000 bytes"):
+        expand_inputs([f"@{big}"])
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"caf\xe9.mkv\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        expand_inputs([f"@{latin}"])
+
+
+def test_an_input_list_from_a_pipe_is_read_up_to_the_limit(clips, tmp_path, monkeypatch):
+    import threading
+
+    from pipeline.batch import inputs
+
+    monkeypatch.setattr(inputs, "LIST_LIMIT", 1000)
+    fifo = tmp_path / "list.fifo"
+    for body, size_ok in ((f"{clips / 'clip0.mkv'}\n{clips / 'clip1.mkv'}\n", True), ("x" * 5000, False)):
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=lambda: _write_ignoring_a_closed_reader(fifo, body))
+        writer.start()
+        try:
+            if size_ok:
+                assert expand_inputs([f"@{fifo}"]) == [clips / "clip0.mkv", clips / "clip1.mkv"]
+            else:
+                with pytest.raises(ConfigError, match="larger than the limit of 1000 bytes"):
+                    expand_inputs([f"@{fifo}"])
+        finally:
+            writer.join(10)
+            fifo.unlink()
+
+
+def _write_ignoring_a_closed_reader(path: Path, body: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(body)
+    except BrokenPipeError:  # the reader stopped at its limit
+        pass
 
 
 def test_two_inputs_writing_one_output_are_refused(tmp_path):
@@ -98,7 +155,39 @@ def test_two_inputs_writing_one_output_are_refused(tmp_path):
         outputs_for([Path("a/x.mp4"), Path("b/x.mp4")], tmp_path, "_p")
 
 
+@pytest.mark.parametrize("suffix", ["/../../x", "_p/", "a\0b"])
+def test_a_suffix_that_is_not_part_of_a_name_is_refused(tmp_path, suffix):
+    with pytest.raises(ConfigError, match="--suffix .*: a path separator or a NUL"):
+        outputs_for([Path("a/x.mp4")], tmp_path / "out", suffix)
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    """``-o`` the inputs' own directory: a batch run again picks up its outputs as inputs."""
+    first, done = tmp_path / "x.mp4", tmp_path / "x_p.mp4"
+    with pytest.raises(ConfigError, match="x.mp4: its output .*x_p.mp4 is an input too"):
+        outputs_for([first, done], tmp_path, "_p")
+    with pytest.raises(ConfigError, match="is the input itself"):
+        outputs_for([first], tmp_path, "")
+    assert outputs_for([first, done], tmp_path / "out", "_p") == [tmp_path / "out" / "x_p.mp4",
+                                                                   tmp_path / "out" / "x_p_p.mp4"]
+
+
+def test_a_second_batch_into_a_directory_in_use_is_refused(clips, tmp_path):
+    """Its runs would remove the first batch's resume markers: refused before any work."""
+    from pipeline.batch.inputs import claim_directory
+
+    with claim_directory(tmp_path):
+        with pytest.raises(ConfigError, match="another batch is writing into this directory"):
+            run_batch([str(good(clips)[0])], tmp_path, device="cpu", workers=1, processes=False)
+        with claim_directory(None):  # -o null: nothing to hold
+            pass
+    assert list(tmp_path.iterdir()) == []
+    with claim_directory(tmp_path):  # released with the first
+        pass
+
+
 def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
     specs = plan_workers("0,1,1", None, "auto")
     assert [(s.name, s.env) for s in specs] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
                                                 ("gpu1", {"CUDA_VISIBLE_DEVICES": "1"}),
@@ -116,6 +205,108 @@ def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
         plan_workers(None, 2, "cuda")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan_workers("all", None, "auto")] == ["3", "5"]
+
+
+def test_at_most_one_worker_per_core_or_one_per_gpu(monkeypatch):
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 4)
+    assert len(plan_workers(None, 4, "cpu")) == 4
+    for gpus, workers in ((None, 5), (None, 10**12), ("0,0,0,0,1", None)):
+        with pytest.raises(ConfigError, match="than the 4 cores here; at most 4"):
+            plan_workers(gpus, workers, "auto")
+    assert len(plan_workers(",".join(map(str, range(6))), None, "auto")) == 6  # one per GPU: always
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 64)
+    assert len(plan_workers(None, None, "cpu")) == 32
+
+
+@pytest.mark.parametrize("address", ["bogus", "tcp://head", "head:port", "tcp://:8786", "tcp://head:0",
+                                     "tcp://head:65536", "smoke://head:8786", " tcp://head:8786"])
+def test_a_scheduler_address_dask_cannot_use_is_refused_up_front(address):
+    with pytest.raises(ConfigError, match="not a scheduler address"):
+        cluster.check_scheduler_address(address)
+
+
+def test_scheduler_addresses_dask_takes_pass(scheduler):
+    for address in (scheduler, scheduler.removeprefix("tcp://"), "tls://head:8786", "tcp://[::1]:8786",
+                    "inproc://10.0.0.1/1234/1"):
+        cluster.check_scheduler_address(address)
+
+
+def test_a_scheduler_is_reached_from_a_thread_running_an_event_loop(scheduler):
+    """As in a notebook: the greeting is read on a loop of its own."""
+    import asyncio
+
+    async def in_a_loop():
+        cluster._greeted(scheduler)
+
+    asyncio.run(in_a_loop())
+
+
+@pytest.mark.parametrize("server", ["silent", "chatty"])
+def test_a_scheduler_address_where_no_scheduler_answers_is_refused_in_bounded_time(server, monkeypatch):
+    """A port that accepts and never answers (Dask's own handshake would wait on it for good), and one
+    that answers something else."""
+    import socket
+    import threading
+
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def serve():
+        conn, _ = listener.accept()
+        accepted.append(conn)
+        if server == "chatty":
+            conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n" * 4)
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match="no Dask scheduler"):
+            with cluster.connect([], scheduler=address):
+                pass
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("address, error", [("bogus", "not an address"), (":99999", "not an address"),
+                                            ("[::1]:8787", "not an address"), ("nosuch.invalid:8787", "unknown host")])
+def test_a_dashboard_address_the_cluster_cannot_serve_on_is_refused_up_front(address, error):
+    with pytest.raises(ConfigError, match=error):
+        cluster.check_dashboard_address(address)
+    for fine in ("8787", ":8787", "127.0.0.1:0", "localhost:8787"):
+        cluster.check_dashboard_address(fine)
+
+
+def test_an_output_directory_that_is_a_file_is_refused(clips, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    assert "taken: not a directory" in refused(capsys, 4, str(clips / "clip0.mkv"), "-o", str(taken))
+    assert taken.read_text() == "a file"
+
+
+def test_a_scheduler_without_workers_is_said_and_the_batch_can_be_stopped(clips, caplog):
+    import threading
+
+    stop = StopRequest()
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as empty, \
+            caplog.at_level("WARNING", logger="pipeline"):
+        timer = threading.Timer(1.0, stop)
+        timer.start()
+        report = run_batch([str(good(clips)[0])], "null", device="cpu", scheduler=empty.scheduler_address, stop=stop)
+        timer.cancel()
+    assert [r.status for r in report.results] == ["cancelled"] and report.exit_code == 130
+    assert any("no workers yet" in r.getMessage() for r in caplog.records)
+
+
+def test_cli_refuses_a_bad_scheduler_and_local_options_with_one(clips, capsys):
+    clip = str(clips / "clip0.mkv")
+    assert "not a scheduler address" in refused(capsys, 2, clip, "-o", "null", "--scheduler", "bogus")
+    assert "--workers with --scheduler" in refused(capsys, 2, clip, "-o", "null", "--scheduler", "head:8786",
+                                                   "--workers", "2")
 
 
 def test_options_hash_counts_what_shapes_the_output_only(tmp_path):
@@ -232,6 +423,11 @@ def test_workers_stay_warm_across_files(clips, tmp_path, scheduler):
     assert all(r.warm for r in report.results)  # same worker processes: nothing set up again
 
 
+def test_no_more_workers_start_than_files_to_run(clips, tmp_path):
+    report = run_batch([str(good(clips)[0])], "null", filters=CHAIN, device="cpu", workers=2, processes=False)
+    assert report.results[0].status == "done" and [w["name"] for w in report.workers] == ["cpu0"]
+
+
 def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):
     report = run_batch([str(p) for p in good(clips)], tmp_path, filters=CHAIN, device="cpu", workers=2,
                        processes=False)
@@ -308,6 +504,45 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     assert data["files"][3]["input"].endswith("missing.mkv") and data["files"][3]["exit_code"] == 3
     assert data["totals"]["exit_code"] == 3 and data["batch"]["scheduler"] == "local"
     assert {w["name"] for w in data["batch"]["workers"]} == {"cpu0", "cpu1"}
+
+
+def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, tmp_path, capsys):
+    clip, out = clips / "clip0.mkv", tmp_path / "out"
+    results = tmp_path / "r.json"
+    results.write_text("an earlier batch's")
+    assert "already exists" in refused(capsys, 2, str(clip), "-o", str(out), "--json", str(results))
+    assert results.read_text() == "an earlier batch's"
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{clip}\n")
+    (out / "clip0_processed.mkv").parent.mkdir()
+    for path, what in ((clip, "an input"), (listing, "an input list"), (out / "clip0_processed.mkv", "an output")):
+        assert f"--json is {what}" in refused(capsys, 2, f"@{listing}", "-o", str(out), "-y", "--json", str(path))
+    assert listing.read_text() == f"{clip}\n" and not (out / "clip0_processed.mkv").exists()
+
+
+def test_cli_json_may_go_into_the_output_directory_it_creates(clips, tmp_path):
+    from pipeline.batch.cli import check_json_path
+
+    out = tmp_path / "new" / "out"
+    check_json_path(str(out / "r.json"), [], False, out)
+    with pytest.raises(OutputError, match="--json directory .* does not exist"):
+        check_json_path(str(tmp_path / "elsewhere" / "r.json"), [], False, out)
+
+
+def test_a_json_file_that_appears_during_the_batch_is_kept(clips, tmp_path, capsys, monkeypatch):
+    from pipeline.batch import cli as batch_cli
+
+    results = tmp_path / "r.json"
+
+    def execute(sources, *args, **kwargs):
+        results.write_text("another batch's")
+        return BatchReport([FileResult(0, str(sources[0]), None, status="done")])
+
+    monkeypatch.setattr(batch_cli, "execute", execute)
+    monkeypatch.setattr(batch_cli, "_install_signal_handlers", lambda stop: None)
+    assert "appeared during the batch" in refused(capsys, 2, str(clips / "clip0.mkv"), "-o", "null",
+                                                  "--json", str(results))
+    assert results.read_text() == "another batch's"
 
 
 def test_cli_refuses_options_of_a_single_run(clips, tmp_path):

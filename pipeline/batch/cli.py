@@ -7,23 +7,25 @@ import contextlib
 import os
 import signal
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from rich.console import Console
 
-from ..errors import OutputError
+from ..checks import _same_file, check_name_length
+from ..errors import ConfigError, OutputError, PipelineError
 from .inputs import expand_inputs
 from .jobs import FileResult
 from .report import BatchReport, summary_line, table
-from .runner import BatchSettings, StopRequest, execute
+from .runner import BatchSettings, StopRequest, execute, planned_outputs
 
 NOTES = """Process many files, each as `pipeline run` would, on a Dask cluster: by default one worker
 process per GPU on this machine (each pinned with CUDA_VISIBLE_DEVICES), or CPU workers where no GPU is
 visible; --scheduler joins a cluster of several machines (docs/batch.md). Workers stay up between
 files, so the CUDA context and the compiled kernels are made once per worker.
 
-  Inputs: files, globs (quote them: 'clips/**/*.mp4') and @LIST (a text file, one path or glob per
-    line; blank lines and # comments skipped). Outputs: DIR/<stem><suffix><ext>, or -o null.
+  Inputs: files, globs (quote them: 'clips/**/*.mp4') and @LIST (a text file or a pipe, at most
+    16 MiB, one path or glob per line; blank lines and # comments skipped).
+  Outputs: DIR/<stem><suffix><ext>, or -o null. One batch at a time writes into a DIR.
   Resume: a complete output (its marker DIR/.<name>.done.json matches the input's size and time and
     these options) is skipped; an output that exists but is not complete needs -y to be replaced.
   A file that fails fails alone: its error is in the table, the others go on. The exit code is the
@@ -43,17 +45,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR",
                    help="output directory, created if needed; 'null' processes and discards (default: .)")
     p.add_argument("--suffix", default="_processed",
-                   help="outputs are DIR/<stem><suffix><ext> (default: _processed)")
+                   help="outputs are DIR/<stem><suffix><ext> (default: _processed); no path separator")
     p.add_argument("--json", dest="results_json", metavar="PATH",
-                   help="write per-file results and totals as JSON (docs/batch.md has the schema)")
+                   help="write per-file results and totals as JSON (docs/batch.md has the schema); an existing "
+                        "file is replaced only with -y, an input or an output never")
     g = p.add_argument_group("cluster")
     g.add_argument("--gpus", metavar="all|IDS",
                    help="one worker per GPU: 'all' (default when a GPU is visible) or ids as nvidia-smi "
-                        "shows them, e.g. 0,1 (an id twice: two workers on that GPU)")
+                        "shows them, e.g. 0,1 (an id twice: two workers on that GPU; in all at most one "
+                        "worker per core, or one per GPU)")
     g.add_argument("--workers", type=int, metavar="N",
-                   help="N CPU workers instead (default without a GPU: half the cores)")
+                   help="N CPU workers instead (default without a GPU: half the cores; at most one per core, and "
+                        "never more than the files to run)")
     g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="join an existing Dask cluster (tcp://host:8786) instead of starting one here")
+                   help="join an existing Dask cluster (tcp://host:8786) instead of starting one here; exit 2 "
+                        "when no Dask scheduler answers there within 20 s")
     g.add_argument("--dashboard", metavar="ADDRESS", nargs="?", const=":8787",
                    help="serve the local scheduler's dashboard (default address :8787; needs bokeh)")
     add_run_arguments(p, RunConfig(), single=False)
@@ -66,19 +72,20 @@ def main(args: argparse.Namespace, err: Console) -> int:
     cfg = config_from_args(run_args)
     batch = BatchSettings(output=args.output_dir, suffix=args.suffix, gpus=args.gpus, workers=args.workers,
                           scheduler=args.scheduler, dashboard=args.dashboard)
-    if args.results_json:
-        _check_json_path(Path(args.results_json))
     sources = expand_inputs(args.inputs)
+    if args.results_json:
+        out_dir = None if batch.output == "null" else Path(batch.output)
+        check_json_path(args.results_json, _users_files(args.inputs, sources, batch), cfg.overwrite, out_dir)
     stop = StopRequest()
     _install_signal_handlers(stop)
     with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
         report = execute(sources, cfg, batch, on_result=on_result, stop=stop)
-    if args.results_json:
-        report.write_json(args.results_json)
-    if not cfg.quiet:
+    if not cfg.quiet:  # before the JSON: a JSON that cannot be written leaves the table to read
         out = Console(highlight=False)
         out.print(table(report))
         out.print(summary_line(report), soft_wrap=True)
+    if args.results_json:
+        _write_results(report, args.results_json, err, cfg.overwrite)
     if report.signum is not None:
         err.print(f"pipeline: interrupted by {signal.Signals(report.signum).name}; {_stopped(report)}",
                   markup=False, soft_wrap=True)
@@ -91,12 +98,51 @@ def _stopped(report: BatchReport) -> str:
             f"{c['interrupted']}, not started: {c['cancelled']}")
 
 
-def _check_json_path(path: Path) -> None:
-    """The results are written at the end: refuse, before any work, a path that cannot be."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir() or not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise OutputError(f"{path}: --json cannot be written there (a directory, or its directory is "
-                          "missing or not writable)")
+def check_json_path(path: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,
+                    out_dir: Path | None = None) -> None:
+    """The results are written at the end: refuse, before any work, a path that cannot be written, and
+    one whose writing would destroy something: one of ``theirs`` (the inputs, their lists, the outputs:
+    (path, what it is)), or, without -y, any existing file. A FIFO or a device is written into. Its
+    directory may be ``out_dir``, which the batch creates (and refuses if it cannot)."""
+    target = Path(path)
+    check_name_length(target, "--json")
+    for other, what in theirs:
+        if _same_file(target, other):
+            raise ConfigError(f"{target}: --json is {what}; choose another path")
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise OutputError(f"{target}: --json is a directory")
+    if target.is_file() and not overwrite:
+        raise ConfigError(f"{target}: --json file already exists (use -y/--overwrite to replace it)")
+    if out_dir is not None and _same_file(parent, out_dir):
+        return
+    if not parent.is_dir():
+        raise OutputError(f"{target}: --json directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{target}: --json directory {parent} is not writable")
+
+
+def _users_files(items: list[str], sources: list[Path], batch: BatchSettings) -> list[tuple[Path, str]]:
+    """What --json must never replace: the @lists named on the command line, the inputs, the outputs."""
+    files = [(Path(item[1:]), "an input list") for item in items if item.startswith("@")]
+    files += [(source, "an input") for source in sources]
+    return files + [(out, "an output") for out in planned_outputs(sources, batch) if out is not None]
+
+
+def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool) -> None:
+    """Write --json. Without -y a file that appeared during the batch is kept (the check before saw none).
+    On a batch that failed or was stopped, a write error is a warning: the batch's exit code stands."""
+    try:
+        report.write_json(path, exclusive=not overwrite)
+        return
+    except FileExistsError:
+        error: PipelineError = ConfigError(f"{path}: --json file appeared during the batch; kept, results not "
+                                           "written (use -y/--overwrite to replace it)")
+    except OutputError as e:
+        error = e
+    if report.exit_code == 0:
+        raise error
+    err.print(f"pipeline: warning: {error}", markup=False, soft_wrap=True)
 
 
 def _install_signal_handlers(stop: StopRequest) -> None:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -30,10 +31,28 @@ class WorkerSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one), at least one."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def default_cpu_workers() -> int:
     # A run is already several threads (decode, submit, encode, and the codecs' own), so one worker
     # per core would oversubscribe: half the cores, at least one.
-    return max(1, (os.cpu_count() or 2) // 2)
+    return max(1, usable_cores() // 2)
+
+
+def check_worker_count(count: int, gpus: int, asked: str) -> None:
+    """Refuse more local workers than cores (one per GPU, ``gpus`` of them, is always allowed). Each is
+    a process running a whole file with threads of its own: past one per core they only slow each other
+    down, and hundreds of them take minutes and gigabytes of memory just to start."""
+    cores = usable_cores()
+    if count > max(cores, gpus):
+        raise ConfigError(f"{asked}: more workers ({count}) than the {cores} cores here; at most "
+                          f"{max(cores, gpus)} (each worker runs a whole file at a time)")
 
 
 def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[WorkerSpec]:
@@ -47,16 +66,18 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
                           "--workers N starts N CPU workers")
     if workers is not None and workers < 1:
         raise ConfigError(f"Invalid --workers ({workers}). Supported values are integers >= 1.")
-    if device == "cpu":
-        if gpus is not None:
-            raise ConfigError("--gpus with --device cpu: choose one")
-        return cpu_workers(workers or default_cpu_workers())
+    if device == "cpu" and gpus is not None:
+        raise ConfigError("--gpus with --device cpu: choose one")
     if workers is not None:
         if device == "cuda":
             raise ConfigError("--workers starts CPU workers; for --device cuda choose GPUs with --gpus")
+        check_worker_count(workers, 0, f"--workers {workers}")
         return cpu_workers(workers)
+    if device == "cpu":
+        return cpu_workers(default_cpu_workers())
     ids = _chosen_gpus(gpus)
     if ids:
+        check_worker_count(len(ids), len(set(ids)), f"--gpus {gpus or 'all'}")
         return gpu_workers(ids)
     if device == "cuda":
         raise GPUError("--device cuda: no GPU visible (nvidia-smi and CuPy found none)")
@@ -108,6 +129,95 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(cupy().cuda.runtime.getDeviceCount())] if ok else []
 
 
+CONNECT_TIMEOUT_S = 20  # to reach a --scheduler and read its greeting; then the address is refused
+_HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")  # Dask's own; a plugin's scheme is left to connect()
+
+
+def check_scheduler_address(address: str) -> None:
+    """Refuse, before any work, what cannot be a scheduler's address: an unknown scheme, or for Dask's
+    own schemes a missing host or port (``bogus``, ``tcp://head``) or a port out of range."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    example = "e.g. tcp://head:8786 or head:8786"
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        if scheme not in _HOST_PORT_SCHEMES:
+            return
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"--scheduler {address}: not a scheduler address ({e}); {example}") from None
+    if not host or not 0 < port < 65536:
+        raise ConfigError(f"--scheduler {address}: not a scheduler address (a host and a port from 1 to "
+                          f"65535 are needed); {example}")
+
+
+def check_dashboard_address(address: str) -> None:
+    """``PORT``, ``:PORT`` or ``HOST:PORT``, with a host this machine knows: the cluster would fail to
+    start on anything else, after the workers were asked for."""
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        # An IPv6 address in brackets passes Dask's parser here, but not the one that starts the server.
+        host, port = ("", -1) if "[" in address else parse_host_port(address if ":" in address
+                                                                     else f":{address}")
+    except ValueError:
+        host, port = "", -1
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--dashboard {address}: not an address to serve on; e.g. :8787 or 127.0.0.1:8787")
+    try:
+        socket.getaddrinfo(host or None, port)
+    except (OSError, UnicodeError) as e:
+        reason = getattr(e, "strerror", None) or e
+        raise ConfigError(f"--dashboard {address}: unknown host {host!r} ({reason})") from None
+
+
+def _greeted(address: str) -> None:
+    """Connect to ``address`` and read its greeting within CONNECT_TIMEOUT_S. ``Client`` bounds only the
+    connection: a port that accepts and never answers (an HTTP server waiting for a request) would
+    hang the batch in the handshake for good."""
+    error = _greeting_error(address)
+    if error is None:
+        return
+    if isinstance(error, TimeoutError):  # before OSError, which it is a kind of
+        raise ConfigError(f"--scheduler {address}: no Dask scheduler answered within {CONNECT_TIMEOUT_S} s "
+                          "(nothing listening, the host unreachable, or another kind of server)")
+    if isinstance(error, OSError):  # refused, no route, or Dask's own "Timed out trying to connect"
+        raise ConfigError(f"--scheduler {address}: cannot reach the scheduler: {error}")
+    if isinstance(error, Exception):
+        # Something else answered (its bytes read as a Dask frame: a MemoryError for exabytes), TLS
+        # without its configuration (TypeError), a scheme's backend that is not installed, ...
+        raise ConfigError(f"--scheduler {address}: no Dask scheduler there ({type(error).__name__}: {error})")
+    raise error
+
+
+def _greeting_error(address: str) -> BaseException | None:
+    """What connecting to ``address`` and reading its greeting raised, if anything; on a thread with an
+    event loop of its own, since the caller's thread may be running one (a notebook's)."""
+    import asyncio
+
+    from distributed.comm import connect as open_comm
+    from distributed.security import Security
+
+    async def greeting() -> None:
+        comm = await open_comm(address, timeout=CONNECT_TIMEOUT_S, **Security().get_connection_args("client"))
+        await comm.close()
+
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(greeting(), CONNECT_TIMEOUT_S))
+        except BaseException as e:
+            failure.append(e)
+
+    thread = threading.Thread(target=probe, name="pipeline-batch-greeting", daemon=True)
+    thread.start()
+    thread.join()
+    return failure[0] if failure else None
+
+
 @contextlib.contextmanager
 def connect(specs: list[WorkerSpec], *, scheduler: str | None = None, processes: bool = True,
             dashboard: str | None = None) -> Iterator:
@@ -115,8 +225,10 @@ def connect(specs: list[WorkerSpec], *, scheduler: str | None = None, processes:
     from distributed import Client
 
     if scheduler is not None:
+        if not scheduler.startswith("inproc://"):  # in this process: nothing to wait for
+            _greeted(scheduler)
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError) as e:
             raise ConfigError(f"--scheduler {scheduler}: cannot reach the scheduler: {e}") from e
         with client:

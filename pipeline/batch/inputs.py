@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
+from ..checks import special_kind
 from ..errors import ConfigError, OutputError
 from ..log import log
+from ..textfile import read_text
+
+LIST_LIMIT = 16 << 20  # a million paths; a list larger than that is a device or a runaway file
 
 
 def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
@@ -48,11 +54,31 @@ def _expand(items: Iterable[str | os.PathLike], depth: int) -> Iterable[Path]:
 
 
 def _read_list(name: str) -> list[str]:
+    """The entries of ``@name``: a regular file, or a pipe (``@/dev/stdin``, ``@<(find ...)``), read no
+    further than LIST_LIMIT. A device is refused: ``@/dev/zero`` would be read until memory runs out."""
+    kind = special_kind(name)
+    if kind == "FIFO":
+        text = _read_pipe(name)
+    elif kind is not None:
+        raise ConfigError(f"input list: {name} is a {kind}; only a regular file or a pipe is read")
+    else:
+        text = read_text(name, LIST_LIMIT, "input list")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _read_pipe(name: str) -> str:
     try:
-        lines = Path(name).read_text().splitlines()
+        with open(name, "rb") as f:  # waits for a writer, as cat does (Ctrl-C ends the wait)
+            data = f.read(LIST_LIMIT + 1)
     except OSError as e:
-        raise ConfigError(f"@{name}: cannot read the input list: {e.strerror or e}") from e
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        raise ConfigError(f"input list: cannot read {name}: {e.strerror or e}") from e
+    if len(data) > LIST_LIMIT:
+        raise ConfigError(f"input list: {name} is larger than the limit of {LIST_LIMIT} bytes "
+                          f"({LIST_LIMIT >> 20} MiB)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"input list: cannot read {name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def output_for(source: Path, directory: Path, suffix: str) -> Path:
@@ -61,7 +87,10 @@ def output_for(source: Path, directory: Path, suffix: str) -> Path:
 
 
 def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:
-    """Each input's output; two inputs that would write the same file are refused before any work."""
+    """Each input's output. Refused before any work: a suffix that is not part of a name, two inputs
+    that would write the same file, and an output that is an input (a glob over the inputs' own
+    directory picks up the last batch's outputs: under ``-y`` one would be replaced by another's)."""
+    check_suffix(suffix)
     outputs = [output_for(s, directory, suffix) for s in sources]
     owner: dict[Path, Path] = {}
     for source, out in zip(sources, outputs):
@@ -69,14 +98,54 @@ def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[P
             raise ConfigError(f"{owner[out]} and {source} would both write {out}; "
                               "rename one, or run them in separate batches")
         owner[out] = source
+    inputs = {source.resolve(): source for source in sources}
+    for source, out in zip(sources, outputs):
+        other = inputs.get(out.resolve())
+        if other is not None:
+            what = "the input itself" if other == source else f"an input too ({other})"
+            raise ConfigError(f"{source}: its output {out} is {what}; choose another -o or --suffix")
     return outputs
+
+
+def check_suffix(suffix: str) -> None:
+    """A separator in the suffix would put outputs outside DIR (``--suffix /../../x``); a NUL cannot be
+    in a file name at all."""
+    if any(c and c in suffix for c in ("/", os.sep, os.altsep, "\0")):
+        raise ConfigError(f"--suffix {suffix!r}: a path separator or a NUL; the suffix is part of a file name")
 
 
 def prepare_directory(directory: Path) -> None:
     """Create the output directory (and its parents) if needed; refuse one that cannot be written."""
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{directory}: not a directory; -o names the directory the outputs go into")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"{directory}: cannot create the output directory: {e.strerror or e}") from e
     if not os.access(directory, os.W_OK):
         raise OutputError(f"{directory}: the output directory is not writable")
+
+
+@contextlib.contextmanager
+def claim_directory(directory: Path | None) -> Iterator[None]:
+    """Hold ``directory`` for one batch: a second batch writing into it at the same time is refused. Its
+    runs would find the first's outputs appearing (and fail), and each run removes its output's resume
+    marker before it starts, so the first batch's complete outputs would be left without one.
+
+    The lock is an flock on the directory itself: no file is left in it, and it is released however
+    the process ends. Where the filesystem has no flock for a directory (NFS), there is no guard."""
+    if directory is None:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{directory}: another batch is writing into this directory; wait for it to "
+                              "end, or choose another -o") from None
+        except OSError as e:
+            log.debug(f"{directory}: no lock against a second batch here: {e.strerror or e}")
+        yield
+    finally:
+        os.close(fd)

@@ -62,9 +62,16 @@ class BatchReport:
         return {"version": JSON_VERSION, "batch": {**self.settings, "workers": self.workers},
                 "totals": self.totals(), "files": [r.to_dict() for r in self.results]}
 
-    def write_json(self, path: str | Path) -> None:
+    def write_json(self, path: str | Path, exclusive: bool = False) -> None:
+        """``exclusive``: fail (FileExistsError) rather than replace a file that exists by now; a FIFO or
+        a device is written into either way."""
+        body = json.dumps(self.to_dict(), indent=2) + "\n"
+        special = Path(path).exists() and not Path(path).is_file()
         try:
-            Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+            with open(path, "x" if exclusive and not special else "w") as f:
+                f.write(body)
+        except FileExistsError:
+            raise
         except OSError as e:
             raise OutputError(f"{path}: cannot write the batch results: {e.strerror or e}") from e
 

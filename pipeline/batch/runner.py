@@ -18,8 +18,9 @@ from typing import Any, Callable, Sequence
 
 from ..config import RunConfig
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError
-from .cluster import connect, plan_workers, survey
-from .inputs import expand_inputs, outputs_for, prepare_directory
+from ..log import log
+from .cluster import check_dashboard_address, check_scheduler_address, connect, plan_workers, survey
+from .inputs import claim_directory, expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
 from .report import BatchReport
 from .resume import options_hash, why_incomplete
@@ -77,23 +78,25 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
             on_result: OnResult | None = None, stop: StopRequest | None = None) -> BatchReport:
     """The batch of ``inputs`` with run options ``cfg`` (its input and output are set per file)."""
     check_options(cfg)
+    check_cluster(batch)
     stop = stop or StopRequest()
     notify = on_result or (lambda result: None)
     sources = expand_inputs(inputs)
     specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
-    null = batch.output == "null"
-    outputs: list[Path | None] = [None] * len(sources) if null else list(
-        outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
-    if not null:
-        prepare_directory(Path(batch.output))
+    outputs = planned_outputs(sources, batch)
+    directory = None if batch.output == "null" else Path(batch.output)
+    if directory is not None:
+        prepare_directory(directory)
     digest = options_hash(cfg)
     report = BatchReport([FileResult(i, str(s), str(o) if o else None) for i, (s, o) in
                           enumerate(zip(sources, outputs))], settings=_describe(cfg, batch, digest))
-    jobs = plan(report, cfg, digest, notify)
-    if jobs and not stop.event.is_set():
-        with connect(specs, scheduler=batch.scheduler, processes=batch.processes,
-                     dashboard=batch.dashboard) as client:
-            Collector(client, report, stop, notify).run(jobs, own_cluster=batch.scheduler is None)
+    with claim_directory(directory):  # from the resume check to the last marker
+        jobs = plan(report, cfg, digest, notify)
+        specs = specs[:len(jobs)]  # a worker more than the files to run would only start and wait
+        if jobs and not stop.event.is_set():
+            with connect(specs, scheduler=batch.scheduler, processes=batch.processes,
+                         dashboard=batch.dashboard) as client:
+                Collector(client, report, stop, notify).run(jobs, own_cluster=batch.scheduler is None)
     for r in report.results:
         if r.status == "pending":  # stopped before it was submitted
             _cancelled(r, stop.signum or 2)
@@ -102,11 +105,33 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     return report
 
 
+def planned_outputs(sources: Sequence[Path], batch: BatchSettings) -> list[Path | None]:
+    """Each input's output (absolute), or None for each with ``-o null``."""
+    if batch.output == "null":
+        return [None] * len(sources)
+    return list(outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
+
+
 def check_options(cfg: RunConfig) -> None:
     if cfg.stats_json:
         raise ConfigError("--stats-json is one run's; a batch writes its results with --json PATH")
     if cfg.preview:
         raise ConfigError("--preview shows one run; batch workers have no window")
+
+
+def check_cluster(batch: BatchSettings) -> None:
+    """Addresses Dask cannot use are refused before any work; the options of a local cluster mean
+    nothing on a joined one: refused rather than ignored."""
+    if batch.dashboard is not None:
+        check_dashboard_address(batch.dashboard)
+    if batch.scheduler is None:
+        return
+    check_scheduler_address(batch.scheduler)
+    local = [name for name, value in (("--gpus", batch.gpus), ("--workers", batch.workers),
+                                      ("--dashboard", batch.dashboard)) if value is not None]
+    if local:
+        raise ConfigError(f"{', '.join(local)} with --scheduler: those set up a cluster here; the joined "
+                          "cluster's own workers run the files")
 
 
 def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> list[Job]:
@@ -157,6 +182,9 @@ class Collector:
 
         self.client.register_plugin(BatchPlugin(ignore_sigint=own_cluster), name=PLUGIN)
         self.offsets, self.report.workers = survey(self.client)
+        if not self.report.workers:  # a joined cluster's workers may be on their way: wait, but say so
+            log.warning("the scheduler has no workers yet: the files wait for one to join (Ctrl-C stops "
+                        "the batch)")
         self._submit(jobs)
         stopping = False
         while self.pending:
