@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Iterable
 
 from .config import is_url
 from .errors import ConfigError, OutputError, PipelineError
@@ -59,25 +60,37 @@ def _is_input(target: Path, source: str) -> bool:
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,
                      overwrite: bool = False) -> None:
-    """The --stats-json file is written after the run: refuse, before the run, a path that cannot be
-    written, and one whose writing would destroy something: the input, the output, or (without -y)
-    any existing file. A FIFO or a device (``/dev/stdout``) is written into, nothing is replaced."""
+    """The --stats-json file is written after the run: see :func:`check_report_path`; it must not be the
+    input or the output."""
     if not path:
         return
+    theirs = [(Path(other), what) for other, what in ((source, "the input"), (output, "the output"))
+              if isinstance(other, (str, Path)) and other and not is_url(str(other))]
+    check_report_path(path, "--stats-json", theirs, overwrite)
+
+
+def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,
+                      made_by_run: Path | None = None) -> None:
+    """A report (``option``'s file) is written at the end: refuse, before any work, a path that cannot be
+    written, and one whose writing would destroy something: one of ``theirs`` (path, what it is to the
+    user), or, without -y, any existing file. A FIFO or a device (``/dev/stdout``) is written into, nothing
+    is replaced. Its directory may be ``made_by_run``, which the run creates (and refuses if it cannot)."""
     target = Path(path)
+    check_name_length(target, option)
+    for other, what in theirs:
+        if _same_file(target, other):
+            raise ConfigError(f"{target}: {option} is {what}; choose another path")
     parent = target.parent if str(target.parent) else Path(".")
-    check_name_length(target, "--stats-json")
-    for other, what in ((source, "input"), (output, "output")):
-        if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
-            raise ConfigError(f"{target}: --stats-json is the {what}; choose another path")
     if target.is_dir():
-        raise OutputError(f"{target}: --stats-json is a directory")
-    if target.exists() and target.is_file() and not overwrite:
-        raise ConfigError(f"{target}: --stats-json file already exists (use -y/--overwrite to replace it)")
+        raise OutputError(f"{target}: {option} is a directory")
+    if target.is_file() and not overwrite:
+        raise ConfigError(f"{target}: {option} file already exists (use -y/--overwrite to replace it)")
+    if made_by_run is not None and _same_file(parent, made_by_run):
+        return
     if not parent.is_dir():
-        raise OutputError(f"{target}: --stats-json directory {parent} does not exist")
+        raise OutputError(f"{target}: {option} directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: --stats-json directory {parent} is not writable")
+        raise OutputError(f"{target}: {option} directory {parent} is not writable")
 
 
 def check_progress_path(path: str, source: str = "", output: Path | str | None = None,

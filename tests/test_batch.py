@@ -521,12 +521,12 @@ def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, 
 
 
 def test_cli_json_may_go_into_the_output_directory_it_creates(clips, tmp_path):
-    from pipeline.batch.cli import check_json_path
+    from pipeline.checks import check_report_path
 
     out = tmp_path / "new" / "out"
-    check_json_path(str(out / "r.json"), [], False, out)
+    check_report_path(str(out / "r.json"), "--json", [], False, made_by_run=out)
     with pytest.raises(OutputError, match="--json directory .* does not exist"):
-        check_json_path(str(tmp_path / "elsewhere" / "r.json"), [], False, out)
+        check_report_path(str(tmp_path / "elsewhere" / "r.json"), "--json", [], False, made_by_run=out)
 
 
 def test_a_json_file_that_appears_during_the_batch_is_kept(clips, tmp_path, capsys, monkeypatch):

@@ -7,11 +7,11 @@ import contextlib
 import os
 import signal
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from rich.console import Console
 
-from ..checks import _same_file, check_name_length
+from ..checks import check_report_path
 from ..errors import ConfigError, OutputError, PipelineError
 from .inputs import expand_inputs
 from .jobs import FileResult
@@ -75,7 +75,8 @@ def main(args: argparse.Namespace, err: Console) -> int:
     sources = expand_inputs(args.inputs)
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
-        check_json_path(args.results_json, _users_files(args.inputs, sources, batch), cfg.overwrite, out_dir)
+        check_report_path(args.results_json, "--json", _users_files(args.inputs, sources, batch), cfg.overwrite,
+                          made_by_run=out_dir)
     stop = StopRequest()
     _install_signal_handlers(stop)
     with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
@@ -96,30 +97,6 @@ def _stopped(report: BatchReport) -> str:
     c = report.counts()
     return (f"complete and kept: {c['done'] + c['skipped']}, stopped mid-run (outputs removed): "
             f"{c['interrupted']}, not started: {c['cancelled']}")
-
-
-def check_json_path(path: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,
-                    out_dir: Path | None = None) -> None:
-    """The results are written at the end: refuse, before any work, a path that cannot be written, and
-    one whose writing would destroy something: one of ``theirs`` (the inputs, their lists, the outputs:
-    (path, what it is)), or, without -y, any existing file. A FIFO or a device is written into. Its
-    directory may be ``out_dir``, which the batch creates (and refuses if it cannot)."""
-    target = Path(path)
-    check_name_length(target, "--json")
-    for other, what in theirs:
-        if _same_file(target, other):
-            raise ConfigError(f"{target}: --json is {what}; choose another path")
-    parent = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise OutputError(f"{target}: --json is a directory")
-    if target.is_file() and not overwrite:
-        raise ConfigError(f"{target}: --json file already exists (use -y/--overwrite to replace it)")
-    if out_dir is not None and _same_file(parent, out_dir):
-        return
-    if not parent.is_dir():
-        raise OutputError(f"{target}: --json directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: --json directory {parent} is not writable")
 
 
 def _users_files(items: list[str], sources: list[Path], batch: BatchSettings) -> list[tuple[Path, str]]:
