@@ -249,10 +249,28 @@ def test_run_many_writes_one_output_per_source_and_reports_each(clip, tmp_path):
         pipeline.run_many([clip], "null", bogus=1)
 
 
-def _frames_to_the_end(clip, device):
-    with pipeline.frames(clip, device=device) as frames:
-        for _ in frames:
-            pass
+# Run in a fresh process: threads other tests leave behind (Dask's offload and callback threads live as
+# long as the process) make cyclic garbage of their own while the run is measured.
+CYCLES_AFTER_A_RUN = """
+import gc, json, sys
+import pipeline
+clip, how, device, out = sys.argv[1:]
+
+def once():
+    if how == "frames":
+        with pipeline.frames(clip, device=device) as frames:
+            for _ in frames:
+                pass
+    else:
+        pipeline.run(clip, "null" if how == "null" else out, device=device, overwrite=True)
+
+once()  # caches filled (codecs, kernels, lazily built tables)
+gc.collect()
+gc.set_debug(gc.DEBUG_SAVEALL)
+once()
+found = gc.collect()
+print(json.dumps([found, sorted({type(o).__qualname__ for o in gc.garbage})]))
+"""
 
 
 @pytest.mark.parametrize("device", all_devices())
@@ -261,22 +279,12 @@ def test_a_run_leaves_no_reference_cycles(device, how, clip, tmp_path):
     """Everything a run held is freed when its last reference goes, not at a later full collection: a
     process running file after file (a batch worker) would otherwise hold decoders, frames and buffers
     of past runs, and grow between collections."""
-    import gc
+    import json
+    import subprocess
+    import sys
 
-    def once():
-        if how == "frames":
-            _frames_to_the_end(clip, device)
-        else:
-            pipeline.run(clip, "null" if how == "null" else str(tmp_path / "out.mkv"), device=device, overwrite=True)
-
-    once()  # caches filled (codecs, kernels, lazily built tables)
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        once()
-        found = gc.collect()
-        kinds = sorted({type(o).__qualname__ for o in gc.garbage})
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
+    proc = subprocess.run([sys.executable, "-c", CYCLES_AFTER_A_RUN, str(clip), how, device, str(tmp_path / "out.mkv")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found, kinds = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == 0, kinds
