@@ -60,21 +60,32 @@ def _is_input(target: Path, source: str) -> bool:
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,
                      overwrite: bool = False) -> None:
-    """The --stats-json file is written after the run: see :func:`check_report_path`; it must not be the
-    input or the output."""
-    if not path:
-        return
-    theirs = [(Path(other), what) for other, what in ((source, "the input"), (output, "the output"))
-              if isinstance(other, (str, Path)) and other and not is_url(str(other))]
-    check_report_path(path, "--stats-json", theirs, overwrite)
+    """The --stats-json file: see :func:`check_report_path`; it must not be the input or the output."""
+    if path:
+        check_report_path(path, "--stats-json", local_files(input=source, output=output), overwrite)
+
+
+def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
+                        stats_json: str | None = None) -> None:
+    """The ``-progress`` file, opened (and truncated) once the run is set up: see :func:`check_report_path`;
+    an existing file is replaced without -y, as ffmpeg replaces it."""
+    theirs = local_files(input=source, output=output, **{"--stats-json file": stats_json})
+    check_report_path(path, "-progress", theirs, overwrite=True)
+
+
+def local_files(**named: str | Path | None) -> list[tuple[Path, str]]:
+    """(path, "the <name>") for each of ``named`` that is a local path (not empty, not a URL)."""
+    return [(Path(value), f"the {name}") for name, value in named.items()
+            if isinstance(value, (str, Path)) and value and not is_url(str(value))]
 
 
 def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,
                       made_by_run: Path | None = None) -> None:
-    """A report (``option``'s file) is written at the end: refuse, before any work, a path that cannot be
-    written, and one whose writing would destroy something: one of ``theirs`` (path, what it is to the
-    user), or, without -y, any existing file. A FIFO or a device (``/dev/stdout``) is written into, nothing
-    is replaced. Its directory may be ``made_by_run``, which the run creates (and refuses if it cannot)."""
+    """A report (``option``'s file) is opened and written in place: refuse, before any work, a path that
+    cannot be written, and one whose writing would destroy something: one of ``theirs`` (path, what it is
+    to the user), or, without ``overwrite``, any existing file. A FIFO or a device (``/dev/stdout``) is
+    written into, nothing is replaced. Its directory may be ``made_by_run``, which the run creates (and
+    refuses if it cannot)."""
     target = Path(path)
     check_name_length(target, option)
     for other, what in theirs:
@@ -89,28 +100,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
         return
     if not parent.is_dir():
         raise OutputError(f"{target}: {option} directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
+    if not target.exists() and not os.access(parent, os.W_OK):  # an existing file is opened in place
         raise OutputError(f"{target}: {option} directory {parent} is not writable")
-
-
-def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
-                        stats_json: str | None = None) -> None:
-    """The ``-progress`` file is opened (and truncated, as ffmpeg does) once the run is set up: refuse, before
-    the run, one whose truncation would destroy the input, the output or the --stats-json file, and one
-    that cannot be written. An existing file is replaced without -y, as ffmpeg replaces it; a FIFO or a
-    device is written into."""
-    target = Path(path)
-    check_name_length(target, "-progress")
-    for other, what in ((source, "input"), (output, "output"), (stats_json, "--stats-json file")):
-        if isinstance(other, (str, Path)) and other and not is_url(str(other)) and _same_file(target, Path(other)):
-            raise ConfigError(f"{target}: -progress is the {what}; choose another path")
-    if target.is_dir():
-        raise OutputError(f"{target}: -progress is a directory")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"{target}: cannot write -progress: directory {parent} does not exist")
-    if not target.exists() and not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: cannot write -progress: directory {parent} is not writable")
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -212,7 +212,7 @@ def test_progress_refusals(clip, tmp_path):
     r = run_pipeline(clip, "out.mp4", "-progress", "udp://127.0.0.1:9", quiet=False, cwd=tmp_path)
     assert r.returncode == 2 and "-progress" in r.stderr
     r = run_pipeline(clip, "out.mp4", "-progress", tmp_path / "missing" / "p.txt", quiet=False, cwd=tmp_path)
-    assert r.returncode == 4 and "cannot write -progress" in r.stderr
+    assert r.returncode == 4 and "-progress directory" in r.stderr and "does not exist" in r.stderr
     assert not (tmp_path / "out.mp4").exists()
 
 
