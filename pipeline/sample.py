@@ -32,7 +32,7 @@ from . import synth
 from .checks import check_output
 from .config import file_url, is_url
 from .errors import ConfigError, Interrupted, OutputError, PipelineError
-from .outfile import place_output, temp_path_for
+from .outfile import final_path, place_output, temp_path_for
 from .sink import check_hardware_encoder, remove_stale_partials
 from .source import MAX_SIDE
 from .synth import synth_frame
@@ -295,7 +295,8 @@ def make_clip(
     _check_args(width, height, frames, codec, pix_fmt, seed)
     rate = _as_rate(fps)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path_for(path)
+    final = final_path(path)  # a symbolic link stays one: the file it points to is replaced, as by run
+    tmp = temp_path_for(final)
     try:
         with _open_output(tmp, path) as container:
             opts = _video_options(codec, crf, options, hdr)
@@ -313,7 +314,7 @@ def make_clip(
                 seed=seed,
                 hdr=hdr,
             )
-        place_output(tmp, path, overwrite)
+        place_output(tmp, final, overwrite, name=path)
     except BaseException:
         # A half-written clip looks valid to a quick glance; do not leave one.
         tmp.unlink(missing_ok=True)

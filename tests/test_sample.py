@@ -390,3 +390,13 @@ def test_unusable_targets_are_one_line_with_their_exit_code(tmp_path, target, co
     result = _sample("-o", target, *SMALL, cwd=tmp_path, timeout=30)  # a FIFO must not wait for a reader
     assert result.returncode == code and message in _one_error_line(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.mp4"]
+
+
+def test_a_link_target_is_written_through_and_stays_a_link(tmp_path):
+    real = tmp_path / "real.mp4"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.mp4"
+    link.symlink_to("real.mp4")
+    result = _sample("-o", "link.mp4", "-y", *SMALL, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and len(_decode(real)[1]) == 2
