@@ -12,7 +12,7 @@ import argparse
 
 from . import __version__
 from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
-                     MAX_STREAMS, RunConfig, check_device, preset_names)
+                     MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device, preset_names)
 from .errors import ConfigError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments
 from .log import LEVELS
@@ -206,6 +206,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--decode", choices=DECODERS,
                    help=f"decoder: cpu (PyAV, into the pinned ring), nvdec (the GPU's decoder, frames stay in device "
                         f"memory) or auto (nvdec when it takes the stream, else cpu) (default: {d.decode})")
+    p.add_argument("--nvdec-sessions", type=int, metavar="N",
+                   help=f"with --decode nvdec, NVDEC sessions decoding a file's GOPs side by side, 1 to "
+                        f"{MAX_NVDEC_SESSIONS}; a live or paced input uses one (default: {d.nvdec_sessions})")
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")

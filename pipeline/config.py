@@ -30,6 +30,7 @@ AUDIO_MODES = ("copy", "encode", "none")  # what the output does with the input'
 MAX_IN_FLIGHT = 64
 # CUDA_DEVICE_MAX_CONNECTIONS' largest value: more streams than the device has hardware queues share them.
 MAX_STREAMS = 32
+MAX_NVDEC_SESSIONS = 16  # sessions on one file; PEERS.md: NVDEC's total stops growing at 12-16
 # A slot is held from decode to upload, or from download to encode: by a frame in flight or one in the queue
 # beside it, so about 2 * MAX_IN_FLIGHT + 2 at most are busy at once; more slots only pin memory.
 MAX_RING_SIZE = 256
@@ -48,6 +49,7 @@ class RunConfig:
     filters: str = DEFAULT_FILTERS
     device: str = "auto"
     decode: str = "cpu"  # cpu, nvdec or auto (NVDEC when it takes the stream, else the CPU)
+    nvdec_sessions: int = 4  # NVDEC sessions sharing a file's GOPs (pipeline.gops); 1: one decoder
     codec: str = "libx264"
     encoder_opts: dict[str, str] = field(default_factory=dict)
     # The encoder's pixel format (yuv420p, yuv420p10le, or another it takes); None: the input's bit depth
@@ -95,6 +97,7 @@ class RunConfig:
         _check_int("streams", self.streams, 1, MAX_STREAMS)
         _check_int("in_flight", self.in_flight, 1, MAX_IN_FLIGHT)
         _check_int("copy_threads", self.copy_threads, 1)
+        _check_int("nvdec_sessions", self.nvdec_sessions, 1, MAX_NVDEC_SESSIONS)
         if self.pinned_cap_mib is not None:
             _check_int("pinned_cap_mib", self.pinned_cap_mib, 1)
         if self.frames is not None:
@@ -324,7 +327,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "decode": (str,), "codec": (str,), "stats_json": (str,),
     "pix_fmt": (str,),
     "alloc": (str,), "frames": (int,), "ring_size": (int,), "streams": (int,), "in_flight": (int,),
-    "copy_threads": (int,), "pinned_cap_mib": (int,), "write_combined": (bool,),
+    "copy_threads": (int,), "nvdec_sessions": (int,), "pinned_cap_mib": (int,), "write_combined": (bool,),
     "arena_headroom": (int, float), "quiet": (bool,), "overwrite": (bool,), "strict": (bool,), "debug": (bool,),
     "input_format": (str,), "output_format": (str,), "timeout": (int, float), "reconnect": (int,),
     "realtime": (bool,), "drop_policy": (str,), "latency_budget": (int, float), "preview": (bool,), "nvtx": (bool,),

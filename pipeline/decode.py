@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import av
 
@@ -78,7 +78,10 @@ class FrameReturns:
 
 
 class DecodeLoop:
-    """Demux and decode for :class:`pipeline.source.Source`: entries in demux order, one connection's."""
+    """Demux and decode for :class:`pipeline.source.Source`: entries in demux order, one connection's.
+    ``_gops``: several NVDEC sessions decode the video packets (:mod:`pipeline.gops`), or None."""
+
+    _gops = None
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
@@ -121,6 +124,8 @@ class DecodeLoop:
             try:
                 packet = next(demux)
             except StopIteration:
+                if self._gops is not None and not self._gops.finished:
+                    yield from self._drain_packet()  # the sessions' last segment ends here
                 return
             except av.error.FFmpegError as e:
                 if self.live:  # a stall or a lost connection: keep what the decoder holds, then report
@@ -144,7 +149,9 @@ class DecodeLoop:
         packet.stream = self.video
         yield packet
 
-    def _decode_packet(self, packet: av.Packet) -> list[tuple[av.VideoFrame, float]]:
+    def _decode_packet(self, packet: av.Packet) -> Iterable[tuple[av.VideoFrame, float]]:
+        if self._gops is not None:
+            return self._from_sessions(packet)
         if self.returns is not None:
             self.returns.drop()  # frames the pipeline is done with go back to the decoder's pool from here
         t0 = time.perf_counter()
@@ -167,6 +174,24 @@ class DecodeLoop:
                 self.corrupt_frames += 1
         self._concealed(packet, frames)
         return [(frame, dt) for frame in frames]
+
+    def _from_sessions(self, packet: av.Packet) -> Iterator[tuple[av.VideoFrame, float]]:
+        """Frames of several NVDEC sessions (:mod:`pipeline.gops`), in order; an empty packet ends the stream."""
+        outputs = self._gops.finish() if packet.size == 0 else self._gops.feed(packet)
+        for kind, value, extra in outputs:
+            if kind == "error":
+                if self._index == 0:
+                    refuse_deep_surfaces(self.path, self.video)
+                    raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream "
+                                         f"({_stream_desc(self.video)}): {value}") from value
+                self._bad_data(f"undecodable packet at pts {extra}", value)
+                self.decode_errors += 1
+                continue
+            if value.is_corrupt:
+                self._bad_data(f"corrupt frame at pts {value.pts}")
+                self.corrupt_frames += 1
+            yield value, extra
+            del value  # the session lets the frame go once nobody else holds it
 
     def _concealed(self, packet: av.Packet, frames: list) -> None:
         """Errors the decoder logged and concealed: the packet did not fail and, with slice threads, no

@@ -93,7 +93,8 @@ class Source(DecodeLoop):
 
     def __init__(self, path: str, *, strict: bool = False,
                  input_format: str | None = None, options: dict[str, str] | None = None,
-                 timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None):
+                 timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None,
+                 decode_sessions: int = 1, make_current: Callable[[], None] | None = None):
         self.path = path
         route_ffmpeg_log()
         self.hwaccel = hwaccel
@@ -119,11 +120,14 @@ class Source(DecodeLoop):
             self._origin = _start_time(self.container)
             self._trim = span.bind(self._origin) if span is not None else None
             self._seek_to_start()
+            if decode_sessions > 1 and self._can_share(decode_sessions):
+                self._open_sessions(decode_sessions, make_current or (lambda: None))
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
             self._clock = _Clock(_frame_step(self.video), _ticks(self.video, MAX_GAP_S))
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
+            self._close_sessions()
             drain_decoder(getattr(self, "video", None))  # probing may have left frame threads at work
             self._close_damage_log()
             self.container.close()
@@ -150,6 +154,42 @@ class Source(DecodeLoop):
             video.thread_count = 1  # the GPU decodes: one parsing thread each, not one per core per stream
             refuse_deep_surfaces(self.path, video)
         return video
+
+    @property
+    def decode_sessions(self) -> int:
+        return self._gops.sessions if self._gops is not None else 1
+
+    def _can_share(self, sessions: int) -> bool:
+        """Several NVDEC sessions need a file each can open (not a stream), and per-packet blame for
+        damage (not --strict, which a session's error could not name the packet for)."""
+        return (self.hwaccel is not None and not self.live and not self.strict and pipe_fd(self.path) is None
+                and not is_url(self.path))
+
+    def _open_sessions(self, sessions: int, make_current: Callable[[], None]) -> None:
+        """The other sessions' decoders, made from this stream's parameters (no second open or probe of the
+        file: the packets come from this container's demuxer). Fewer sessions if the GPU refuses more."""
+        from .gops import GopDecoders
+
+        first = self.video.codec_context
+        contexts = [first]
+        for _ in range(sessions - 1):
+            try:
+                ctx = av.CodecContext.create(first.name, "r", hwaccel=self.hwaccel)
+                ctx.extradata = first.extradata
+                ctx.thread_type, ctx.thread_count = "SLICE", 1
+                ctx.open()  # the device context now; NVDEC's own decoder at the first packet, in its session
+            except (av.error.FFmpegError, OSError, ValueError) as e:
+                log.debug(f"{self.path}: {len(contexts)} NVDEC sessions, not {sessions}: {e}")
+                break
+            contexts.append(ctx)
+        if len(contexts) > 1:
+            self._gops = GopDecoders(contexts, lookahead=_lookahead(self.video), make_current=make_current)
+            self.returns = self._gops.returns
+
+    def _close_sessions(self) -> None:
+        gops, self._gops = self._gops, None
+        if gops is not None:
+            gops.close()
 
     def _open(self):
         fd = pipe_fd(self.path)
@@ -283,6 +323,7 @@ class Source(DecodeLoop):
         self._writer(frame, dst)
 
     def close(self) -> None:
+        self._close_sessions()  # first: session 0 decodes with this container's decoder
         drain_decoder(self.video)  # may still take surfaces from the pool: frames handed back are held till then
         if self.returns is not None:
             self.returns.close()
@@ -306,6 +347,13 @@ def _held_weakly(method: Callable) -> Callable:
             bound(*args)
 
     return call
+
+
+def _lookahead(video) -> int:
+    """Decoded surfaces each NVDEC session may hold ahead of the pipeline: about 256 MiB of NV12 each, 8 to 64."""
+    cc = video.codec_context
+    frame_bytes = max(1, cc.width * cc.height * 3 // 2)
+    return max(8, min(64, (256 << 20) // frame_bytes))
 
 
 def check_frame_size(path: str, width: int, height: int) -> None:

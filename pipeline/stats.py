@@ -31,6 +31,7 @@ SCHEMA_VERSION = 1
 class RunStats:
     device: str = "cpu"
     decode: str = "cpu"  # cpu or nvdec
+    decode_sessions: int = 1  # NVDEC sessions sharing the input's GOPs (pipeline.gops)
     layouts: dict[str, str] = field(default_factory=dict)  # the frames' layout in and out (i420, i420p10, ...)
     pix_fmt: str | None = None  # the encoder's pixel format (None: no encoder)
     strategy: str = "pool"
@@ -135,6 +136,7 @@ class RunStats:
             "output": self.output,
             "device": self.device,
             "decode": self.decode,
+            "decode_sessions": self.decode_sessions,
             "alloc": self.strategy,
             "size": [self.width, self.height],
             "layouts": self.layouts,

@@ -174,8 +174,72 @@ def test_surfaces_go_back_to_the_decoder_on_the_decoding_thread(h264, alloc, mon
     monkeypatch.setattr(FrameReturns, "drop", counting_drop)
     for _ in range(4):  # the deadlock it prevents came about once in several runs
         taken.clear(), dropped.clear()
-        stats = pipeline.run(h264, "null", device="cuda", decode="nvdec", alloc=alloc, in_flight=1, quiet=True)
+        stats = pipeline.run(h264, "null", device="cuda", decode="nvdec", alloc=alloc, in_flight=1, nvdec_sessions=1,
+                             quiet=True)
         assert stats["frames_out"] == FRAMES
         assert len(taken) == FRAMES and sum(n for _, n in dropped) == FRAMES
         droppers = {t for t, n in dropped if n}
         assert not droppers & set(taken)
+
+
+@pytest.fixture(scope="module")
+def short_gops(tmp_path_factory) -> Path:
+    """Enough GOPs for four sessions: 96 frames, a keyframe every 16, B-frames, audio."""
+    return make_sample.make_clip(tmp_path_factory.mktemp("nvdec") / "gops.mp4", width=W, height=H, frames=96,
+                                 fps=30, seed=7, options={"g": "16", "bf": "3"})
+
+
+@pytest.mark.parametrize("open_gop", [False, True], ids=["closed", "open"])
+def test_nvdec_sessions_give_the_frames_one_session_gives(tmp_path, open_gop):
+    options = {"g": "16", "bf": "3", **({"x264-params": "open-gop=1"} if open_gop else {})}
+    clip = make_sample.make_clip(tmp_path / "c.mp4", width=W, height=H, frames=96, fps=30, seed=8, options=options)
+    one = run(clip, tmp_path / "one.mkv", "--decode", "nvdec", "--nvdec-sessions", "1")
+    four = run(clip, tmp_path / "four.mkv", "--decode", "nvdec", "--nvdec-sessions", "4")
+    assert one["decode_sessions"] == 1 and four["decode_sessions"] == 4
+    assert four["steady_device_allocs_per_frame"] == 0 and four["memory"]["device_allocs"] == 1
+    a, b = decode(tmp_path / "one.mkv"), decode(tmp_path / "four.mkv")
+    assert len(a.frames) == len(b.frames) == 96 and a.pts == b.pts and a.audio_packets == b.audio_packets > 0
+    for x, y in zip(a.frames, b.frames):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_nvdec_sessions_with_a_span_naive_alloc_and_the_frames_api(short_gops, tmp_path):
+    whole = run(short_gops, tmp_path / "whole.mkv", "--decode", "nvdec", "--nvdec-sessions", "1")
+    cut = run(short_gops, tmp_path / "cut.mkv", "--decode", "nvdec", "-ss", "0.9", "-t", "1.5", "--naive-alloc")
+    assert whole["frames_out"] == 96 and cut["frames_out"] == 45 and cut["decode_sessions"] == 4
+    a, b = decode(tmp_path / "whole.mkv"), decode(tmp_path / "cut.mkv")
+    for x, y in zip(a.frames[27:72], b.frames):
+        np.testing.assert_array_equal(x, y)
+    with pipeline.frames(short_gops, device="cuda", decode="nvdec", nvdec_sessions=3) as frames:
+        many = [f.array.get() for f in frames]
+    with pipeline.frames(short_gops, device="cuda", decode="nvdec", nvdec_sessions=1) as frames:
+        reference = [f.array.get() for f in frames]
+    assert len(many) == len(reference) == 96
+    assert all(np.array_equal(x, y) for x, y in zip(many, reference))
+
+
+@pytest.mark.parametrize("alloc", ["pool", "naive"])
+def test_nvdec_sessions_let_surfaces_go_on_their_own_threads(short_gops, alloc, monkeypatch):
+    """With several sessions every surface goes back to its pool on the thread of the session that decoded it
+    (or after that session ended), however the pipeline's threads drop their references."""
+    import threading
+
+    from pipeline import gops
+
+    released = []
+    release = gops._Session._release
+
+    def watched(self):
+        before = len(self._alive)
+        release(self)
+        released.append((threading.current_thread().name, before - len(self._alive)))
+
+    monkeypatch.setattr(gops._Session, "_release", watched)
+    for _ in range(4):
+        released.clear()
+        stats = pipeline.run(short_gops, "null", device="cuda", decode="nvdec", alloc=alloc, in_flight=1,
+                             nvdec_sessions=4, quiet=True)
+        assert stats["frames_out"] == 96 and stats["decode_sessions"] == 4
+        names = {name for name, n in released if n}
+        assert names and all(name.startswith("pipeline-nvdec") for name in names)
+        assert sum(n for _, n in released) >= 96 - 4 * 8  # the rest went when the sessions stopped

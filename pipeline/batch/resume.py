@@ -26,7 +26,7 @@ MARKER_VERSION = 1
 # including ones added later, is hashed: an unknown field makes a file be processed again, never skipped.
 _NOT_HASHED = frozenset({
     "input", "output", "overwrite", "quiet", "stats_json", "debug", "preview", "nvtx", "alloc", "ring_size",
-    "streams", "in_flight", "copy_threads", "arena_headroom", "latency_budget",
+    "streams", "in_flight", "copy_threads", "nvdec_sessions", "arena_headroom", "latency_budget",
 })
 
 
