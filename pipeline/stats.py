@@ -51,6 +51,8 @@ class RunStats:
     mode: str = "file"  # file, paced (--realtime) or live
     drop_policy: str = "block"
     drops: dict[str, int] = field(default_factory=lambda: {s: 0 for s in DROP_STAGES})
+    first_drop_s: float | None = None  # seconds into the run of the first drop, and of the last
+    last_drop_s: float | None = None
     queues: dict[str, dict[str, int]] = field(default_factory=dict)  # channel: size and peak occupancy
     reconnects: int = 0
     latency: LatencyLog | None = None  # per-hop timestamps (set by the engine)
@@ -90,6 +92,9 @@ class RunStats:
         """Count a dropped frame; ``received``: it had not been counted in frames_in yet."""
         with self._lock:
             self.drops[stage] += 1
+            self.last_drop_s = round(time.perf_counter() - self.started, 3)
+            if self.first_drop_s is None:
+                self.first_drop_s = self.last_drop_s
             self.frames_in += received
 
     @property
@@ -167,6 +172,7 @@ class RunStats:
             "mode": self.mode,
             "drop_policy": self.drop_policy,
             "drops": {**self.drops, "total": self.dropped},
+            "drops_at_s": {"first": self.first_drop_s, "last": self.last_drop_s},
             "queues": self.queues,
             "reconnects": self.reconnects,
             "latency_budget_ms": lat.budget_ms if lat else None,

@@ -11,17 +11,22 @@ pool; the naive ones allocate per frame. A last sweep encodes each stream with l
 low-latency), where the CPU decides. Writes streams.json and streams.md (date, command, hardware).
 
 ``--processes K`` runs each trial as K worker processes of N/K streams each (each its own CUDA context, arena
-and pinned pool) instead of N threads in one process: the execution model, measured against the other.
+and pinned pool) instead of N threads in one process: the execution model, measured against the other. The
+workers warm up first (one short run each) and start their trials together, as streams joining processes
+that already run; ``--cold-start`` starts the trials with the processes, each one's start-up beside the
+others' streams.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +52,9 @@ def parse_args(argv):
     p.add_argument("--x264", type=counts, default=[2, 4, 6, 8], help="stream counts tried with libx264 output")
     p.add_argument("--decode", default="nvdec", choices=("nvdec", "cpu"))
     p.add_argument("--processes", type=int, default=1, help="worker processes per trial (default: 1, threads only)")
+    p.add_argument("--cold-start", action="store_true",
+                   help="with --processes, start the trials as the workers start (their start-up beside the "
+                        "streams of the others) instead of after every worker has warmed up")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a worker: one trial of N streams, a JSON line out
     p.add_argument("--alloc", default="pool", help=argparse.SUPPRESS)
     p.add_argument("--output", default="null", help=argparse.SUPPRESS)
@@ -59,28 +67,59 @@ def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int,
                      overwrite=True, codec="libx264")
     outputs = ["null"] * n if output == "null" else [str(out_dir / f"s{i}.mkv") for i in range(n)]
     configs = [base.replace(input=str(clip), output=o) for o in outputs]
+    started = time.time()
     result = run_many(configs)
     streams = [s.stats for s in result.streams if s.stats]
     drops = sum(s["drops"]["total"] for s in streams)
     failed = [s.error for s in result.streams if s.exit_code]
     worst_fps = min((s["frames_out"] / s["wall_s"] for s in streams if s["wall_s"]), default=0.0)
-    return {"streams": n, "alloc": alloc, "output": output, "drops": drops, "failed": len(failed),
+    return {"streams": n, "alloc": alloc, "output": output, "drops": drops, **_drop_times(streams, started),
+            "failed": len(failed),
             "errors": failed[:3], "frames_out": result.frames, "wall_s": round(result.wall_s, 2),
             "aggregate_fps": round(result.frames / result.wall_s, 1), "worst_stream_fps": round(worst_fps, 1),
             "sustained": drops == 0 and not failed, "shared": result.shared}
 
 
+def _drop_times(streams: list[dict], started: float) -> dict:
+    """When the streams dropped: the earliest first drop and the latest last one, seconds into their runs,
+    and the trial's start (wall clock), so that the processes of one trial can be lined up."""
+    first = [s["drops_at_s"]["first"] for s in streams if s["drops_at_s"]["first"] is not None]
+    last = [s["drops_at_s"]["last"] for s in streams if s["drops_at_s"]["last"] is not None]
+    return {"first_drop_s": min(first, default=None), "last_drop_s": max(last, default=None), "started": started,
+            "dropping_streams": len(first)}
+
+
 def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, output: str, frames: int,
-                       out_dir: Path) -> dict:
-    """One trial as k worker processes sharing the n streams, started together; their rows merged."""
+                       out_dir: Path, cold: bool = False) -> dict:
+    """One trial as k worker processes sharing the n streams, their rows merged. Each worker first warms up
+    (imports, CUDA context, kernels: one short unpaced run) and the trials start together once all are
+    ready, as streams join processes already running; ``cold``: the workers start their trials at once."""
     shares = [n // k + (i < n % k) for i in range(k)]
     procs = [(m, subprocess.Popen([sys.executable, __file__, "--one", str(m), "--alloc", alloc, "--decode", decode,
-                                   "--output", output, "--frames", str(frames), "--out-dir", str(out_dir / f"w{i}")],
-                                  stdout=subprocess.PIPE, text=True)) for i, m in enumerate(shares) if m]
+                                   "--output", output, "--frames", str(frames), "--out-dir", str(out_dir / f"w{i}"),
+                                   *(["--cold-start"] if cold else [])],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+             for i, m in enumerate(shares) if m]
+    if not cold:  # every worker warm first, then all trials at once: no process's start-up beside the streams
+        for _, p in procs:
+            p.stdout.readline()  # "ready" (or the end of a worker that died: its row says so)
+        for _, p in procs:
+            with contextlib.suppress(BrokenPipeError):
+                p.stdin.write("go\n")
+                p.stdin.flush()
     rows = [_worker_row(m, p) for m, p in procs]  # each worker is waited for, whatever the others did
+    origin = min((r["started"] for r in rows if "started" in r), default=0.0)
+    for i, r in enumerate(rows):
+        if r["drops"]:
+            at = r["started"] - origin
+            print(f"bench_streams:   worker {i} (started at +{at:.2f} s): {r['drops']} drops in "
+                  f"{r['dropping_streams']} streams, {at + r['first_drop_s']:.2f}-{at + r['last_drop_s']:.2f} s "
+                  "after the first worker started", flush=True)
     frames_out, wall = sum(r["frames_out"] for r in rows), max(r["wall_s"] for r in rows)
     return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output,
             "drops": sum(r["drops"] for r in rows), "failed": sum(r["failed"] for r in rows),
+            "first_drop_s": min((r["first_drop_s"] for r in rows if r.get("first_drop_s") is not None), default=None),
+            "last_drop_s": max((r["last_drop_s"] for r in rows if r.get("last_drop_s") is not None), default=None),
             "errors": [e for r in rows for e in r["errors"]][:3], "frames_out": frames_out, "wall_s": wall,
             "aggregate_fps": round(frames_out / wall, 1) if wall else 0.0,
             "worst_stream_fps": min(r["worst_stream_fps"] for r in rows),
@@ -96,14 +135,16 @@ def _worker_row(streams: int, process: subprocess.Popen) -> dict:
             "errors": [f"worker process exited {process.returncode}"], "sustained": False}
 
 
-def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say, processes=1) -> tuple[list[dict], int]:
+def sweep(clip, counts_, alloc, output, decode, frames, out_dir, say, processes=1,
+          cold=False) -> tuple[list[dict], int]:
     rows, best = [], 0
     for n in counts_:
         if processes > 1:
-            row = trial_in_processes(clip, n, processes, alloc, decode, output, frames, out_dir)
+            row = trial_in_processes(clip, n, processes, alloc, decode, output, frames, out_dir, cold)
         else:
             row = trial(clip, n, alloc, decode, output, frames, out_dir)
-        say(f"{alloc} {output} x{n} ({processes} process(es)): drops {row['drops']}, failed {row['failed']}, "
+        when = f" (from {row['first_drop_s']} s to {row['last_drop_s']} s)" if row["drops"] else ""
+        say(f"{alloc} {output} x{n} ({processes} process(es)): drops {row['drops']}{when}, failed {row['failed']}, "
             f"{row['aggregate_fps']} fps in all")
         rows.append(row)
         if not row["sustained"]:
@@ -112,9 +153,11 @@ def sweep(clip, counts_, alloc, decode, output, frames, out_dir, say, processes=
     return rows, best
 
 
-def _model(processes: int) -> str:
+def _model(processes: int, cold: bool = False) -> str:
     if processes > 1:
-        return f"{processes} worker processes, the streams shared out among them (one CUDA context each)"
+        start = "started with the processes" if cold else "started together once every worker had warmed up"
+        return (f"{processes} worker processes, the streams shared out among them (one CUDA context each), "
+                f"trials {start}")
     return "one process, a thread per stage per stream, one shared arena and pinned pool"
 
 
@@ -122,7 +165,7 @@ def markdown(report: dict) -> str:
     lines = ["## Live 1080p30 streams on one GPU (`scripts/bench_streams.py`)", "",
              f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
              f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores",
-             f"- **Execution:** {_model(report.get('processes', 1))}", "",
+             f"- **Execution:** {_model(report.get('processes', 1), report.get('cold_start', False))}", "",
              "| alloc | output | streams | drops | failed | frames/s in all | slowest stream fps | sustained |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in report["rows"]:
@@ -140,6 +183,12 @@ def main(argv=None) -> int:
     frames = args.frames or int(args.seconds * 30)
     if args.one:  # a worker process of --processes: its clip is the parent's
         clip = args.out_dir.parent / "stream_1080p30.mp4"
+        if not args.cold_start:
+            warm = RunConfig(device="cuda", alloc=args.alloc, decode=args.decode, quiet=True, frames=8,
+                             input=str(clip), output="null")
+            run_many([warm])
+            print("ready", flush=True)
+            sys.stdin.readline()  # the parent's go, once every worker is ready
         row = trial(clip, args.one, args.alloc, args.decode, args.output, frames, args.out_dir)
         print(json.dumps({k: v for k, v in row.items() if k != "shared"}), flush=True)
         return 0
@@ -153,9 +202,10 @@ def main(argv=None) -> int:
 
     rows = []
     k = args.processes
-    pool_rows, best_pool = sweep(clip, args.pool, "pool", args.decode, "null", frames, args.out_dir, say, k)
-    naive_rows, best_naive = sweep(clip, args.naive, "naive", args.decode, "null", frames, args.out_dir, say, k)
-    x264_rows, best_x264 = sweep(clip, args.x264, "pool", args.decode, "file", frames, args.out_dir, say, k)
+    common = (args.decode, frames, args.out_dir, say, k, args.cold_start)
+    pool_rows, best_pool = sweep(clip, args.pool, "pool", "null", *common)
+    naive_rows, best_naive = sweep(clip, args.naive, "naive", "null", *common)
+    x264_rows, best_x264 = sweep(clip, args.x264, "pool", "file", *common)
     rows = pool_rows + naive_rows + x264_rows
     from pipeline.gpu.cuda import cupy
     from pipeline.gpu.probe import device_info
@@ -163,7 +213,8 @@ def main(argv=None) -> int:
     info = device_info(cupy())
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": " ".join(["python", "scripts/bench_streams.py", *(argv or sys.argv[1:])]),
-              "gpu": info["name"], "cpu_count": os.cpu_count(), "processes": k, "rows": rows,
+              "gpu": info["name"], "cpu_count": os.cpu_count(), "processes": k, "cold_start": args.cold_start,
+              "rows": rows,
               "best": {"pool": best_pool, "naive": best_naive, "pool_x264": best_x264}}
     (args.out_dir / "streams.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
