@@ -645,3 +645,15 @@ def test_posterize_plugin_through_the_cli(clip, tmp_path):
                      "--filters", "posterize=levels=4", env=environment(**WIDE))
     assert result.returncode == 0, result.stderr
     assert frame_size(out) == (192, 108, 5)
+
+
+def test_gaussian_taps_are_opencvs():
+    """The blur's taps, computed without OpenCV, are OpenCV's own getGaussianKernel, bit for bit."""
+    import cv2
+
+    from pipeline.filters.blur import gaussian_taps
+
+    for sigma in (5e-324, 1e-10, 0.3, 0.5, 1.0, 1.5, 2.25, 3.0, 7.7, 16.0):
+        radius = max(1, int(np.ceil(3 * sigma)))
+        expected = cv2.getGaussianKernel(2 * radius + 1, sigma, ktype=cv2.CV_32F).ravel()
+        np.testing.assert_array_equal(gaussian_taps(sigma), expected)

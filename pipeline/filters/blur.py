@@ -18,7 +18,6 @@ import math
 import re
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from ..gpu.cuda import f32, float_literal, i32, launch_1d, launch_2d, raw_kernel
@@ -285,11 +284,19 @@ def _fused_source(taps_bytes: bytes, tag: str, mix: bool) -> tuple[str, str, Fus
 
 
 def gaussian_taps(sigma: float) -> np.ndarray:
+    """OpenCV's getGaussianKernel for sigma > 0 (in double, normalised, then float32), without importing
+    OpenCV on the GPU path: its import is a noticeable part of a run's start-up."""
     radius = max(1, math.ceil(3 * sigma))
-    return cv2.getGaussianKernel(2 * radius + 1, sigma, ktype=cv2.CV_32F).ravel()
+    x = np.arange(-radius, radius + 1, dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        taps = np.exp(np.float64(-0.5) / (sigma * sigma) * x * x)
+    taps[radius] = 1.0  # exp(-inf * 0) for a sigma whose square underflows: the limit, one tap, as OpenCV's
+    return (taps * (1.0 / taps.sum())).astype(np.float32)
 
 
 def separable_cpu(src: np.ndarray, dst: np.ndarray, taps: np.ndarray) -> None:
+    import cv2  # the CPU backend's convolution; not needed to run on the GPU
+
     for c in range(src.shape[0]):
         cv2.sepFilter2D(src[c], cv2.CV_32F, taps, taps, dst=dst[c], borderType=cv2.BORDER_REFLECT_101)
 
