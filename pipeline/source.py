@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 import weakref
 from fractions import Fraction
 from pathlib import Path
@@ -390,6 +391,11 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     except av.error.FFmpegError as e:
         if hwaccel is not None and isinstance(e, OSError):  # no driver, or no device context: not the file
             raise GPUError(f"{path}: cannot open NVDEC on this GPU: {e}") from e
+        refused = _REFUSED_OPTION.search(str(e))
+        if refused and refused.group(1) in options:  # the user's value, not the input's fault
+            key = refused.group(1)
+            raise ConfigError(f"Invalid --input-opt {key}={options[key]}: the demuxer refused the value "
+                              f"({e.strerror or 'out of range or malformed'})") from e
         raise InputError(f"{path}: cannot open as video: {e}") from e
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open: {e}") from e
@@ -400,6 +406,10 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         container.close()
         raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
     return container
+
+
+# What FFmpeg logs when an option's value does not parse or is out of range (PyAV appends the last log line).
+_REFUSED_OPTION = re.compile(r"Error setting option (\S+) to value ")
 
 
 def _check_local(path: str) -> None:

@@ -70,7 +70,11 @@ def test_non_finite_toml_value_exits_2(tmp_path, clip):
     (("--latency-budget", "-5"), "latency_budget"), (("--latency-budget", "0"), "latency_budget"),
     (("-ss", "nan"), "-ss"), (("-t", "inf"), "-t"), (("-to", "1e400"), "-to"), (("-t", "0"), "duration"),
     (("--pinned-cap-mib", "0"), "pinned_cap_mib"), (("--pinned-cap-mib", "-1"), "pinned_cap_mib"),
-    (("--reconnect", "-1"), "reconnect"),
+    (("--reconnect", "-1"), "reconnect"), (("--nvdec-sessions", "0"), "nvdec_sessions"),
+    (("--nvdec-sessions", "17"), "nvdec_sessions"),
+    (("--input-opt", "probesize=-5"), "--input-opt probesize=-5"),
+    (("--input-opt", "analyzeduration=1e99"), "--input-opt analyzeduration"),
+    (("--input-opt", "probesize=abc"), "--input-opt probesize=abc"),
 ], ids=lambda v: v if isinstance(v, str) else "_".join(v))
 def test_values_below_their_range_or_not_numbers_exit_2(tmp_path, clip, args, word):
     one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, word)
