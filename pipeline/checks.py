@@ -66,10 +66,10 @@ def check_stats_path(path: str | None, source: str = "", output: Path | str | No
 
 
 def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
-                        stats_json: str | None = None) -> None:
+                        stats_json: str | None = None, theirs: Iterable[tuple[Path, str]] = ()) -> None:
     """The ``-progress`` file, opened (and truncated) once the run is set up: see :func:`check_report_path`;
-    an existing file is replaced without -y, as ffmpeg replaces it."""
-    theirs = local_files(input=source, output=output, **{"--stats-json file": stats_json})
+    an existing file is replaced without -y, as ffmpeg replaces it, but never the run's own files."""
+    theirs = [*local_files(input=source, output=output, **{"--stats-json file": stats_json}), *theirs]
     check_report_path(path, "-progress", theirs, overwrite=True)
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -108,7 +109,7 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
                                   "(--stats-json has each stream's figures)")
 
             return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers)
-        return cmd_run(cfg, err, progress=args.progress)
+        return cmd_run(cfg, err, progress=args.progress, config=args.config)
     if args.command == "bench":
         from .bench import bench
 
@@ -134,13 +135,13 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
     return EXIT_USAGE
 
 
-def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None) -> int:
+def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: str | None = None) -> int:
     from .engine import Pipeline, RunControl
     from .progress import check_progress, progress_for, progress_report
 
     to_stdout = writes_stdout(cfg)
     if progress:
-        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json)
+        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json, _read_files(cfg, config))
     control = RunControl()
     _install_signal_handlers(control)
     control.interruptible = True  # until the output is about to be created (build_parts)
@@ -229,6 +230,18 @@ def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool 
             err.print(f"pipeline: warning: cannot write {path}: {e.strerror or e}", markup=False, soft_wrap=True)
             return
         raise OutputError(f"{path}: cannot write statistics: {e.strerror or e}") from e
+
+
+def _read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:
+    """Files the run reads besides its input, which a report must never truncate: the config file, the
+    plugins, the filters' files (a LUT)."""
+    from .config import find_config
+    from .filters.registry import chain_files
+
+    files = [(find_config(config), "the --config file")] if config else []
+    files += [(Path(p), "a --plugin file") for p in cfg.plugins]
+    files += [(p, "a file the filter chain reads") for p in chain_files(cfg.filters)]
+    return files
 
 
 def _install_signal_handlers(control: Any) -> None:

@@ -9,7 +9,7 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Iterable, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -126,9 +126,10 @@ def clock(us: int) -> str:
 
 
 def check_progress(url: str, writes_stdout: bool, source: str = "", output: Path | str | None = None,
-                   stats_json: str | None = None) -> None:
+                   stats_json: str | None = None, theirs: Iterable[tuple[Path, str]] = ()) -> None:
     """Refuse, before the run, a ``-progress`` target that is not a file, ``pipe:1`` or ``-`` (stdout), or
-    ``pipe:2`` (stderr); stdout when it carries the video; a file that must not be truncated."""
+    ``pipe:2`` (stderr); stdout when it carries the video; a file that must not be truncated (the input,
+    the output, the statistics, or one of ``theirs``: the config file, a plugin, a filter's LUT)."""
     fd = pipe_fd(url, 1)
     if fd is not None:
         if fd == 1 and writes_stdout:
@@ -140,7 +141,7 @@ def check_progress(url: str, writes_stdout: bool, source: str = "", output: Path
         raise ConfigError(f"-progress {url}: a file, pipe:1 or pipe:2 (URLs are not written to)")
     if writes_stdout and _is_stdout(url):
         raise ConfigError(f"-progress {url}: is stdout, which carries the video (-o -); use pipe:2 or a file")
-    check_progress_path(url, source, output, stats_json)
+    check_progress_path(url, source, output, stats_json, theirs)
 
 
 def _is_stdout(path: str) -> bool:

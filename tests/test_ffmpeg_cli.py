@@ -232,6 +232,24 @@ def test_progress_refuses_the_runs_own_files_and_truncates_nothing(clip, tmp_pat
     assert partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("which", ["config", "lut", "lut_in_config", "plugin"])
+def test_progress_refuses_the_files_the_run_reads_and_truncates_none(clip, tmp_path, which):
+    """The config file, a LUT of the chain (named directly or by the config) and a plugin are read by the
+    run: -progress naming one would empty it."""
+    lut = tmp_path / "warm.cube"
+    lut.write_text((Path(__file__).resolve().parents[1] / "pipeline/presets/luts/warm.cube").read_text())
+    (config := tmp_path / "c.toml").write_text('filters = "lut3d=file=warm.cube"\n')
+    (plugin := tmp_path / "plug.py").write_text("# a plugin that registers nothing\n")
+    args = {"config": ("--config", config), "lut": ("-vf", f"lut3d=file={lut}"),
+            "lut_in_config": ("--config", config), "plugin": ("--plugin", plugin)}[which]
+    named = {"config": config, "lut": lut, "lut_in_config": lut, "plugin": plugin}[which]
+    before = {f: f.read_bytes() for f in (lut, config, plugin)}
+    r = run_pipeline(clip, "-o", tmp_path / "out.mp4", *args, "-progress", named, cwd=tmp_path)
+    one_error(r, 2, "-progress is", str(named.name))
+    assert {f: f.read_bytes() for f in before} == before
+    assert not (tmp_path / "out.mp4").exists()
+
+
 def test_progress_refuses_stdout_when_it_carries_the_video(clip, tmp_path):
     with open(tmp_path / "video.ts", "wb") as video:
         r = subprocess.run(pipeline_command(clip, "-o", "-", "-f", "mpegts", "-progress", "/dev/stdout"),

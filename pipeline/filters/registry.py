@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 from ..errors import ConfigError
 
@@ -207,19 +207,41 @@ def resolve_paths(text: str, base: Path) -> str:
     return ",".join(tokens)
 
 
-def _resolve_args(cls: type[Filter], arg_text: str, base: Path) -> list[str]:
+def chain_files(text: str) -> list[Path]:
+    """The files a chain's known filters read (their ``is_path`` parameters), as written."""
+    from . import builtin  # noqa: F401  registers the built-in filters
+
+    files = []
+    for token in text.split(","):
+        name, eq, arg_text = token.partition("=")
+        cls = FILTERS.get(name.strip())
+        if cls is not None and eq:
+            files += [Path(value.strip()).expanduser() for _, _, _, value, is_path in _args(cls, arg_text) if is_path]
+    return files
+
+
+def _args(cls: type[Filter], arg_text: str) -> Iterator[tuple[str, str, str, str, bool]]:
+    """Each ``:``-separated argument as (text, key, "=" or "", value, whether it names a file)."""
     known = {p.name: p for p in cls.params}
-    args, position = [], 0
+    position = 0
     for arg in arg_text.split(":"):
-        if arg.strip():  # positions count the non-empty values, as _parse_filter does
-            key, eq, value = arg.partition("=")
-            if not eq:
-                key, value = (cls.params[position].name if position < len(cls.params) else ""), arg
-            param = known.get(key.strip())
-            if param is not None and param.is_path and value.strip():
-                value = _relative_to(value.strip(), base, cls.name)
-                arg = f"{key}={value}" if eq else value
-            position += 1
+        if not arg.strip():
+            yield arg, "", "", "", False
+            continue
+        key, eq, value = arg.partition("=")  # positions count the non-empty values, as _parse_filter does
+        if not eq:
+            key, value = (cls.params[position].name if position < len(cls.params) else ""), arg
+        param = known.get(key.strip())
+        yield arg, key, eq, value, param is not None and param.is_path and bool(value.strip())
+        position += 1
+
+
+def _resolve_args(cls: type[Filter], arg_text: str, base: Path) -> list[str]:
+    args = []
+    for arg, key, eq, value, is_path in _args(cls, arg_text):
+        if is_path:
+            value = _relative_to(value.strip(), base, cls.name)
+            arg = f"{key}={value}" if eq else value
         args.append(arg)
     return args
 
