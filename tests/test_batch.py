@@ -567,7 +567,9 @@ def slow_clips(tmp_path_factory) -> Path:
     return folder
 
 
-def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(slow_clips, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(slow_clips, tmp_path, signum):
+    """Ctrl-C, or the terminal closing (SIGHUP), both signal the whole process group."""
     out, results = tmp_path / "out", tmp_path / "r.json"
     cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--filters", SLOW_CHAIN, "--json", str(results),
                         "-q")
@@ -578,13 +580,13 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
         # One file finished, and another one being written (five files of seconds each: not all done).
         wait_until(lambda: any(out.glob(".*.done.json")), proc, "finished file")
         wait_until(lambda: partials(out), proc, "file in progress")
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
-    assert "interrupted by SIGINT" in err and "Traceback" not in err
+    assert proc.returncode == 128 + signum, err
+    assert f"interrupted by {signum.name}" in err and "Traceback" not in err
     files = read_json(results)["files"]
     statuses = [f["status"] for f in files]
     assert set(statuses) <= {"done", "interrupted", "cancelled"} and "done" in statuses

@@ -123,8 +123,9 @@ def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool
 
 
 def _install_signal_handlers(stop: StopRequest) -> None:
-    """First SIGINT/SIGTERM: stop the batch (exit 130/143). A second one: exit at once, without
-    unwinding (that would wait for the workers); the workers of a local cluster exit with this process."""
+    """First SIGINT/SIGTERM/SIGHUP: stop the batch (exit 130/143/129). A second one: exit at once, without
+    unwinding (that would wait for the workers); the workers of a local cluster exit with this process.
+    Under nohup SIGHUP stays ignored."""
 
     def handler(signum, frame):
         if stop.event.is_set():
@@ -136,6 +137,8 @@ def _install_signal_handlers(stop: StopRequest) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, handler)
 
 
 @contextlib.contextmanager

@@ -267,21 +267,26 @@ def local_cluster(specs: list[WorkerSpec], *, processes: bool = True, dashboard:
                            name="pipeline-batch")
 
 
+# Signals a terminal sends the whole process group: the batch process handles them for its workers.
+LEFT_TO_THE_BATCH = (signal.SIGINT, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def _sigint_ignored_by_children() -> Iterator[None]:
-    """Worker processes started in here ignore SIGINT: Ctrl-C on a terminal signals the whole process
-    group, and a worker must not die of it mid-file; the batch process stops its runs instead (an
-    ignored signal stays ignored in a spawned child, and Python then leaves it so). A Ctrl-C during
-    these two seconds is lost: nothing has been submitted yet."""
+    """Worker processes started in here ignore SIGINT and SIGHUP: Ctrl-C on a terminal, and the terminal
+    closing, signal the whole process group, and a worker must not die of it mid-file; the batch process
+    stops its runs instead (an ignored signal stays ignored in a spawned child, and Python then leaves it
+    so). A signal during these two seconds is lost: nothing has been submitted yet."""
     try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in LEFT_TO_THE_BATCH}
     except ValueError:  # not the main thread: no signal handling to arrange
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def survey(client, rounds: int = 3) -> tuple[dict[str, float], list[dict[str, object]]]:

@@ -111,9 +111,10 @@ class BatchPlugin(WorkerPlugin):
         self.state = WorkerState(str(worker.name))
         log.addHandler(self.state.handler)
         if self.ignore_sigint and threading.current_thread() is threading.main_thread():
-            # A worker of the batch's own cluster leaves Ctrl-C to the batch process (see cluster.py),
-            # also when its Nanny restarted it after a crash, with the batch's own handler in place.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            # A worker of the batch's own cluster leaves Ctrl-C and SIGHUP to the batch process (see
+            # cluster.py), also when its Nanny restarted it after a crash, with the batch's own handler in place.
+            for sig in (signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
 
     def teardown(self, worker) -> None:
         log.removeHandler(self.state.handler)
