@@ -7,7 +7,8 @@ chosen from it); its name must fit the filesystem's limit however long the targe
 The target is checked before the run, but a run takes time: another process may create the same name
 meanwhile (two runs into one output). Without ``-y`` the move must then fail rather than replace that
 file, atomically: ``renameat2(RENAME_NOREPLACE)``, or where the filesystem lacks it, ``link`` (which
-never replaces) then ``unlink``. With ``-y`` only a regular file (or nothing) is replaced.
+never replaces) then ``unlink``. With ``-y`` only a regular file (or nothing) is replaced, and the new
+file takes its permissions.
 """
 
 from __future__ import annotations
@@ -98,6 +99,19 @@ def rename_noreplace(src: Path | str, dst: Path | str) -> None:
     _link_then_unlink(src, dst)
 
 
+def _keep_mode(replaced: Path, tmp: Path) -> None:
+    """The file replaced keeps its permissions (as ffmpeg, which rewrites it in place, keeps them): a shared
+    group-writable output stays so. Its owner and other hard links cannot follow a rename."""
+    try:
+        mode = os.stat(replaced).st_mode & 0o7777
+    except OSError:  # nothing there (or unreadable): the new file's own mode
+        return
+    try:
+        os.chmod(tmp, mode & 0o777)  # no set-id bits on a file written by this process
+    except OSError:
+        pass
+
+
 def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
     os.link(src, dst)  # never replaces: FileExistsError if dst appeared
     os.unlink(src)
@@ -116,6 +130,7 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
             kind = special_kind(target)
             if kind is not None:
                 raise OutputError(f"{name}: became a {kind} during the run; only regular files are replaced")
+            _keep_mode(target, tmp)
             os.replace(tmp, target)
         else:
             rename_noreplace(tmp, target)

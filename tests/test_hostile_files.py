@@ -161,6 +161,18 @@ def test_an_output_appearing_during_the_run_is_kept_without_y(tmp_path, clip, mo
     assert partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("mode", [0o664, 0o600, 0o755])
+def test_a_replaced_output_keeps_its_permissions(tmp_path, clip, mode):
+    """-y replaces the file by a rename: the new one takes the old one's permissions, as ffmpeg's rewrite in
+    place keeps them."""
+    out = tmp_path / "out.mp4"
+    out.write_bytes(b"old output")
+    out.chmod(mode)
+    result = run_pipeline(clip, "-o", out, "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_mode & 0o777 == mode and len(video_frames(out)) == len(video_frames(clip))
+
+
 @pytest.mark.parametrize("renameat2", ["native", "unsupported", "absent"])
 def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, renameat2):
     import ctypes
