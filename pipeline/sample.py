@@ -414,6 +414,9 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+MAX_GOP = 100_000  # frames between keyframes; more is no GOP at all
+
+
 def run(args) -> int:
     """``pipeline sample``, with the options parsed by :mod:`pipeline.cli`; prints what it wrote."""
     preset = PRESETS.get(args.name)
@@ -424,6 +427,8 @@ def run(args) -> int:
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
     out = _output_path(args, preset, codec)
+    if args.gop is not None and not 1 <= args.gop <= MAX_GOP:
+        raise ConfigError(f"Invalid --gop ({args.gop}). Supported values are 1 to {MAX_GOP} frames.")
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
     try:
@@ -439,6 +444,7 @@ def run(args) -> int:
                 audio=preset.audio and not args.no_audio,
                 seed=args.seed,
                 crf=args.crf if args.crf is not None else preset.crf,
+                options={"g": str(args.gop)} if args.gop is not None else None,
                 overwrite=bool(args.overwrite),
             )
     except PipelineError:  # a signal, a target that appeared during the run: already one line of ours

@@ -240,6 +240,14 @@ def test_cli_writes_and_reports(tmp_path, capsys):
     assert len(frames) == 6 and (frames[0].width, frames[0].height) == (96, 64)
 
 
+def test_gop_sets_the_keyframe_interval(tmp_path):
+    result = _sample("-o", "g.mp4", "--frames", "40", "-g", "8", "--no-audio", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(tmp_path / "g.mp4")) as c:
+        packets = [p for p in c.demux(c.streams.video[0]) if p.size]
+    assert [i for i, p in enumerate(packets) if p.is_keyframe] == [0, 8, 16, 24, 32]
+
+
 def test_presets_match_the_documented_clips():
     p = sample.PRESETS
     default = p["sample"]
@@ -362,6 +370,8 @@ def test_a_signal_leaves_no_partial_clip_and_the_old_file_as_it_was(tmp_path, si
     (("--codec", "nosuch"), "unknown codec"),
     (("--crf", "-5"), "libx264"),
     (("--seed", "-1"), "seed"),
+    (("--gop", "0"), "--gop"),
+    (("-g", "1000000000"), "--gop"),
 ])
 def test_hostile_values_are_one_line_and_exit_2(tmp_path, args, message):
     result = _sample("-o", "x.mp4", "--frames", "2", *args, cwd=tmp_path)
