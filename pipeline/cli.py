@@ -23,7 +23,7 @@ from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
 from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
-from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, stdout_errors
+from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, silence, stdout_errors
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -66,7 +66,7 @@ def _main(argv: list[str]) -> int:
     args = None
     install_log(lambda line: err.print(line, markup=False, soft_wrap=True), LEVELS["info"])
     try:
-        args = build_parser(command_of(argv)).parse_args(argv)
+        args = _parse(argv)
         install_log(lambda line: err.print(line, markup=False, soft_wrap=True),
                     LEVELS[getattr(args, "loglevel", None) or "info"])
         return _dispatch(args, err)
@@ -90,6 +90,16 @@ def _main(argv: list[str]) -> int:
         err.print(f"pipeline: internal error{where}: {type(e).__name__}: {_one_line(e)} (--debug shows the "
                   "traceback)", markup=False, soft_wrap=True)
         return EXIT_INTERNAL
+
+
+def _parse(argv: list[str]):
+    """The arguments; ``--help`` printed to a stdout that cannot take it (``> /dev/full``, a reader gone) is a
+    write error, exit 4, as for any command's output, not a silent success."""
+    try:
+        return build_parser(command_of(argv)).parse_args(argv)
+    except OSError as e:  # the parser writes only help and the version to stdout, and flushes them
+        silence(sys.stdout)
+        raise OutputError(f"stdout: write failed: {e.strerror or e}") from None
 
 
 def _one_line(error: BaseException) -> str:

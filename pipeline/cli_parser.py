@@ -9,6 +9,8 @@ changes with the options, not with what a command does. ``pipeline batch`` takes
 from __future__ import annotations
 
 import argparse
+import errno
+import sys
 
 from . import __version__
 from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
@@ -142,6 +144,17 @@ class _Parser(argparse.ArgumentParser):
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self.intermixed = True
+
+    def _print_message(self, message: str, file=None) -> None:
+        """argparse drops write errors; on stdout (``--help``, ``--version``) they are the command's output
+        failing, an OSError for the CLI (exit 4), not a silent success."""
+        if message and file is None:  # meant for sys.stdout, None when the process started with it closed
+            raise OSError(errno.EBADF, "it is closed")
+        if message and file is sys.stdout:
+            file.write(message)
+            file.flush()
+            return
+        super()._print_message(message, file)
 
     def error(self, message: str):  # one line and the documented code, as for every other error
         prog = self.prog.removeprefix("pipeline").strip()  # "pipeline: error:" is printed already

@@ -397,7 +397,8 @@ def _stdout_into(where: str):
 @pytest.mark.parametrize("where", ["full", "no-reader", "closed"])
 @pytest.mark.parametrize("buffered", [False, True], ids=["unbuffered", "buffered"])
 @pytest.mark.parametrize("command", [("filters",), ("filters", "--json"), ("filters", "gblur"), ("presets",),
-                                     ("run",)], ids=["filters", "filters-json", "one-filter", "presets", "run"])
+                                     ("run",), ("--help",), ("run", "--help"), ("--version",)],
+                         ids=["filters", "filters-json", "one-filter", "presets", "run", "help", "run-help", "version"])
 def test_a_stdout_that_cannot_be_written_is_exit_4_in_one_line(tmp_path, clip, command, buffered, where):
     """As coreutils and ffmpeg end on a write error; it was an internal error (exit 1). Python's own flush
     at exit must not fail again either ("Exception ignored", exit 120)."""
@@ -405,7 +406,8 @@ def test_a_stdout_that_cannot_be_written_is_exit_4_in_one_line(tmp_path, clip, c
 
     from utils import cli_command, environment
 
-    if command == ("run",):  # not quiet: the summary goes to stdout
+    runs = command == ("run",)
+    if runs:  # not quiet: the summary goes to stdout
         command = ("run", clip, "-o", tmp_path / "out.mp4", "--device", "cpu")
     env = environment(PYTHONUNBUFFERED="" if buffered else "1")
     stdout, preexec = _stdout_into(where)
@@ -415,7 +417,7 @@ def test_a_stdout_that_cannot_be_written_is_exit_4_in_one_line(tmp_path, clip, c
     finally:
         os.close(stdout)
     one_error(result, 4, "stdout: write failed")
-    if command[0] == "run":  # the summary could not be shown; the output is whole
+    if runs:  # the summary could not be shown; the output is whole
         assert "the run itself is complete" in result.stderr
         assert len(video_frames(tmp_path / "out.mp4")) == len(video_frames(clip))
 
