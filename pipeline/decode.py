@@ -176,7 +176,12 @@ class DecodeLoop:
         return [(frame, dt) for frame in frames]
 
     def _from_sessions(self, packet: av.Packet) -> Iterator[tuple[av.VideoFrame, float]]:
-        """Frames of several NVDEC sessions (:mod:`pipeline.gops`), in order; an empty packet ends the stream."""
+        """Frames of several NVDEC sessions (:mod:`pipeline.gops`), in order; an empty packet ends the stream.
+
+        The decoders' logged errors cannot be pinned on a packet here (a session starting at an open GOP's
+        keyframe logs about references it never saw), so they are set aside, not counted as concealed
+        damage; what the demuxer logged is kept for the end (DamageLog)."""
+        self._damage.decoder_errors()
         outputs = self._gops.finish() if packet.size == 0 else self._gops.feed(packet)
         for kind, value, extra in outputs:
             if kind == "error":

@@ -30,6 +30,7 @@ import collections
 import sys
 import threading
 import time
+import weakref
 from typing import Callable, Iterator
 
 import av
@@ -40,8 +41,18 @@ import av
 MIN_SEGMENT = 16
 _END = "end"
 FIRST_FRAME_WAIT_S = 0.5
-# References to a frame when only a session's list holds it: the list, the loop's name, getrefcount's argument.
-_SOLE = 3
+# Packets a session may have waiting: within one long GOP the demuxer waits for the decoder beyond this.
+MAX_BACKLOG = 64
+
+
+def _sole_count() -> int:
+    """What getrefcount says of an object only a list holds, seen as _Session._release sees it (3 on
+    CPython 3.11-3.13: the list, the loop's name, the argument; less where loads borrow references)."""
+    probe = [object()]
+    return [sys.getrefcount(f) for f in probe][0]
+
+
+_SOLE = _sole_count()
 
 
 class _Session:
@@ -76,7 +87,7 @@ class _Session:
         with self._cv:
             while not self._outbox:
                 left = None if deadline is None else deadline - time.monotonic()
-                if not block or (left is not None and left <= 0):
+                if not block or self._stopped or (left is not None and left <= 0):
                     return None
                 self._cv.wait(left)
             item = self._outbox.popleft()
@@ -85,10 +96,25 @@ class _Session:
                 self._cv.notify_all()
             return item
 
-    def stop(self) -> None:
+    def backlog(self) -> int:
+        """Packets sent and not decoded yet."""
+        with self._cv:
+            return len(self._inbox)
+
+    def wait_for_room(self, limit: int, timeout: float) -> None:
+        """Until at most ``limit`` packets wait, the session stops, or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while len(self._inbox) > limit and not self._stopped and (left := deadline - time.monotonic()) > 0:
+                self._cv.wait(left)
+
+    def ask_to_stop(self) -> None:
         with self._cv:
             self._stopped = True
             self._cv.notify_all()
+
+    def stop(self) -> None:
+        self.ask_to_stop()
         self._thread.join()
         # The session's thread has ended, so nothing allocates from its pool any more: these may go anywhere.
         self._outbox.clear()
@@ -114,11 +140,12 @@ class _Session:
             t0 = time.perf_counter()
             try:
                 frames = self.ctx.decode(packet if kind != _END else None)
-                if kind == _END:
-                    self.ctx.flush_buffers()
             except av.error.FFmpegError as e:
                 self._put(("error", e, packet.pts if packet is not None else None))
                 frames = []
+            finally:
+                if kind == _END:  # even after a failed drain: a decoder left at its end refuses every packet
+                    self.ctx.flush_buffers()
             dt = (time.perf_counter() - t0) / max(1, len(frames))
             self._alive.extend(frames)
             for frame in frames:
@@ -137,7 +164,10 @@ class _Session:
             while not self._inbox and not self._stopped:
                 self._cv.wait(0.05)
                 self._release_unlocked()
-            return None if self._stopped else self._inbox.popleft()
+            if self._stopped:
+                return None
+            self._cv.notify_all()  # room for the demuxer (wait_for_room)
+            return self._inbox.popleft()
 
     def _release(self) -> None:
         """Let go of the frames nobody else holds any more: their surfaces return to the pool here."""
@@ -183,6 +213,9 @@ class GopDecoders:
         self._leading_below: int | None = None  # while leading pictures of the held keyframe go to the last segment
         self.finished = False
         self._first_out = False  # a frame has come out
+        self._splits = True  # new segments may start (not once a packet without a timestamp came)
+        # A source dropped without close() must not leave its sessions waiting for packets for ever.
+        weakref.finalize(self, _ask_to_stop, list(self._sessions))
 
     @property
     def sessions(self) -> int:
@@ -197,6 +230,13 @@ class GopDecoders:
         self._dispatch(packet)
         # Read at most one segment more than the sessions decode at once: the packets wait in memory.
         yield from self._ready(block_until=self._segment - len(self._sessions) - 1)
+        while self._segment >= 0 and (sending := self._session(self._segment)).backlog() > MAX_BACKLOG:
+            # One long GOP: read on only as fast as it decodes. Its packets may give no frame for a while
+            # (a stream cut before a keyframe), so this waits for room, not for a frame.
+            ready = list(self._ready(block_until=-1))
+            yield from ready
+            if not ready:
+                sending.wait_for_room(MAX_BACKLOG, timeout=0.05)
 
     def finish(self) -> Iterator[tuple]:
         """The end of the stream: every session flushed, every frame yielded."""
@@ -219,8 +259,18 @@ class GopDecoders:
         return self._sessions[segment % len(self._sessions)]
 
     def _dispatch(self, packet: av.Packet) -> None:
+        if self._segment < 0:  # the first packet starts the first segment, keyframe or not
+            self._start_segment(packet)
+            return
+        if packet.pts is None:
+            # Without timestamps an open GOP's leading pictures cannot be told apart: one session from here.
+            self._splits = False
         kf = self._boundary
-        if kf is not None:
+        if kf is not None and not self._splits:
+            self._boundary = None  # not a segment's start after all: the last segment goes on through it
+            self._session(self._segment).send("packet", kf)
+            self._count += 1
+        elif kf is not None:
             if _leads(packet, kf):  # a leading picture of an open GOP: the last segment decodes it
                 if self._leading_below is None:
                     self._session(self._segment).send("reference", kf, upper=kf.pts)
@@ -228,11 +278,8 @@ class GopDecoders:
                 self._session(self._segment).send("packet", packet)
                 return
             self._start_segment(kf)
-        if packet.is_keyframe and (self._segment < 0 or self._count >= MIN_SEGMENT):
-            if self._segment < 0:
-                self._start_segment(packet)
-            else:
-                self._boundary = packet  # what follows it decides whether the last segment needs it
+        if packet.is_keyframe and self._splits and packet.pts is not None and self._count >= MIN_SEGMENT:
+            self._boundary = packet  # what follows it decides whether the last segment needs it
             return
         self._session(self._segment).send("packet", packet)
         self._count += 1
@@ -279,6 +326,11 @@ class _Returns:
 
     def close(self) -> None:
         pass
+
+
+def _ask_to_stop(sessions: list[_Session]) -> None:
+    for session in sessions:
+        session.ask_to_stop()
 
 
 def _leads(packet: av.Packet, keyframe: av.Packet) -> bool:

@@ -154,3 +154,120 @@ def test_the_first_frame_comes_before_the_other_sessions_start(tmp_path, monkeyp
         decoders.close()
         main.close(), extra.close()
     assert len(out) == 90 and not early
+
+
+def through_sessions(path: Path, sessions: int, skip: int = 0, wrap=None, lookahead: int = 8) -> list[tuple]:
+    """``path``'s packets after the first ``skip`` through ``sessions`` decoders (``wrap``: around each
+    decoder), and what one decoder gives on the same packets."""
+    def contexts(n):
+        opened = [av.open(str(path)) for _ in range(n)]
+        return opened, [c.streams.video[0].codec_context for c in opened]
+
+    results = []
+    for n in (1, sessions):
+        main = av.open(str(path))
+        packets = [p for p in main.demux(main.streams.video[0]) if p.size][skip:]
+        opened, ctxs = contexts(n)
+        ctxs = [wrap(c) for c in ctxs] if wrap and n > 1 else ctxs
+        out = []
+        if n == 1:
+            for p in [*packets, None]:
+                out += [digest(f) for f in ctxs[0].decode(p)]
+        else:
+            decoders = gops.GopDecoders(ctxs, lookahead=lookahead, make_current=lambda: None)
+            try:
+                for p in packets:
+                    out += [digest(item[1]) for item in decoders.feed(p) if item[0] == "frame"]
+                out += [digest(item[1]) for item in decoders.finish() if item[0] == "frame"]
+            finally:
+                decoders.close()
+        for c in [main, *opened]:
+            c.close()
+        results.append(out)
+    return results
+
+
+def test_a_stream_starting_between_keyframes_keeps_its_order(tmp_path):
+    """Packets before the first keyframe (a stream cut mid-GOP) open the first segment; they went to the
+    last session, out of order or lost. MPEG-4 Part 2 decodes them (H.264 would drop them)."""
+    path = make_sample.make_clip(tmp_path / "m4.mkv", width=160, height=96, frames=90, fps=30, audio=False,
+                                 codec="mpeg4", options={"g": "20", "bf": "0"})
+    one, many = through_sessions(path, 3, skip=5)
+    assert len(one) == 85 and many == one
+
+
+@pytest.mark.parametrize("codec, suffix", [("libx264", "h264"), ("libx265", "hevc")])
+def test_packets_without_timestamps_stay_on_one_session(tmp_path, codec, suffix):
+    """A raw Annex B stream has no pts: an open GOP's leading pictures cannot be told apart, so no new
+    segment starts (HEVC lost its leading pictures when they did)."""
+    path = make_sample.make_clip(tmp_path / f"raw.{suffix}", width=160, height=96, frames=90, fps=30,
+                                 audio=False, codec=codec, options={"g": "20", "bf": "3",
+                                                                    "x264-params": "open-gop=1"} if
+                                 codec == "libx264" else {"g": "20", "bf": "3"})
+    one, many = through_sessions(path, 3)
+    assert len(one) == 90 and [d for _, d in many] == [d for _, d in one]
+
+
+class Slow:
+    """A decoder that takes its time (the demuxer must wait for it, not read the file into memory)."""
+
+    def __init__(self, ctx, fail_flush: bool = False):
+        self.ctx, self.fail_flush, self.flushes = ctx, fail_flush, 0
+
+    def decode(self, packet):
+        import time
+
+        time.sleep(0.002)
+        frames = self.ctx.decode(packet)
+        if packet is None and self.fail_flush and self.flushes == 0:  # drained (at its end), then failed
+            self.flushes += 1
+            raise av.error.InvalidDataError(22, "a drain that fails")
+        return frames
+
+    def flush_buffers(self):
+        self.ctx.flush_buffers()
+
+
+def test_the_demuxer_waits_for_a_long_gop(tmp_path, monkeypatch):
+    backlog = []
+    send = gops._Session.send
+
+    def watched(self, kind, packet=None, upper=None):
+        send(self, kind, packet, upper)
+        backlog.append(self.backlog())
+
+    monkeypatch.setattr(gops._Session, "send", watched)
+    one, many = through_sessions(clip(tmp_path, "long", 200, g=500, bf=2), 2, wrap=Slow)
+    assert many == one and max(backlog) <= gops.MAX_BACKLOG + 2
+
+
+def test_a_failed_drain_does_not_wedge_its_session(tmp_path):
+    """A session whose flush fails still decodes its next segments (it was left at its end, refusing all)."""
+    one, many = through_sessions(clip(tmp_path, "c", 120, g=20, bf=0), 2, wrap=lambda c: Slow(c, fail_flush=True))
+    assert set(many) <= set(one) and len(many) >= len(one) - 20
+
+
+def test_sessions_dropped_without_close_end(tmp_path):
+    import gc
+    import time
+
+    path = clip(tmp_path, "c", 40, g=20, bf=0)
+    main = av.open(str(path))
+    decoders = gops.GopDecoders([main.streams.video[0].codec_context, av.open(str(path)).streams.video[0].codec_context],
+                                lookahead=4, make_current=lambda: None)
+    for packet in list(main.demux(main.streams.video[0]))[:5]:
+        list(decoders.feed(packet))
+    del decoders
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("pipeline-nvdec") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("pipeline-nvdec")]
+    main.close()
+
+
+def test_a_long_stretch_without_frames_does_not_stall_the_demuxer(tmp_path):
+    """H.264 cut far before its next keyframe decodes to nothing for a long while: the demuxer waiting for
+    room must not wait for a frame (it would wait for ever)."""
+    one, many = through_sessions(clip(tmp_path, "long", 200, g=150, bf=0), 2, skip=10, wrap=Slow)
+    assert many == one and len(one) == 50
