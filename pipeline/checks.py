@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from .config import is_url
+from .config import local_path
 from .errors import ConfigError, OutputError, PipelineError
 
 
@@ -27,7 +27,10 @@ def check_output(source: str | None, target: Path | str, overwrite: bool) -> Non
 
     A stream URL is the receiver's business: nothing to check here. ``source`` None: a command with no
     input (``pipeline sample``)."""
-    if isinstance(target, str):
+    if isinstance(target, str):  # a stream URL; but file:// writes a local file directly
+        local = local_path(target)
+        if source is not None and local is not None and local.exists() and _is_input(local, source):
+            raise ConfigError(f"{target}: output is the input; choose another -o")
         return
     from .outfile import final_path
 
@@ -54,8 +57,8 @@ def check_output(source: str | None, target: Path | str, overwrite: bool) -> Non
 
 
 def _is_input(target: Path, source: str) -> bool:
-    src = Path(source)
-    return not is_url(source) and src.exists() and target.resolve().samefile(src.resolve())
+    src = local_path(source)  # a file:// URL and a file behind stdin are the input too
+    return src is not None and src.exists() and target.resolve().samefile(src.resolve())
 
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,
@@ -74,9 +77,10 @@ def check_progress_path(path: str, source: str = "", output: Path | str | None =
 
 
 def local_files(**named: str | Path | None) -> list[tuple[Path, str]]:
-    """(path, "the <name>") for each of ``named`` that is a local path (not empty, not a URL)."""
-    return [(Path(value), f"the {name}") for name, value in named.items()
-            if isinstance(value, (str, Path)) and value and not is_url(str(value))]
+    """(path, "the <name>") for each of ``named`` that is a file on this machine: a path, a ``file://``
+    URL, the file a pipe reads (see :func:`pipeline.config.local_path`)."""
+    found = [(local_path(value), f"the {name}") for name, value in named.items() if isinstance(value, (str, Path))]
+    return [(path, what) for path, what in found if path is not None]
 
 
 def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,

@@ -246,8 +246,11 @@ def _read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:
     """Files the run reads besides its input, which a report must never truncate: the config file, the
     plugins, the filters' files (a LUT)."""
     from .config import find_config
+    from .filters.plugins import load_plugin
     from .filters.registry import chain_files
 
+    for plugin in cfg.plugins:  # a plugin's filters name their files too (loaded once: the run reuses them)
+        load_plugin(plugin)
     files = [(find_config(config), "the --config file")] if config else []
     files += [(Path(p), "a --plugin file") for p in cfg.plugins]
     files += [(p, "a file the filter chain reads") for p in chain_files(cfg.filters)]

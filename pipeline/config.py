@@ -6,7 +6,9 @@ import dataclasses
 import math
 import os
 import re
+import stat
 import tomllib
+import urllib.parse
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,28 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_url(name: str | None) -> bool:
     """``scheme://...``: handed to FFmpeg as it is, never checked or created as a local path."""
     return bool(name) and _URL.match(name) is not None
+
+
+def local_path(name: str | Path | None) -> Path | None:
+    """Where on this machine ``name`` reads or writes: the path itself, the file of a ``file://`` URL (which
+    FFmpeg's file protocol opens directly), the file behind a pipe (``-``/``pipe:N``, when it is one); None
+    for a stream URL or a pipe that is not a file."""
+    if not name:
+        return None
+    if isinstance(name, Path):
+        return name
+    fd = pipe_fd(name)
+    if fd is not None:
+        try:
+            return Path(f"/dev/fd/{fd}") if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except OSError:
+            return None
+    if name.lower().startswith("file://"):
+        parts = urllib.parse.urlsplit(name)
+        if parts.netloc in ("", "localhost"):
+            return Path(urllib.parse.unquote(parts.path))
+        return None
+    return None if is_url(name) else Path(name)
 
 
 _CUDA_INDEX = re.compile(r"^cuda:(\d+)$")

@@ -232,6 +232,24 @@ def test_progress_refuses_the_runs_own_files_and_truncates_nothing(clip, tmp_pat
     assert partials(tmp_path) == []
 
 
+def test_progress_refuses_a_file_a_plugin_filter_reads_and_a_lut_named_with_a_tilde(clip, tmp_path):
+    (tmp_path / "rp.py").write_text(
+        "from pipeline.filters import Filter, Param, register_filter\n\n"
+        "@register_filter('readmask')\nclass ReadMask(Filter):\n    params = (Param('file', str, '', is_path=True),)\n")
+    (mask := tmp_path / "mask.bin").write_bytes(b"a mask")
+    r = run_pipeline(clip, "-o", "out.mp4", "--plugin", "rp.py", "-vf", "readmask=file=mask.bin", "-progress",
+                     "mask.bin", cwd=tmp_path)
+    one_error(r, 2, "-progress is a file the filter chain reads")
+    assert mask.read_bytes() == b"a mask"
+    (tmp_path / "~").mkdir()  # a LUT named "~/x.cube" is read as written, from ./~ : that is the file kept
+    lut = tmp_path / "~" / "x.cube"
+    lut.write_text((Path(__file__).resolve().parents[1] / "pipeline/presets/luts/warm.cube").read_text())
+    before = lut.read_bytes()
+    r = run_pipeline(clip, "-o", "out.mp4", "-vf", "lut3d=file=~/x.cube", "-progress", "./~/x.cube", cwd=tmp_path)
+    one_error(r, 2, "-progress is a file the filter chain reads")
+    assert lut.read_bytes() == before
+
+
 @pytest.mark.parametrize("which", ["config", "lut", "lut_in_config", "plugin"])
 def test_progress_refuses_the_files_the_run_reads_and_truncates_none(clip, tmp_path, which):
     """The config file, a LUT of the chain (named directly or by the config) and a plugin are read by the

@@ -457,3 +457,30 @@ def test_a_closed_stderr_is_never_given_to_a_file_the_run_opens(tmp_path):
     missing = subprocess.run(pipeline_command(tmp_path / "missing.mp4", "-o", out, "-y"), cwd=tmp_path, timeout=60,
                              preexec_fn=lambda: os.close(2))
     assert missing.returncode == 3  # the exit code holds without a stderr to say why
+
+
+@pytest.mark.parametrize("how", ["output", "stats", "progress", "output-url"])
+def test_a_file_url_input_is_the_input_for_every_check(tmp_path, clip, how):
+    """file:///path is read by FFmpeg's file protocol: it is the input, and no output, statistics or
+    progress file may replace it (they did, with exit 0)."""
+    src = tmp_path / "in.mp4"
+    src.write_bytes(clip.read_bytes())
+    url = src.resolve().as_uri()
+    args = {"output": (url, "-o", "in.mp4", "-y"), "stats": (url, "-o", "o.mp4", "--stats-json", "in.mp4", "-y"),
+            "progress": (url, "-o", "o.mp4", "-progress", "in.mp4"),
+            "output-url": ("in.mp4", "-o", url, "-y")}[how]
+    one_error(run_pipeline(*args, cwd=tmp_path), 2, "is the input")
+    assert src.read_bytes() == clip.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["output", "stats", "progress"])
+def test_a_file_behind_stdin_is_the_input(tmp_path, clip, how):
+    src = tmp_path / "in.mp4"
+    src.write_bytes(clip.read_bytes())
+    args = {"output": ("-o", "in.mp4", "-y"), "stats": ("-o", "o.mp4", "--stats-json", "in.mp4", "-y"),
+            "progress": ("-o", "o.mp4", "-progress", "in.mp4")}[how]
+    with open(src, "rb") as stdin:
+        result = subprocess.run(pipeline_command("-", *args), stdin=stdin, capture_output=True, text=True,
+                                cwd=tmp_path, timeout=60)
+    one_error(result, 2, "is the input")
+    assert src.read_bytes() == clip.read_bytes()

@@ -216,7 +216,7 @@ def chain_files(text: str) -> list[Path]:
         name, eq, arg_text = token.partition("=")
         cls = FILTERS.get(name.strip())
         if cls is not None and eq:
-            files += [Path(value.strip()).expanduser() for _, _, _, value, is_path in _args(cls, arg_text) if is_path]
+            files += [Path(value.strip()) for _, _, _, value, is_path in _args(cls, arg_text) if is_path]
     return files
 
 
