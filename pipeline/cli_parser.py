@@ -345,7 +345,7 @@ def _add_sample(sub, name: str, help_text: str) -> None:
                         description="Write a synthetic clip: textured, moving, seeded, each frame numbered large "
                                     "enough to read after lossy coding.\nAs `pipeline run` writes its output: to a "
                                     "hidden temporary file beside the target, renamed into place when complete;\n"
-                                    "Ctrl-C or SIGTERM stops at once with no clip written (exit 130/143).",
+                                    "Ctrl-C, SIGTERM or SIGHUP stops at once with no clip written (exit 130/143/129).",
                         epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
     sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below); an "

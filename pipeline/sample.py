@@ -386,7 +386,8 @@ def _check_target(out: Path, default: bool, overwrite: bool) -> None:
 
 @contextmanager
 def _stopped_by_signals(tmp: Path):
-    """SIGINT and SIGTERM stop the clip at once with none written (exit 130/143): a clip cut short is not the
+    """SIGINT, SIGTERM and SIGHUP stop the clip at once with none written (exit 130/143/129; SIGHUP stays
+    ignored under nohup): a clip cut short is not the
     one asked for. The first raises where the main thread is, and :func:`make_clip` removes ``tmp`` on the
     way out; a second, while that happens, removes it itself and leaves at once, as ``pipeline run`` does."""
     stopping = []
@@ -399,7 +400,10 @@ def _stopped_by_signals(tmp: Path):
         stopping.append(signum)
         raise Interrupted(signum, "no clip written")
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:

@@ -345,7 +345,8 @@ def test_make_clip_keeps_the_file_it_would_have_replaced_when_it_fails(tmp_path)
     assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"])
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+                         ids=["INT", "TERM", "HUP"])
 def test_a_signal_leaves_no_partial_clip_and_the_old_file_as_it_was(tmp_path, signum, code):
     out = tmp_path / "mine.mp4"
     out.write_bytes(b"the user's own file")
