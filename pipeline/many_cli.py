@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .config import RunConfig
 from .errors import ConfigError, OutputError
@@ -47,8 +48,8 @@ def table(result) -> Table:
         t.add_column(name, justify="right" if name in ("frames", "fps", "dropped", "exit") else "left")
     for s in result.streams:
         st = s.stats
-        t.add_row(s.input, s.output, str(st.get("frames_out", 0)), f"{st.get('fps', 0.0):.1f}",
-                  str(st.get("drops", {}).get("total", 0)), str(s.exit_code), s.error[:80])
+        t.add_row(Text(s.input), Text(s.output), str(st.get("frames_out", 0)), f"{st.get('fps', 0.0):.1f}",
+                  str(st.get("drops", {}).get("total", 0)), str(s.exit_code), Text(s.error[:80]))  # no markup
     shared = totals["shared"]
     t.caption = (f"shared memory: arena {shared.get('arena_bytes_reserved', 0) / 2**20:.0f} MiB reserved in "
                  f"{shared.get('arena_chunks', 0)} chunks ({shared.get('arena_device_allocs', 0)} device "

@@ -596,3 +596,17 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
     assert kept == sorted(Path(f["output"]) for f in files if f["status"] == "done")
     for path in kept:  # complete: every frame, and the marker that lets the next batch skip it
         assert len(video_frames(path)) == SLOW_FRAMES and marker_path(path).exists()
+
+
+def test_the_results_table_shows_names_and_errors_as_written():
+    """rich read "[cuda12]" in an error (and brackets in a file name) as markup and dropped it."""
+    from rich.console import Console
+
+    from pipeline.batch.report import BatchReport, FileResult, table
+
+    results = [FileResult(0, "/in/[x].mp4", "/out/[x]_processed.mp4", status="failed", exit_code=5,
+                          error="install the project with .[cuda12] or .[cuda13]")]
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))
+    console.print(table(BatchReport(results)))
+    text = console.export_text()
+    assert "[x].mp4" in text and "[x]_processed.mp4" in text and ".[cuda12] or .[cuda13]" in text

@@ -30,8 +30,9 @@ files, so the CUDA context and the compiled kernels are made once per worker.
     these options) is skipped; an output that exists but is not complete needs -y to be replaced.
   A file that fails fails alone: its error is in the table, the others go on. The exit code is the
     largest of the files' codes (below).
-  Ctrl-C: files in progress are stopped and their outputs removed, queued ones cancelled, finished
-    ones kept; exit 130. A second Ctrl-C exits at once (temporary files are removed by the next run)."""
+  Ctrl-C (SIGTERM, SIGHUP alike): files in progress are stopped and their outputs removed, queued ones
+    cancelled, finished ones kept; exit 130 (143, 129): for a batch, that is what those codes below
+    mean. A second one exits at once (temporary files are removed by the next run)."""
 
 _BATCH_DESTS = ("inputs", "output_dir", "suffix", "gpus", "workers", "scheduler", "dashboard", "results_json")
 

@@ -105,6 +105,7 @@ def measure_overhead(results: list[FileResult]) -> None:
 def table(report: BatchReport):
     """The results table: one row per file, in the order given."""
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title="batch", title_justify="left")
     for name, justify in (("input", "left"), ("output", "left"), ("frames", "right"), ("fps", "right"),
@@ -112,9 +113,11 @@ def table(report: BatchReport):
         t.add_column(name, justify=justify, overflow="fold")
     for r in report.results:
         error = r.error.removeprefix(f"{r.input}: ") or ("complete output kept" if r.status == "skipped" else "")
-        t.add_row(Path(r.input).name, _output_name(r), str(r.frames) if r.status == "done" else "",
+        # Names and messages as Text: rich would read "[cuda12]" in an error, or "[x].mp4", as markup.
+        t.add_row(Text(Path(r.input).name), Text(_output_name(r)), str(r.frames) if r.status == "done" else "",
                   f"{r.fps:.1f}" if r.status == "done" else "", f"{r.seconds:.2f}" if r.seconds else "",
-                  f"{r.worker} {r.gpu}".strip(), str(r.exit_code), f"{r.status}: {error}" if error else r.status)
+                  Text(f"{r.worker} {r.gpu}".strip()), str(r.exit_code),
+                  Text(f"{r.status}: {error}" if error else r.status))
     return t
 
 
