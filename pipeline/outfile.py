@@ -17,6 +17,7 @@ import ctypes
 import errno
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from .checks import special_kind
@@ -97,6 +98,28 @@ def rename_noreplace(src: Path | str, dst: Path | str) -> None:
         if code not in _UNSUPPORTED:
             raise OSError(code, os.strerror(code), os.fspath(src), None, os.fspath(dst))
     _link_then_unlink(src, dst)
+
+
+def create_like(tmp: Path, target: Path) -> None:
+    """Create the empty temporary file with the permissions of the file it will replace, before the muxer
+    opens it (FFmpeg opens an existing file as it is): a private file replaced with -y is never readable
+    by others while it is being written. Nothing to do when there is no such file."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        return
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode & 0o600)
+    except OSError:  # the muxer's own open says what is wrong
+        return
+    try:
+        os.fchmod(fd, mode & 0o777)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _keep_mode(replaced: Path, tmp: Path) -> None:

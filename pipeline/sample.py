@@ -32,7 +32,7 @@ from . import synth
 from .checks import check_output
 from .config import file_url, is_url
 from .errors import ConfigError, Interrupted, OutputError, PipelineError
-from .outfile import final_path, place_output, temp_path_for
+from .outfile import create_like, final_path, place_output, temp_path_for
 from .sink import check_hardware_encoder, remove_stale_partials
 from .source import MAX_SIDE
 from .synth import synth_frame
@@ -323,6 +323,7 @@ def make_clip(
 
 
 def _open_output(tmp: Path, target: Path):
+    create_like(tmp, target)
     try:
         return av.open(file_url(str(tmp)), "w")  # file: so that a ':' in the name is no protocol
     except ValueError as e:  # no muxer for the name's extension (the temporary name keeps it)

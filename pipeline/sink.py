@@ -45,7 +45,7 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .outfile import final_path, partial_prefix, place_output, temp_path_for
+from .outfile import create_like, final_path, partial_prefix, place_output, temp_path_for
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
@@ -360,6 +360,7 @@ class Sink:
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
             remove_stale_partials(self.final)
             options = {**_muxer_options(Path(target), time_base), **output_opts}
+            create_like(self.tmp, self.final)
             return av.open(file_url(str(self.tmp)), "w", format=muxer, container_options=options)
         except ValueError as e:  # unknown container for this extension, or an unknown --format
             if muxer:

@@ -484,3 +484,23 @@ def test_a_file_behind_stdin_is_the_input(tmp_path, clip, how):
                                 cwd=tmp_path, timeout=60)
     one_error(result, 2, "is the input")
     assert src.read_bytes() == clip.read_bytes()
+
+
+def test_the_temporary_file_of_a_replacement_is_as_private_as_the_file_it_replaces(tmp_path):
+    """Made before the muxer opens it, with the replaced file's permissions: a 0600 output is never readable
+    by others while it is being written (it was, at the umask's 0644, until the rename)."""
+    import os
+
+    from pipeline.outfile import create_like
+
+    target, tmp = tmp_path / "private.mp4", tmp_path / ".private.partial.mp4"
+    target.write_bytes(b"secret")
+    target.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        create_like(tmp, target)
+    finally:
+        os.umask(old)
+    assert tmp.stat().st_mode & 0o777 == 0o600 and tmp.read_bytes() == b""
+    create_like(tmp_path / ".none.mp4", tmp_path / "absent.mp4")  # nothing to copy: nothing made
+    assert not (tmp_path / ".none.mp4").exists()
