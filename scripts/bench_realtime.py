@@ -19,8 +19,6 @@ reused. About a minute on an H200 with 16 cores. Without a usable GPU: one line,
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
 import sys
@@ -34,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Pipeline  # noqa: E402
+from pipeline.bench.report import script_run, write_script_report  # noqa: E402
 from pipeline.config import build_config  # noqa: E402
 from pipeline.errors import EXIT_GPU  # noqa: E402
 
@@ -184,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     given = {"1080p60": args.clip_1080p, "4k30": args.clip_4k}
     report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["python", "scripts/bench_realtime.py", *(argv if argv is not None else sys.argv[1:])]),
+        **script_run("bench_realtime.py", argv),
         "hardware": hardware(),
         "targets": {"drops": 0, "arrival_to_packet_p99_ms": {c.name: c.p99_target_ms for c in CLIPS}},
         "results": [],
@@ -196,10 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             report["results"].append(measure(clip, path, Path(tmp), say))
     for result in report["results"]:
         result["targets_met"] = verdicts(result)
-    (args.out_dir / "realtime.json").write_text(json.dumps(report, indent=2) + "\n")
-    table = markdown(report)
-    (args.out_dir / "realtime.md").write_text(table)
-    print(table)
+    write_script_report(args.out_dir, "realtime", report, markdown(report))
     print(f"wrote {args.out_dir / 'realtime.json'}, {args.out_dir / 'realtime.md'}")
     return 0
 

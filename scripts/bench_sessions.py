@@ -15,7 +15,6 @@ and at the most sessions. Reports the process's own wall time (interpreter start
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from pipeline.bench.report import script_run, write_script_report  # noqa: E402
 from pipeline.sample import make_clip  # noqa: E402
 
 CLIPS = {"1080p": (1920, 1080, 60, 600), "4k": (3840, 2160, 30, 300)}
@@ -137,14 +137,9 @@ def main(argv=None) -> int:
     from pipeline.gpu.cuda import cupy
     from pipeline.gpu.probe import device_info
 
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(["python", "scripts/bench_sessions.py", *(argv or sys.argv[1:])]),
-              "gpu": device_info(cupy())["name"], "cpu_count": os.cpu_count(), "frames": frames,
-              "clips": report_clips}
-    (args.out_dir / "sessions.json").write_text(json.dumps(report, indent=2) + "\n")
-    text = markdown(report)
-    (args.out_dir / "sessions.md").write_text(text)
-    print(text)
+    report = {**script_run("bench_sessions.py", argv), "gpu": device_info(cupy())["name"],
+              "cpu_count": os.cpu_count(), "frames": frames, "clips": report_clips}
+    write_script_report(args.out_dir, "sessions", report, markdown(report))
     return 0
 
 

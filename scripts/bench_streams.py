@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import subprocess
@@ -33,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from pipeline.bench.report import script_run, write_script_report  # noqa: E402
 from pipeline.config import RunConfig  # noqa: E402
 from pipeline.many import run_many  # noqa: E402
 from pipeline.sample import make_clip  # noqa: E402
@@ -211,15 +211,10 @@ def main(argv=None) -> int:
     from pipeline.gpu.probe import device_info
 
     info = device_info(cupy())
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join(["python", "scripts/bench_streams.py", *(argv or sys.argv[1:])]),
-              "gpu": info["name"], "cpu_count": os.cpu_count(), "processes": k, "cold_start": args.cold_start,
-              "rows": rows,
+    report = {**script_run("bench_streams.py", argv), "gpu": info["name"], "cpu_count": os.cpu_count(),
+              "processes": k, "cold_start": args.cold_start, "rows": rows,
               "best": {"pool": best_pool, "naive": best_naive, "pool_x264": best_x264}}
-    (args.out_dir / "streams.json").write_text(json.dumps(report, indent=2) + "\n")
-    text = markdown(report)
-    (args.out_dir / "streams.md").write_text(text)
-    print(text)
+    write_script_report(args.out_dir, "streams", report, markdown(report))
     return 0
 
 

@@ -94,3 +94,13 @@ def test_bench_run_scope_pairs_whole_processes(tmp_path):
         assert r["process_fps"] > 0 and r["ttff_ms"] > 0
         assert (r["allocs_per_frame"] == 0) == (r["alloc"] == "pool")
         assert ("x_naive" in r) == (r["alloc"] == "pool")
+
+
+def test_a_script_report_has_its_date_and_command_and_is_written_both_ways(tmp_path, capsys):
+    from pipeline.bench.report import script_run, write_script_report
+
+    head = script_run("bench_x.py", ["--seconds", "4"])
+    assert head["command"] == "python scripts/bench_x.py --seconds 4" and head["date"].endswith("+00:00")
+    write_script_report(tmp_path, "x", {**head, "rows": [1]}, "| a |\n")
+    assert read_json(tmp_path / "x.json")["rows"] == [1]
+    assert (tmp_path / "x.md").read_text() == "| a |\n" and "| a |" in capsys.readouterr().out

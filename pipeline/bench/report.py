@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +133,16 @@ def _latency_boxes(ax, scope: str, rows: list[dict]) -> None:
     ax.set_xticks(range(1, len(rows) + 1), [r["strategy"] for r in rows])
     ax.set_title(f"{scope}: per-frame latency (lower is better)")
     ax.set_ylabel("ms")
+
+
+def script_run(script: str, argv: list[str] | None) -> dict[str, str]:
+    """What a benchmark script's report starts with: when (UTC) and the command that ran it."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python", f"scripts/{script}", *(argv if argv is not None else sys.argv[1:])])}
+
+
+def write_script_report(out_dir: Path, stem: str, report: dict, text: str) -> None:
+    """A benchmark script's results: ``stem``.json for machines, ``stem``.md (printed too) for people."""
+    (out_dir / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / f"{stem}.md").write_text(text)
+    print(text)
