@@ -159,19 +159,12 @@ class DecodeLoop:
             # PyAV >= 17.1 returns the good frames of a packet and drops the error that followed them.
             frames = packet.decode()
         except av.error.FFmpegError as e:
-            if self.hwaccel is not None and self._index == 0:  # before any frame: the GPU refused the stream
-                refuse_deep_surfaces(self.path, self.video)  # the header is parsed now: a deep one says so
-                raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
-                                     f"{e}") from e
             self._damage.decoder_errors()  # what it logged about this packet is this error
-            self._bad_data(f"undecodable packet at pts {packet.pts}", e)
-            self.decode_errors += 1
+            self._rejected(packet.pts, e)
             return []
         dt = (time.perf_counter() - t0) / max(1, len(frames))
         for frame in frames:
-            if frame.is_corrupt:
-                self._bad_data(f"corrupt frame at pts {frame.pts}")
-                self.corrupt_frames += 1
+            self._check_corrupt(frame)
         self._concealed(packet, frames)
         return [(frame, dt) for frame in frames]
 
@@ -185,18 +178,26 @@ class DecodeLoop:
         outputs = self._gops.finish() if packet.size == 0 else self._gops.feed(packet)
         for kind, value, extra in outputs:
             if kind == "error":
-                if self._index == 0:
-                    refuse_deep_surfaces(self.path, self.video)
-                    raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream "
-                                         f"({_stream_desc(self.video)}): {value}") from value
-                self._bad_data(f"undecodable packet at pts {extra}", value)
-                self.decode_errors += 1
+                self._rejected(extra, value)
                 continue
-            if value.is_corrupt:
-                self._bad_data(f"corrupt frame at pts {value.pts}")
-                self.corrupt_frames += 1
+            self._check_corrupt(value)
             yield value, extra
             del value  # the session lets the frame go once nobody else holds it
+
+    def _rejected(self, pts: int | None, error: av.error.FFmpegError) -> None:
+        """A packet the decoder refused: before any frame with NVDEC, the GPU refusing the stream (raised);
+        otherwise damage, skipped and counted (fatal with --strict)."""
+        if self.hwaccel is not None and self._index == 0:
+            refuse_deep_surfaces(self.path, self.video)  # the header is parsed now: a deep one says so
+            raise DecoderRefused(f"{self.path}: NVDEC cannot decode this stream ({_stream_desc(self.video)}): "
+                                 f"{error}") from error
+        self._bad_data(f"undecodable packet at pts {pts}", error)
+        self.decode_errors += 1
+
+    def _check_corrupt(self, frame: av.VideoFrame) -> None:
+        if frame.is_corrupt:
+            self._bad_data(f"corrupt frame at pts {frame.pts}")
+            self.corrupt_frames += 1
 
     def _concealed(self, packet: av.Packet, frames: list) -> None:
         """Errors the decoder logged and concealed: the packet did not fail and, with slice threads, no
