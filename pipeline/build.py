@@ -81,8 +81,9 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     def factory(hwaccel=None) -> Any:
         if hwaccel is not None:
             backend.make_current()  # FFmpeg adopts the calling thread's CUDA context (CuPy's)
-        # A paced or live input needs one session's speed only; a file goes as fast as its sessions decode.
-        sessions = cfg.nvdec_sessions if hwaccel is not None and not (live or cfg.realtime) else 1
+        # A paced or live input needs one session's speed only; with --strict a decode error must be pinned on
+        # its packet, which a session running ahead cannot do. Anything else goes as fast as its sessions.
+        sessions = cfg.nvdec_sessions if hwaccel is not None and not (live or cfg.realtime or cfg.strict) else 1
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
                       timeout=cfg.timeout, live=live, hwaccel=hwaccel, span=span, decode_sessions=sessions,
                       make_current=backend.make_current if hwaccel is not None else None)

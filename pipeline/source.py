@@ -121,7 +121,7 @@ class Source(DecodeLoop):
             self._origin = _start_time(self.container)
             self._trim = span.bind(self._origin) if span is not None else None
             self._seek_to_start()
-            if decode_sessions > 1 and self._can_share(decode_sessions):
+            if decode_sessions > 1 and hwaccel is not None:
                 self._open_sessions(decode_sessions, make_current or (lambda: None))
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
             self._clock = _Clock(_frame_step(self.video), _ticks(self.video, MAX_GAP_S))
@@ -159,12 +159,6 @@ class Source(DecodeLoop):
     @property
     def decode_sessions(self) -> int:
         return self._gops.sessions if self._gops is not None else 1
-
-    def _can_share(self, sessions: int) -> bool:
-        """Several NVDEC sessions need a file each can open (not a stream), and per-packet blame for
-        damage (not --strict, which a session's error could not name the packet for)."""
-        return (self.hwaccel is not None and not self.live and not self.strict and pipe_fd(self.path) is None
-                and not is_url(self.path))
 
     def _open_sessions(self, sessions: int, make_current: Callable[[], None]) -> None:
         """The other sessions' decoders, made from this stream's parameters (no second open or probe of the
