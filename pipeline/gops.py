@@ -210,7 +210,7 @@ class GopDecoders:
         self._head = 0  # the segment whose frames come out next
         self._count = 0  # packets sent in the current segment
         self._boundary: av.Packet | None = None  # a keyframe held until the packet after it says what it starts
-        self._leading_below: int | None = None  # while leading pictures of the held keyframe go to the last segment
+        self._reference_sent = False  # the held keyframe went to the last segment, for its leading pictures
         self.finished = False
         self._first_out = False  # a frame has come out
         self._splits = True  # new segments may start (not once a packet without a timestamp came)
@@ -272,9 +272,9 @@ class GopDecoders:
             self._count += 1
         elif kf is not None:
             if _leads(packet, kf):  # a leading picture of an open GOP: the last segment decodes it
-                if self._leading_below is None:
+                if not self._reference_sent:
                     self._session(self._segment).send("reference", kf, upper=kf.pts)
-                    self._leading_below = kf.pts
+                    self._reference_sent = True
                 self._session(self._segment).send("packet", packet)
                 return
             self._start_segment(kf)
@@ -288,7 +288,7 @@ class GopDecoders:
         if self._segment >= 0:
             self._session(self._segment).send(_END)
         self._segment += 1
-        self._boundary, self._leading_below, self._count = None, None, 1
+        self._boundary, self._reference_sent, self._count = None, False, 1
         self._session(self._segment).send("packet", keyframe)
 
     # -- receiving -------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class _Returns:
         item.surface = None
 
     def hand_in(self, frame) -> None:
-        del frame  # not the last reference: its session holds one
+        pass  # the caller's reference is not the last: the frame's session holds one
 
     def drop(self) -> None:
         pass
