@@ -8,7 +8,7 @@ The target is checked before the run, but a run takes time: another process may 
 meanwhile (two runs into one output). Without ``-y`` the move must then fail rather than replace that
 file, atomically: ``renameat2(RENAME_NOREPLACE)``, or where the filesystem lacks it, ``link`` (which
 never replaces) then ``unlink``. With ``-y`` only a regular file (or nothing) is replaced, and the new
-file takes its permissions.
+file has its permissions from the start (:func:`create_like`).
 """
 
 from __future__ import annotations
@@ -122,19 +122,6 @@ def create_like(tmp: Path, target: Path) -> None:
         os.close(fd)
 
 
-def _keep_mode(replaced: Path, tmp: Path) -> None:
-    """The file replaced keeps its permissions (as ffmpeg, which rewrites it in place, keeps them): a shared
-    group-writable output stays so. Its owner and other hard links cannot follow a rename."""
-    try:
-        mode = os.stat(replaced).st_mode & 0o7777
-    except OSError:  # nothing there (or unreadable): the new file's own mode
-        return
-    try:
-        os.chmod(tmp, mode & 0o777)  # no set-id bits on a file written by this process
-    except OSError:
-        pass
-
-
 def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
     os.link(src, dst)  # never replaces: FileExistsError if dst appeared
     os.unlink(src)
@@ -153,7 +140,6 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
             kind = special_kind(target)
             if kind is not None:
                 raise OutputError(f"{name}: became a {kind} during the run; only regular files are replaced")
-            _keep_mode(target, tmp)
             os.replace(tmp, target)
         else:
             rename_noreplace(tmp, target)
