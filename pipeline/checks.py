@@ -79,7 +79,8 @@ def check_progress_path(path: str, source: str = "", output: Path | str | None =
 def local_files(**named: str | Path | None) -> list[tuple[Path, str]]:
     """(path, "the <name>") for each of ``named`` that is a file on this machine: a path, a ``file://``
     URL, the file a pipe reads (see :func:`pipeline.config.local_path`)."""
-    found = [(local_path(value), f"the {name}") for name, value in named.items() if isinstance(value, (str, Path))]
+    found = [(local_path(value, dash=name == "input"), f"the {name}") for name, value in named.items()
+             if isinstance(value, (str, Path))]
     return [(path, what) for path, what in found if path is not None]
 
 

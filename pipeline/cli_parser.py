@@ -221,7 +221,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                         f"memory) or auto (nvdec when it takes the stream, else cpu) (default: {d.decode})")
     p.add_argument("--nvdec-sessions", type=int, metavar="N",
                    help=f"with --decode nvdec, NVDEC sessions decoding a file's GOPs side by side, 1 to "
-                        f"{MAX_NVDEC_SESSIONS}; a live or paced input uses one (default: {d.nvdec_sessions})")
+                        f"{MAX_NVDEC_SESSIONS}; a live or paced input and --strict use one (default: {d.nvdec_sessions})")
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")

@@ -146,14 +146,15 @@ def is_url(name: str | None) -> bool:
     return bool(name) and _URL.match(name) is not None
 
 
-def local_path(name: str | Path | None) -> Path | None:
+def local_path(name: str | Path | None, dash: bool = True) -> Path | None:
     """Where on this machine ``name`` reads or writes: the path itself, the file of a ``file://`` URL (which
-    FFmpeg's file protocol opens directly), the file behind a pipe (``-``/``pipe:N``, when it is one); None
-    for a stream URL or a pipe that is not a file."""
+    FFmpeg's file protocol opens directly), the file behind a pipe (``pipe:N``, and ``-`` for stdin unless
+    ``dash`` is false: a report named ``-`` is a file of that name); None for a stream URL or a pipe that is
+    not a file."""
     if not name:
         return None
-    if isinstance(name, Path):
-        return name
+    if isinstance(name, Path) or (name == "-" and not dash):
+        return Path(name)
     fd = pipe_fd(name)
     if fd is not None:
         try:
