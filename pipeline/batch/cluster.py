@@ -262,7 +262,7 @@ def local_cluster(specs: list[WorkerSpec], *, processes: bool = True, dashboard:
     scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "allowed_failures": 0,
                                                "dashboard": dashboard is not None,
                                                "dashboard_address": dashboard or "127.0.0.1:0"}}
-    with _sigint_ignored_by_children():
+    with _terminal_signals_ignored_by_children():
         return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.CRITICAL,
                            name="pipeline-batch")
 
@@ -272,7 +272,7 @@ LEFT_TO_THE_BATCH = (signal.SIGINT, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def _sigint_ignored_by_children() -> Iterator[None]:
+def _terminal_signals_ignored_by_children() -> Iterator[None]:
     """Worker processes started in here ignore SIGINT and SIGHUP: Ctrl-C on a terminal, and the terminal
     closing, signal the whole process group, and a worker must not die of it mid-file; the batch process
     stops its runs instead (an ignored signal stays ignored in a spawned child, and Python then leaves it

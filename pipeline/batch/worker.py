@@ -22,6 +22,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..engine import Pipeline, RunControl
 from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupted, PipelineError
 from ..log import log
+from .cluster import LEFT_TO_THE_BATCH
 from .jobs import FileResult, Job
 from .resume import forget, input_identity, write_marker
 
@@ -113,7 +114,7 @@ class BatchPlugin(WorkerPlugin):
         if self.ignore_sigint and threading.current_thread() is threading.main_thread():
             # A worker of the batch's own cluster leaves Ctrl-C and SIGHUP to the batch process (see
             # cluster.py), also when its Nanny restarted it after a crash, with the batch's own handler in place.
-            for sig in (signal.SIGINT, signal.SIGHUP):
+            for sig in LEFT_TO_THE_BATCH:
                 signal.signal(sig, signal.SIG_IGN)
 
     def teardown(self, worker) -> None:
