@@ -18,7 +18,7 @@ from .checks import as_pipeline_error
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
 from .config import STREAM_LIST, RunConfig, build_config, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
-                     PipelineError)
+                     PipelineError, stop_signals)
 from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log
@@ -288,11 +288,10 @@ def _install_signal_handlers(control: Any) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # the default action: the exit status (and core) say SIGQUIT
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in stop_signals():
         signal.signal(sig, handler)
-    for sig, action in ((signal.SIGHUP, handler), (signal.SIGQUIT, quit_now)):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, action)
+    if signal.getsignal(signal.SIGQUIT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, quit_now)
 
 
 def _say(line: str) -> None:

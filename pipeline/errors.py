@@ -90,3 +90,12 @@ class Interrupted(PipelineError):
         self.signum = signum
         self.exit_code = 128 + signum  # EXIT_SIGINT, EXIT_SIGTERM, EXIT_SIGHUP
         super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {detail}" if detail else ""))
+
+
+def stop_signals() -> list[int]:
+    """The signals that stop a command cleanly: SIGINT, SIGTERM, and SIGHUP (the terminal closed) unless it
+    is ignored (``nohup``: then it stays so)."""
+    import signal
+
+    hangup = [] if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else [signal.SIGHUP]
+    return [signal.SIGINT, signal.SIGTERM, *hangup]

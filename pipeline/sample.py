@@ -31,7 +31,7 @@ from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTr
 from . import synth
 from .checks import check_output
 from .config import file_url, is_url
-from .errors import ConfigError, Interrupted, OutputError, PipelineError
+from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_signals
 from .outfile import create_like, final_path, place_output, temp_path_for
 from .sink import check_hardware_encoder, remove_stale_partials
 from .source import MAX_SIDE
@@ -401,10 +401,7 @@ def _stopped_by_signals(tmp: Path):
         stopping.append(signum)
         raise Interrupted(signum, "no clip written")
 
-    signals = [signal.SIGINT, signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signals.append(signal.SIGHUP)
-    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals()}
     try:
         yield
     finally:

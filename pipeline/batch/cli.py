@@ -12,7 +12,7 @@ from typing import Iterator
 from rich.console import Console
 
 from ..checks import check_report_path
-from ..errors import ConfigError, OutputError, PipelineError
+from ..errors import ConfigError, OutputError, PipelineError, stop_signals
 from .inputs import expand_inputs
 from .jobs import FileResult
 from .report import BatchReport, summary_line, table
@@ -136,10 +136,8 @@ def _install_signal_handlers(stop: StopRequest) -> None:
         os.write(2, b"pipeline: stopping: files in progress are stopped, queued ones cancelled "
                     b"(again to exit at once)\n")
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in stop_signals():
         signal.signal(sig, handler)
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, handler)
 
 
 @contextlib.contextmanager
