@@ -6,7 +6,7 @@ any output file exists; a part built before a later one fails is closed again.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -224,8 +224,11 @@ def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool
                 prepare_kernels(chain, "i420" if cfg.decode == "cpu" else "nv12", "i420", stage=stage is not None)
         return (source if source is not None else _open_source(cfg, control, backend, phases)), backend
     if source is None and cfg.decode != "cpu":
-        backend = _backend(cfg, chain, stage, phases, None)
-        return _open_source(cfg, control, backend, phases), backend
+        gpu = _early_gpu(cfg.device)
+        if gpu is None:
+            backend = _backend(cfg, chain, stage, phases, None)
+            return _open_source(cfg, control, backend, phases), backend
+        return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu)
     future = pool.submit(_backend, cfg, chain, stage, phases, source.layout if source is not None else "i420")
     try:
         if source is None:
@@ -240,6 +243,51 @@ def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool
         raise
 
 
+def _early_gpu(device: str):
+    """The GPU an NVDEC source can open on before CuPy imports: its primary context through the driver
+    (:mod:`pipeline.gpu.driver`); None for the CPU, or where the driver has no such GPU (the backend then
+    says why, or runs on the CPU)."""
+    from .gpu.driver import EarlyDevice, retain_primary_context
+
+    if device == "cpu":
+        return None
+    index = device_index(device) or 0
+    return EarlyDevice(index) if retain_primary_context(index) else None
+
+
+def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases, pool, gpu):
+    """NVDEC's open and first frame (the decoder in the primary context, made current through the driver)
+    while CuPy imports and the backend and kernels are made: the two longest parts of a GPU run's start-up,
+    side by side. The kernels wait for the source's layout. A failed backend's error is the one reported:
+    it says why the GPU cannot be used, where the decoder's open would only have failed with it."""
+    layout: Future = Future()
+    future = pool.submit(_backend, cfg, chain, stage, phases, layout)
+    try:
+        source = _open_source(cfg, control, gpu, phases)
+    except BaseException:
+        layout.set_result(None)
+        _raise_failure(future)
+        _close_result(future)
+        raise
+    layout.set_result(source.layout)
+    try:
+        backend = future.result()
+    except BaseException:
+        source.close()
+        raise
+    if backend.name != "cuda" or backend.device_id != gpu.device_id:  # cannot happen: the driver has this GPU
+        source.close()
+        raise GPUError(f"--device {cfg.device}: the GPU NVDEC opened on is not the backend's")
+    return source, backend
+
+
+def _raise_failure(future: Future) -> None:
+    """The background part's own error, where it failed."""
+    error = future.exception()
+    if error is not None:
+        raise error
+
+
 def _open_source(cfg: RunConfig, control, backend, phases: Phases):
     stop = control.stop_event if control is not None else None
     signum = (lambda: control.signum) if control is not None else (lambda: None)
@@ -247,9 +295,13 @@ def _open_source(cfg: RunConfig, control, backend, phases: Phases):
         return open_source(cfg, stop, signum, backend)
 
 
-def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | None):
+def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | Future | None):
+    """The backend and, given the input's layout (or a future of it: the source opening meanwhile), the
+    kernels."""
     with phases("cuda_context" if cfg.device != "cpu" else "backend"):
         backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    if isinstance(in_layout, Future):
+        in_layout = in_layout.result()
     if backend.name == "cuda" and in_layout is not None:
         from .processor import prepare_kernels
         from .warmup import notice_if_cold

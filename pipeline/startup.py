@@ -101,7 +101,7 @@ def create_cuda_context_early(device: str) -> threading.Thread | None:
 
 
 def _retain_primary_context(index: int) -> None:
-    from .gpu.cuda import retain_primary_context
+    from .gpu.driver import retain_primary_context
 
     retain_primary_context(index)
 

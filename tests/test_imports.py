@@ -103,11 +103,11 @@ def test_every_command_parses_with_only_its_own_options():
 def test_the_early_cuda_context_is_made_only_for_a_gpu_device(monkeypatch):
     import threading
 
-    from pipeline.gpu import cuda
+    from pipeline.gpu import driver
     from pipeline.startup import create_cuda_context_early
 
     asked = []
-    monkeypatch.setattr(cuda, "retain_primary_context", lambda index: asked.append(index) or False)
+    monkeypatch.setattr(driver, "retain_primary_context", lambda index: asked.append(index) or False)
     assert create_cuda_context_early("cpu") is None
     for device, index in (("auto", 0), ("cuda", 0), ("cuda:3", 3)):
         thread = create_cuda_context_early(device)
@@ -120,7 +120,7 @@ def test_the_early_cuda_context_is_made_only_for_a_gpu_device(monkeypatch):
 def test_the_early_cuda_context_without_a_driver_does_nothing():
     import ctypes
 
-    from pipeline.gpu.cuda import retain_primary_context
+    from pipeline.gpu.driver import retain_primary_context
 
     try:
         ctypes.CDLL("libcuda.so.1")
@@ -131,11 +131,11 @@ def test_the_early_cuda_context_without_a_driver_does_nothing():
 
 
 class FakeDriver:
-    """libcuda's three calls, recording what they were given (``byref`` arguments: their objects)."""
+    """libcuda's calls, recording what they were given (``byref`` arguments: their objects)."""
 
     def __init__(self):
         self.calls = []
-        for name in ("cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"):
+        for name in ("cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent"):
             setattr(self, name, self._recorder(name))
 
     def _recorder(self, name):
@@ -149,24 +149,60 @@ class FakeDriver:
         return call
 
 
-def test_the_early_cuda_context_passes_the_driver_c_types(monkeypatch):
+@pytest.fixture
+def fake_driver(monkeypatch):
+    """A FakeDriver as libcuda, and no contexts retained before or after."""
     import ctypes
 
-    from pipeline.gpu.cuda import retain_primary_context
+    from pipeline.gpu import driver as module
 
-    driver = FakeDriver()
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: driver)
-    assert retain_primary_context(2**32 + 1) is False and driver.calls == []  # would be GPU 1 as a C int
+    fake = FakeDriver()
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
+    monkeypatch.setattr(module, "_contexts", {})
+    module._load.cache_clear()
+    yield fake
+    module._load.cache_clear()
+
+
+def test_the_early_cuda_context_passes_the_driver_c_types(fake_driver):
+    from pipeline.gpu.driver import retain_primary_context
+
+    assert retain_primary_context(2**32 + 1) is False and fake_driver.calls == []  # would be GPU 1 as a C int
     assert retain_primary_context(3) is True
-    names = [name for name, _, _ in driver.calls]
+    names = [name for name, _, _ in fake_driver.calls]
     assert names == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"]
-    assert all(argtypes for _, argtypes, _ in driver.calls)
-    assert driver.calls[1][2][1] == 3 and driver.calls[2][2][1] == 3
+    assert all(argtypes for _, argtypes, _ in fake_driver.calls)
+    assert fake_driver.calls[1][2][1] == 3 and fake_driver.calls[2][2][1] == 3
+
+
+def test_a_primary_context_is_retained_once_and_made_current_in_each_thread(fake_driver):
+    import threading
+
+    from pipeline.gpu.driver import make_primary_current
+
+    threads = [threading.Thread(target=make_primary_current, args=(1,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    names = [name for name, _, _ in fake_driver.calls]
+    assert names.count("cuDevicePrimaryCtxRetain") == 1 and names.count("cuCtxSetCurrent") == 4
+
+
+def test_making_a_gpu_current_without_a_driver_is_a_gpu_error(monkeypatch):
+    from pipeline.errors import GPUError
+    from pipeline.gpu import driver
+
+    monkeypatch.setattr(driver, "_load", lambda: None)
+    monkeypatch.setattr(driver, "_contexts", {})
+    with pytest.raises(GPUError, match="GPU 2"):
+        driver.make_primary_current(2)
 
 
 @pytest.mark.gpu
 def test_the_early_cuda_context_is_the_one_cupy_uses():
-    from pipeline.gpu.cuda import cupy, retain_primary_context
+    from pipeline.gpu.cuda import cupy
+    from pipeline.gpu.driver import retain_primary_context
 
     assert retain_primary_context(0) is True
     assert retain_primary_context(99) is False  # no such GPU

@@ -20,29 +20,6 @@ def cupy() -> Any:
     return cp
 
 
-def retain_primary_context(index: int) -> bool:
-    """Make GPU ``index``'s primary context through the driver (what CuPy's first call would do), without
-    importing CuPy; False where there is no driver or no such GPU. ctypes lets go of the GIL for each call,
-    so other threads import meanwhile (see :func:`pipeline.startup.create_cuda_context_early`). The context
-    stays retained for the life of the process, as CuPy keeps its own."""
-    import ctypes
-
-    if not 0 <= index < 2**31:  # a C int: ctypes would pass a larger one cut down to another GPU's index
-        return False
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-        c_int_p, c_void_pp = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p)
-        for name, argtypes in (("cuInit", [ctypes.c_uint]), ("cuDeviceGet", [c_int_p, ctypes.c_int]),
-                               ("cuDevicePrimaryCtxRetain", [c_void_pp, ctypes.c_int])):
-            function = getattr(driver, name)
-            function.argtypes, function.restype = argtypes, ctypes.c_int  # CUresult
-        device, context = ctypes.c_int(), ctypes.c_void_p()
-        return (driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), index) == 0
-                and driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device.value) == 0)
-    except (OSError, AttributeError, ctypes.ArgumentError):  # no driver here
-        return False
-
-
 def gpu_status(index: int | None = None) -> tuple[bool, str]:
     """(usable, reason): whether CuPy imports and sees a working CUDA device (``index``, or any)."""
     try:

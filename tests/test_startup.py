@@ -1,0 +1,116 @@
+"""Start-up order: with NVDEC the decoder opens (and decodes its first frame) while CuPy imports and the
+backend and kernels are made; failures there report the error that says most, and close what was built."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pipeline import build
+from pipeline.config import RunConfig
+from pipeline.errors import GPUError, InputError
+from pipeline.gpu.driver import EarlyDevice
+from pipeline.startup import Phases
+
+
+class FakeSource:
+    layout = "nv12"
+
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class FakeBackend:
+    name = "cuda"
+    device_id = 0
+
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The layouts kernels were prepared for."""
+    prepared = []
+    monkeypatch.setattr("pipeline.processor.prepare_kernels", lambda chain, a, b, stage: prepared.append(a))
+    monkeypatch.setattr("pipeline.warmup.notice_if_cold", lambda: None)
+    return prepared
+
+
+def beside(monkeypatch, open_source, make_backend):
+    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, gpu: open_source(gpu))
+    monkeypatch.setattr(build, "make_backend", lambda *args: make_backend())
+    cfg = RunConfig(input="in.mp4", device="cuda", decode="nvdec")
+    with ThreadPoolExecutor(1) as pool:
+        return build._nvdec_beside_backend(cfg, [], None, None, Phases(), pool, EarlyDevice(0))
+
+
+def test_the_decoder_opens_while_the_backend_is_made_and_kernels_get_its_layout(monkeypatch, kernels):
+    both = threading.Barrier(2, timeout=5)  # broken (an error) unless the two run at the same time
+    source, backend = FakeSource(), FakeBackend()
+
+    def open_source(gpu):
+        assert isinstance(gpu, EarlyDevice) and gpu.device_id == 0
+        both.wait()
+        return source
+
+    def make_backend():
+        both.wait()
+        assert kernels == []
+        return backend
+
+    assert beside(monkeypatch, open_source, make_backend) == (source, backend)
+    assert kernels == ["nv12"]
+
+
+def test_a_backend_that_fails_is_the_error_reported(monkeypatch, kernels):
+    def open_source(gpu):
+        raise InputError("in.mp4: NVDEC cannot open")
+
+    def make_backend():
+        raise GPUError("--device cuda: no usable CUDA device")
+
+    with pytest.raises(GPUError, match="no usable CUDA device"):
+        beside(monkeypatch, open_source, make_backend)
+    assert kernels == []
+
+
+def test_a_source_that_fails_closes_the_backend_made_meanwhile(monkeypatch, kernels):
+    backend = FakeBackend()
+
+    def open_source(gpu):
+        raise InputError("in.mp4: not a video")
+
+    with pytest.raises(InputError, match="not a video"):
+        beside(monkeypatch, open_source, lambda: backend)
+    assert backend.closed and kernels == []
+
+
+def test_a_backend_that_fails_closes_the_source(monkeypatch, kernels):
+    source = FakeSource()
+
+    def make_backend():
+        raise GPUError("creating the GPU clock's stream and events: out of memory")
+
+    with pytest.raises(GPUError, match="out of memory"):
+        beside(monkeypatch, lambda gpu: source, make_backend)
+    assert source.closed
+
+
+def test_no_driver_keeps_the_backend_first_order(monkeypatch):
+    from pipeline.gpu import driver
+
+    monkeypatch.setattr(driver, "retain_primary_context", lambda index: False)
+    assert build._early_gpu("cuda:1") is None and build._early_gpu("cpu") is None
+    monkeypatch.setattr(driver, "retain_primary_context", lambda index: index == 1)
+    gpu = build._early_gpu("cuda:1")
+    assert isinstance(gpu, EarlyDevice) and gpu.device_id == 1
+    assert build._early_gpu("cuda") is None  # GPU 0 is not there
