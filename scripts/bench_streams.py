@@ -112,11 +112,11 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
     for i, r in enumerate(rows):
         if r["drops"]:
             at = r["started"] - origin
-            print(f"bench_streams:   worker {i} (started at +{at:.2f} s): {r['drops']} drops in "
+            print(f"bench_streams:   worker {i} (pid {r.get('pid')}, started at +{at:.2f} s): {r['drops']} drops in "
                   f"{r['dropping_streams']} streams, {at + r['first_drop_s']:.2f}-{at + r['last_drop_s']:.2f} s "
                   "after the first worker started", flush=True)
     frames_out, wall = sum(r["frames_out"] for r in rows), max(r["wall_s"] for r in rows)
-    return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output,
+    return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output, "started": origin,
             "drops": sum(r["drops"] for r in rows), "failed": sum(r["failed"] for r in rows),
             "first_drop_s": min((r["first_drop_s"] for r in rows if r.get("first_drop_s") is not None), default=None),
             "last_drop_s": max((r["last_drop_s"] for r in rows if r.get("last_drop_s") is not None), default=None),
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
             print("ready", flush=True)
             sys.stdin.readline()  # the parent's go, once every worker is ready
         row = trial(clip, args.one, args.alloc, args.decode, args.output, frames, args.out_dir)
-        print(json.dumps({k: v for k, v in row.items() if k != "shared"}), flush=True)
+        print(json.dumps({"pid": os.getpid(), **{k: v for k, v in row.items() if k != "shared"}}), flush=True)
         return 0
     clip = args.out_dir / "stream_1080p30.mp4"
     if not clip.exists():
