@@ -9,9 +9,10 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
 
 from .checks import as_pipeline_error, check_output, check_stats_path, special_kind
-from .config import RunConfig, device_index, is_url
+from .config import RunConfig, device_index, is_url, pipe_fd
 from .errors import ConfigError, GPUError
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .filters.plugins import plugin_errors_are_config_errors
@@ -76,6 +77,8 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     waits = waits_for_writer(cfg.input, cfg.input_format)
     live = waits or is_live_input(cfg.input, cfg.input_format)
     decode = decoder_for(cfg, backend)
+    if decode == "auto" and not opens_twice(cfg, waits):
+        decode = "cpu"
     span = Span.from_seconds(cfg.start, cfg.duration, cfg.end)
 
     def factory(hwaccel=None) -> Any:
@@ -104,6 +107,17 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     # A URL's open is bounded by FFmpeg's own timeout; a FIFO's open(2) and first reads are not.
     return open_in_background(opened, stop or threading.Event(), signum, deadline=cfg.timeout if waits else None,
                               name=cfg.input)
+
+
+def opens_twice(cfg: RunConfig, waits: bool) -> bool:
+    """Whether the input can be opened again from its start. ``--decode auto`` tries NVDEC and, where the
+    GPU refuses the stream at its first frame, opens the input again for the CPU decoder: what stdin, a
+    FIFO, a device or a listening socket gave the first try would be lost, so those decode on the CPU."""
+    if waits or pipe_fd(cfg.input) is not None:
+        return False
+    query = parse_qs(urlsplit(cfg.input).query, keep_blank_values=True)
+    # FFmpeg's protocols take a bare ?listen as listen=1
+    return all(value == "0" for value in [cfg.input_opts.get("listen", "0"), *query.get("listen", [])])
 
 
 def waits_for_writer(name: str, input_format: str | None = None) -> bool:
@@ -214,21 +228,23 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
 
 
 def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool, backend=None):
-    """The backend (context, kernels) and the source; side by side unless NVDEC, which decodes in the
-    backend's CUDA context, needs the backend first."""
+    """The backend (context, kernels) and the source, side by side: NVDEC opens in the GPU's primary
+    context through the driver while CuPy imports (:func:`_nvdec_beside_backend`)."""
     if backend is not None:
+        source = source if source is not None else _open_source(cfg, control, backend, phases)
         if backend.name == "cuda":
             from .processor import prepare_kernels
 
             with phases("kernels"):
-                prepare_kernels(chain, "i420" if cfg.decode == "cpu" else "nv12", "i420", stage=stage is not None)
-        return (source if source is not None else _open_source(cfg, control, backend, phases)), backend
+                prepare_kernels(chain, source.layout, "i420", stage=stage is not None)
+        return source, backend
     if source is None and cfg.decode != "cpu":
         gpu = _early_gpu(cfg.device)
-        if gpu is None:
+        if gpu is not None:
+            return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu)
+        if cfg.decode == "nvdec":  # no GPU the driver knows: the backend says why (auto decodes on the CPU)
             backend = _backend(cfg, chain, stage, phases, None)
             return _open_source(cfg, control, backend, phases), backend
-        return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu)
     future = pool.submit(_backend, cfg, chain, stage, phases, source.layout if source is not None else "i420")
     try:
         if source is None:

@@ -50,7 +50,7 @@ class RunConfig:
     output: str | None = None
     filters: str = DEFAULT_FILTERS
     device: str = "auto"
-    decode: str = "cpu"  # cpu, nvdec or auto (NVDEC when it takes the stream, else the CPU)
+    decode: str = "auto"  # cpu, nvdec or auto (NVDEC on a CUDA GPU when it takes the stream, else the CPU)
     nvdec_sessions: int = 4  # NVDEC sessions sharing a file's GOPs (pipeline.gops); 1: one decoder
     codec: str = "libx264"
     encoder_opts: dict[str, str] = field(default_factory=dict)

@@ -114,3 +114,37 @@ def test_no_driver_keeps_the_backend_first_order(monkeypatch):
     gpu = build._early_gpu("cuda:1")
     assert isinstance(gpu, EarlyDevice) and gpu.device_id == 1
     assert build._early_gpu("cuda") is None  # GPU 0 is not there
+
+
+@pytest.mark.parametrize("name, options, twice", [
+    ("in.mp4", {}, True),
+    ("https://example.com/in.mp4", {}, True),
+    ("-", {}, False),
+    ("pipe:0", {}, False),
+    ("tcp://0.0.0.0:5000?listen=1", {}, False),
+    ("tcp://0.0.0.0:5000?timeout=5&listen", {}, False),  # FFmpeg's bare listen is listen=1
+    ("tcp://0.0.0.0:5000?listen=0", {}, True),
+    ("srt://:9000", {"listen": "1"}, False),
+    ("rtsp://camera/stream", {"listen": "0"}, True),
+])
+def test_auto_tries_nvdec_only_where_the_input_opens_a_second_time(name, options, twice):
+    cfg = RunConfig(input=name, input_opts=options)
+    assert build.opens_twice(cfg, waits=False) is twice
+    assert build.opens_twice(cfg, waits=True) is False  # a FIFO or device: its bytes go to the first reader
+
+
+def test_auto_decodes_a_pipe_on_the_cpu_without_trying_nvdec(monkeypatch):
+    seen = []
+
+    class Source:
+        def __init__(self, path, *, hwaccel=None, **kwargs):
+            seen.append(hwaccel)
+
+    class Gpu(EarlyDevice):
+        def make_current(self):
+            pass  # no driver here
+
+    monkeypatch.setattr("pipeline.source.Source", Source)
+    build.open_source(RunConfig(input="pipe:0", decode="auto"), backend=Gpu(0))
+    build.open_source(RunConfig(input="pipe:0", decode="nvdec"), backend=Gpu(0))
+    assert seen[0] is None and seen[1] is not None
