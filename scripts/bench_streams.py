@@ -55,6 +55,8 @@ def parse_args(argv):
     p.add_argument("--cold-start", action="store_true",
                    help="with --processes, start the trials as the workers start (their start-up beside the "
                         "streams of the others) instead of after every worker has warmed up")
+    p.add_argument("--in-flight", type=int, help="frames in flight per stream (pipeline run's --in-flight; "
+                   "also the depth of each stream's queues)")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a worker: one trial of N streams, a JSON line out
     p.add_argument("--alloc", default="pool", help=argparse.SUPPRESS)
     p.add_argument("--output", default="null", help=argparse.SUPPRESS)
@@ -62,9 +64,13 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+# RunConfig settings every trial's streams get (--in-flight), the workers' too
+SETTINGS: dict = {}
+
+
 def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int, out_dir: Path) -> dict:
     base = RunConfig(device="cuda", alloc=alloc, decode=decode, realtime=True, quiet=True, frames=frames,
-                     overwrite=True, codec="libx264")
+                     overwrite=True, codec="libx264", **SETTINGS)
     outputs = ["null"] * n if output == "null" else [str(out_dir / f"s{i}.mkv") for i in range(n)]
     configs = [base.replace(input=str(clip), output=o) for o in outputs]
     started = time.time()
@@ -74,6 +80,7 @@ def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int,
     failed = [s.error for s in result.streams if s.exit_code]
     worst_fps = min((s["frames_out"] / s["wall_s"] for s in streams if s["wall_s"]), default=0.0)
     return {"streams": n, "alloc": alloc, "output": output, "drops": drops, **_drop_times(streams, started),
+            **_slowest(streams),
             "failed": len(failed),
             "errors": failed[:3], "frames_out": result.frames, "wall_s": round(result.wall_s, 2),
             "aggregate_fps": round(result.frames / result.wall_s, 1), "worst_stream_fps": round(worst_fps, 1),
@@ -89,6 +96,15 @@ def _drop_times(streams: list[dict], started: float) -> dict:
             "dropping_streams": len(first)}
 
 
+def _slowest(streams: list[dict]) -> dict:
+    """Where the streams dropped (by stage) and each stage's longest frame, over all the streams: a stall
+    of one stage shows as its maximum."""
+    stages = sorted({k for s in streams for k in s["stage_ms"]})
+    return {"drops_by_stage": {k: sum(s["drops"].get(k, 0) for s in streams) for k in ("decode", "submit")},
+            "stage_max_ms": {k: max(s["stage_ms"][k]["max"] for s in streams if k in s["stage_ms"]) for k in stages},
+            "latency_max_ms": max((s["latency_ms"]["max"] for s in streams), default=0.0)}
+
+
 def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, output: str, frames: int,
                        out_dir: Path, cold: bool = False) -> dict:
     """One trial as k worker processes sharing the n streams, their rows merged. Each worker first warms up
@@ -97,7 +113,8 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
     shares = [n // k + (i < n % k) for i in range(k)]
     procs = [(m, subprocess.Popen([sys.executable, __file__, "--one", str(m), "--alloc", alloc, "--decode", decode,
                                    "--output", output, "--frames", str(frames), "--out-dir", str(out_dir / f"w{i}"),
-                                   *(["--cold-start"] if cold else [])],
+                                   *(["--cold-start"] if cold else []),
+                                   *([f"--in-flight={SETTINGS['in_flight']}"] if "in_flight" in SETTINGS else [])],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
              for i, m in enumerate(shares) if m]
     if not cold:  # every worker warm first, then all trials at once: no process's start-up beside the streams
@@ -109,12 +126,13 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
                 p.stdin.flush()
     rows = [_worker_row(m, p) for m, p in procs]  # each worker is waited for, whatever the others did
     origin = min((r["started"] for r in rows if "started" in r), default=0.0)
-    for i, r in enumerate(rows):
-        if r["drops"]:
-            at = r["started"] - origin
-            print(f"bench_streams:   worker {i} (pid {r.get('pid')}, started at +{at:.2f} s): {r['drops']} drops in "
-                  f"{r['dropping_streams']} streams, {at + r['first_drop_s']:.2f}-{at + r['last_drop_s']:.2f} s "
-                  "after the first worker started", flush=True)
+    for i, r in enumerate(r for r in rows if "started" in r):
+        at = r["started"] - origin
+        when = (f"{r['drops']} drops in {r['dropping_streams']} streams, {at + r['first_drop_s']:.2f}-"
+                f"{at + r['last_drop_s']:.2f} s after the first worker started, by stage {r['drops_by_stage']}"
+                if r["drops"] else "no drops")
+        print(f"bench_streams:   worker {i} (pid {r.get('pid')}, started at +{at:.2f} s): {when}; longest frame "
+              f"per stage {r['stage_max_ms']} ms, longest latency {r['latency_max_ms']} ms", flush=True)
     frames_out, wall = sum(r["frames_out"] for r in rows), max(r["wall_s"] for r in rows)
     return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output, "started": origin,
             "drops": sum(r["drops"] for r in rows), "failed": sum(r["failed"] for r in rows),
@@ -178,6 +196,8 @@ def markdown(report: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.in_flight is not None:
+        SETTINGS["in_flight"] = args.in_flight
     steady_malloc()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     frames = args.frames or int(args.seconds * 30)
@@ -185,7 +205,7 @@ def main(argv=None) -> int:
         clip = args.out_dir.parent / "stream_1080p30.mp4"
         if not args.cold_start:
             warm = RunConfig(device="cuda", alloc=args.alloc, decode=args.decode, quiet=True, frames=8,
-                             input=str(clip), output="null")
+                             input=str(clip), output="null", **SETTINGS)
             run_many([warm])
             print("ready", flush=True)
             sys.stdin.readline()  # the parent's go, once every worker is ready
