@@ -148,3 +148,35 @@ def test_auto_decodes_a_pipe_on_the_cpu_without_trying_nvdec(monkeypatch):
     build.open_source(RunConfig(input="pipe:0", decode="auto"), backend=Gpu(0))
     build.open_source(RunConfig(input="pipe:0", decode="nvdec"), backend=Gpu(0))
     assert seen[0] is None and seen[1] is not None
+
+
+def test_a_decoder_auto_refuses_leaves_no_reference_cycle(tmp_path):
+    """PyAV refuses NVDEC for a codec without it inside the container's constructor, leaving a half-made
+    container in a reference cycle with its streams (and the file open); the fallback to the CPU must
+    not leave that for a later collection (a batch worker would hold one per such file)."""
+    import gc
+
+    from pipeline import sample as make_sample
+
+    clip = make_sample.make_clip(tmp_path / "ffv1.mkv", width=64, height=48, frames=4, fps=30, seed=5, codec="ffv1")
+
+    class Gpu(EarlyDevice):
+        def make_current(self):
+            pass
+
+    def once():
+        source = build.open_source(RunConfig(input=str(clip), decode="auto"), backend=Gpu(0))
+        assert source.layout == "i420"
+        source.close()
+
+    once()  # caches filled
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        once()
+        found = gc.collect()
+        kinds = sorted({type(o).__qualname__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert found == 0, kinds
