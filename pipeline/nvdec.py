@@ -14,6 +14,7 @@ decoding silently on the CPU into frames the device path cannot read.
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 from av.codec.hwaccel import HWAccel
@@ -34,8 +35,14 @@ def open_decoded(open_source: Callable, decode: str, device_id: int):
     except (DecoderRefused, GPUError) as e:
         if decode == "nvdec":
             raise
-        log.info(f"{_first_line(e)}; decoding on the CPU")
-        return open_source(None)
+        reason = _first_line(e)
+    # What the refused try half-made is in reference cycles nothing can close: PyAV's container when it
+    # refuses the hardware decoder in its constructor, a source refused at its first frame. A collection
+    # frees them (and the file they hold open) now, not at some later one: a batch worker would hold one
+    # per such file. Once per refused input, after the exception and its frames are gone.
+    gc.collect()
+    log.info(f"{reason}; decoding on the CPU")
+    return open_source(None)
 
 
 def _first_line(error: BaseException) -> str:

@@ -26,7 +26,6 @@ with the clock, is :mod:`pipeline.decode`.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import logging
 import math
@@ -376,7 +375,8 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     if hwaccel is not None:
         kwargs["hwaccel"] = hwaccel
     try:
-        container = _av_open(ffmpeg_name(path, input_format, local), input_format, options, kwargs)
+        container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
+                            container_options=options, **kwargs)
     except RuntimeError as e:  # "Hardware accelerated decode requested but no stream is compatible"
         raise DecoderRefused(f"{path}: NVDEC cannot decode this stream: {e}") from e
     except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
@@ -400,20 +400,6 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         container.close()
         raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
     return container
-
-
-def _av_open(name: str, input_format: str | None, options: dict[str, str], kwargs: dict):
-    try:
-        return av.open(name, "r", format=input_format, container_options=options, **kwargs)
-    except BaseException:
-        if "hwaccel" in kwargs:
-            # PyAV refuses a hardware decoder (no stream it takes, no device) inside the container's
-            # constructor, after making its streams: the half-made container and its streams refer to each
-            # other, nothing can close it, and only a full collection frees it (with the file it holds open).
-            # --decode auto then opens the input again for the CPU: a worker doing that file after file would
-            # hold each one's until a collection came.
-            gc.collect()
-        raise
 
 
 # What FFmpeg logs when an option's value does not parse or is out of range (PyAV appends the last log line).

@@ -150,22 +150,25 @@ def test_auto_decodes_a_pipe_on_the_cpu_without_trying_nvdec(monkeypatch):
     assert seen[0] is None and seen[1] is not None
 
 
-def test_a_decoder_auto_refuses_leaves_no_reference_cycle(tmp_path):
+class NoContext(EarlyDevice):
+    def make_current(self):
+        pass  # FFmpeg finds no current context: on the CPU, PyAV refuses the hardware decoder at the open
+
+
+@pytest.mark.parametrize("gpu", [NoContext(0), EarlyDevice(0)], ids=["no-context", "driver"])
+def test_a_decoder_auto_refuses_leaves_no_reference_cycle(tmp_path, gpu):
     """PyAV refuses NVDEC for a codec without it inside the container's constructor, leaving a half-made
-    container in a reference cycle with its streams (and the file open); the fallback to the CPU must
-    not leave that for a later collection (a batch worker would hold one per such file)."""
+    container in a reference cycle with its streams (and the file open), and a source NVDEC refuses at
+    its first frame is left in one too; the fallback to the CPU must not leave them for a later
+    collection (a batch worker would hold one per such file). With a GPU, "driver" is NVDEC's own refusal."""
     import gc
 
     from pipeline import sample as make_sample
 
     clip = make_sample.make_clip(tmp_path / "ffv1.mkv", width=64, height=48, frames=4, fps=30, seed=5, codec="ffv1")
 
-    class Gpu(EarlyDevice):
-        def make_current(self):
-            pass
-
     def once():
-        source = build.open_source(RunConfig(input=str(clip), decode="auto"), backend=Gpu(0))
+        source = build.open_source(RunConfig(input=str(clip), decode="auto"), backend=gpu)
         assert source.layout == "i420"
         source.close()
 
