@@ -104,7 +104,7 @@ class NullSink:
     def __init__(self, layout: str = "i420"):
         self.layout = layout
         self.target = "null"
-        self.tmp = None
+        self.staged = None
         self.zero_copy = True
         self.audio_dropped = 0
         self.on_packets = None

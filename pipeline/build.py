@@ -143,6 +143,17 @@ def encoder_options(cfg: RunConfig, info, low_latency: bool) -> dict[str, str]:
     return options
 
 
+def for_sequence(cfg: RunConfig, target) -> RunConfig:
+    """An image sequence (:mod:`pipeline.sequence`) is encoded as its picture format (unless ``-c`` says
+    otherwise) and has no audio; any other output keeps ``cfg``."""
+    from .sequence import encoder_for, is_sequence
+
+    if not is_sequence(target, cfg.output_format):
+        return cfg
+    default = RunConfig.__dataclass_fields__["codec"].default
+    return cfg.replace(codec=encoder_for(target, cfg.codec, default), audio="none")
+
+
 def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool, pix_fmt: str | None = None):
     """The encoder and muxer for ``target`` (a path or a URL); ``pix_fmt`` as :func:`output_choice` chose it."""
     from .sink import Sink
@@ -212,6 +223,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
     null = is_null_output(cfg)
     target = None if null else cfg.output_target()
     if target is not None:
+        cfg = for_sequence(cfg, target)
         check_output(cfg.input, target, cfg.overwrite)
         from .sink import check_hardware_encoder
 

@@ -33,8 +33,14 @@ def check_output(source: str | None, target: Path | str, overwrite: bool) -> Non
             raise ConfigError(f"{target}: output is the input; choose another -o")
         return
     from .outfile import final_path
+    from .sequence import check_sequence, existing_frames, is_sequence
 
     check_name_length(target)
+    if is_sequence(target):
+        if source is not None and any(_is_input(target.with_name(f), source) for f in existing_frames(target)):
+            raise ConfigError(f"{target}: the input is one of this pattern's frames; choose another -o")
+        check_sequence(target, overwrite)
+        return
     final = final_path(target)  # a symbolic link's file: the temporary file is made beside it
     if final != target:
         check_name_length(final)

@@ -155,14 +155,15 @@ class Pipeline(Stages, Tally):
         return self.control.signum
 
     def discard_output(self) -> None:
-        """Before an immediate exit (a second signal): drop the partial file; the target is untouched.
+        """Before an immediate exit (a second signal): drop the partial output; the target is untouched.
 
-        Only unlinks a path, so it is safe while the encode thread is still writing.
+        Only removes paths (the temporary file, or an image sequence's staging directory), so it is safe
+        while the encode thread is still writing.
         """
-        tmp = getattr(self.sink, "tmp", None)
-        if tmp is not None:
+        staging = getattr(self.sink, "staged", None)
+        if staging is not None:
             try:
-                tmp.unlink(missing_ok=True)
+                staging.discard()
             except OSError:
                 pass
 

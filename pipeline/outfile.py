@@ -150,3 +150,63 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
     except OutputError:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_stale_partials(target: Path) -> None:
+    """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run)."""
+    prefix, suffix = partial_prefix(target), target.suffix
+    try:
+        names = os.listdir(target.parent if str(target.parent) else ".")
+    except OSError:
+        return  # the output check reports an unusable directory
+    for name in names:  # not glob: a stem may hold glob metacharacters
+        if not (name.startswith(prefix) and name.endswith(suffix)):
+            continue
+        pid = name[len(prefix):len(name) - len(suffix)]
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+            (target.parent / name).unlink(missing_ok=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, someone else's; anything else: do not guess, keep the file
+        return True
+    return True
+
+
+class StagedFile:
+    """Where a file output is written until the run completes (a temporary file beside it), and how it is
+    put in place; :class:`pipeline.sequence.StagedSequence` is the same for an image sequence."""
+
+    def __init__(self, final: Path):
+        self.final = final
+        self.path = temp_path_for(final)  # what the muxer is given
+
+    def prepare(self) -> None:
+        remove_stale_partials(self.final)
+        create_like(self.path, self.final)
+
+    def place(self, overwrite: bool, name) -> None:
+        place_output(self.path, self.final, overwrite, name=name)
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def written_bytes(self) -> int | None:
+        """How many bytes the output holds so far: the temporary file, then (renamed) the target."""
+        for path in (self.path, self.final):
+            try:
+                return os.path.getsize(path)
+            except OSError:
+                continue
+        return None
+
+
+def staged(final: Path, output_format: str | None = None):
+    """The staging for the output ``final``: a temporary file, or a directory for an image sequence."""
+    from .sequence import StagedSequence, is_sequence
+
+    return StagedSequence(final) if is_sequence(final, output_format) else StagedFile(final)

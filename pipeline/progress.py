@@ -66,9 +66,8 @@ class ProgressReport:
         """The run reported on: its frame rate, and its output file's size as it grows."""
         rate = pipeline.source.info.frame_rate
         self.frame_s = 1 / float(rate) if rate else 0.0
-        sink = pipeline.sink
-        tmp = getattr(sink, "tmp", None)
-        self.size = file_size(tmp, sink.target if tmp is not None else None)
+        staged = getattr(pipeline.sink, "staged", None)
+        self.size = staged.written_bytes if staged is not None else (lambda: None)  # a stream's are not counted
         return self
 
     def update(self, stats) -> None:
@@ -102,21 +101,6 @@ class ProgressReport:
     def close(self) -> None:
         if self.stream not in (sys.stdout, sys.stderr):
             self.stream.close()
-
-
-def file_size(tmp, target) -> Callable[[], int | None]:
-    """How many bytes the output holds so far: its temporary file, then (renamed) the target; None for a
-    stream, whose bytes are not counted."""
-
-    def size() -> int | None:
-        for path in (tmp, target):
-            try:
-                return os.path.getsize(path) if path is not None else None
-            except OSError:
-                continue
-        return None
-
-    return size
 
 
 def clock(us: int) -> str:

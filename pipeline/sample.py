@@ -32,8 +32,8 @@ from . import synth
 from .checks import check_output
 from .config import file_url, is_url
 from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_signals
-from .outfile import create_like, final_path, place_output, temp_path_for
-from .sink import check_hardware_encoder, remove_stale_partials
+from .outfile import create_like, final_path, place_output, remove_stale_partials, temp_path_for
+from .sink import check_hardware_encoder
 from .source import MAX_SIDE
 from .synth import synth_frame
 

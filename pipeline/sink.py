@@ -45,7 +45,7 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .outfile import create_like, final_path, partial_prefix, place_output, temp_path_for
+from .outfile import final_path, staged
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
 # The muxer a stream URL gets without --format: what players and servers expect on that protocol.
@@ -242,31 +242,6 @@ def _check_pipe_audio(target, muxer: str, templates) -> None:
                               "use -f mpegts, or a file output")
 
 
-def remove_stale_partials(target: Path) -> None:
-    """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run)."""
-    prefix, suffix = partial_prefix(target), target.suffix
-    try:
-        names = os.listdir(target.parent if str(target.parent) else ".")
-    except OSError:
-        return  # the output check reports an unusable directory
-    for name in names:  # not glob: a stem may hold glob metacharacters
-        if not (name.startswith(prefix) and name.endswith(suffix)):
-            continue
-        pid = name[len(prefix):len(name) - len(suffix)]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            (target.parent / name).unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: alive, someone else's; anything else: do not guess, keep the file
-        return True
-    return True
-
-
 class PipeWriter:
     """A pipe output's bytes, written to its descriptor here rather than by FFmpeg's pipe protocol, whose
     write errors the fragmented MP4 muxer drops: into a reader that left (EPIPE) or a full device the
@@ -320,7 +295,7 @@ class Sink:
         self.pipe = pipe_fd(str(target), 1) is not None  # stdout: written directly too
         self._writer = PipeWriter(pipe_fd(str(target), 1)) if self.pipe else None
         self.final: Path | None = None if self.url or self.pipe else final_path(Path(target))  # a link's file
-        self.tmp: Path | None = None if self.final is None else temp_path_for(self.final)
+        self.staged = None if self.final is None else staged(self.final, output_format)
         self.pix_fmt, self.layout, notice = _output_format(codec, pix_fmt, fmt.depth)
         if notice:
             log.info(f"{target}: {notice}")
@@ -358,10 +333,9 @@ class Sink:
             if self.url:
                 kwargs = {"timeout": (timeout, timeout)} if timeout else {}
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
-            remove_stale_partials(self.final)
             options = {**_muxer_options(Path(target), time_base), **output_opts}
-            create_like(self.tmp, self.final)
-            return av.open(file_url(str(self.tmp)), "w", format=muxer, container_options=options)
+            self.staged.prepare()
+            return av.open(file_url(str(self.staged.path)), "w", format=muxer, container_options=options)
         except ValueError as e:  # unknown container for this extension, or an unknown --format
             if muxer:
                 raise ConfigError(f"{target}: invalid --format {muxer!r} ({e})") from e
@@ -508,8 +482,8 @@ class Sink:
             self.audio_out.flush()
             self.container.close()
             self._check_written()
-            if self.tmp is not None:
-                place_output(self.tmp, self.final, self.overwrite, name=self.target)
+            if self.staged is not None:
+                self.staged.place(self.overwrite, self.target)
         except OutputError:
             self.abort()
             raise
@@ -521,8 +495,8 @@ class Sink:
         """Drop the partial output: the target is left as it was."""
         if getattr(self, "_encoder_said", None) is not None:
             self._encoder_said.close()
-        if self.tmp is not None:  # first: closing flushes the encoder, which may hang on a stuck GPU
-            self.tmp.unlink(missing_ok=True)
+        if self.staged is not None:  # first: closing flushes the encoder, which may hang on a stuck GPU
+            self.staged.discard()
         try:
             self.container.close()
         except Exception:

@@ -213,7 +213,7 @@ def test_an_output_name_past_the_limit_exits_4(tmp_path, clip):
 
 def test_temporary_names_of_long_targets_fit_and_stay_distinct(tmp_path):
     from pipeline.outfile import name_max, temp_path_for
-    from pipeline.sink import remove_stale_partials
+    from pipeline.outfile import remove_stale_partials
 
     a = tmp_path / ("é" * 125 + "a.mp4")  # 255 bytes, two-byte characters: cut on a character boundary
     b = tmp_path / ("é" * 125 + "b.mp4")

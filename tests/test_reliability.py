@@ -599,7 +599,7 @@ def test_existing_output_is_kept_without_overwrite_and_replaced_with_it(tmp_path
 
 
 def test_stale_partial_files_of_dead_runs_are_removed(tmp_path):
-    from pipeline.sink import remove_stale_partials
+    from pipeline.outfile import remove_stale_partials
 
     dead = run_python("-c", "import os; print(os.getpid())")
     names = [f".out.partial-{dead.stdout.strip()}.mp4",  # killed run: removed

@@ -1,0 +1,120 @@
+"""Image-sequence outputs (``-o f%03d.png``): the frames FFmpeg's image2 muxer would write, placed only once
+the run has completed; none left by a failed run; existing frames kept without -y."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from pipeline import sample as make_sample
+from pipeline.errors import ConfigError
+from pipeline.sequence import StagedSequence, encoder_for, existing_frames, is_sequence
+from utils import one_error, run_pipeline, video_frames
+
+FRAMES = 6
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return make_sample.make_clip(tmp_path_factory.mktemp("seq") / "clip.mp4", width=96, height=64, frames=FRAMES,
+                                 fps=30, seed=11, audio=True)
+
+
+def rgb_frames(paths) -> list[np.ndarray]:
+    frames = []
+    for p in paths:
+        with av.open(str(p)) as c:
+            frames.append(next(c.decode(video=0)).to_ndarray(format="rgb24"))
+    return frames
+
+
+def hidden(directory: Path) -> list[str]:
+    return [n for n in os.listdir(directory) if n.startswith(".")]
+
+
+def test_a_png_sequence_has_every_frame_as_the_video_output_has_it(clip, tmp_path):
+    result = run_pipeline(clip, "-o", tmp_path / "f%03d.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    names = existing_frames(tmp_path / "f%03d.png")
+    assert names == [f"f{i:03d}.png" for i in range(1, FRAMES + 1)] and not hidden(tmp_path)
+    assert run_pipeline(clip, "-o", tmp_path / "ref.mkv", "-c", "ffv1", cwd=tmp_path).returncode == 0
+    reference = [f.to_ndarray(format="rgb24") for f in video_frames(tmp_path / "ref.mkv")]
+    pictures = rgb_frames(tmp_path / n for n in names)
+    assert len(pictures) == len(reference) == FRAMES
+    assert all(p.shape == (64, 96, 3) and p.std() > 5 for p in pictures)  # textured, not blank
+    worst = max(int(np.abs(p.astype(int) - r).max()) for p, r in zip(pictures, reference))
+    assert worst <= 3  # the same frames; only the YUV -> RGB conversion's rounding may differ
+
+
+def test_existing_frames_are_kept_without_y_and_replaced_with_it(clip, tmp_path):
+    old = tmp_path / "f002.jpg"
+    old.write_bytes(b"not a picture")
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.jpg", cwd=tmp_path), 2, "already exist", "-y")
+    assert old.read_bytes() == b"not a picture" and existing_frames(tmp_path / "f%03d.jpg") == ["f002.jpg"]
+    result = run_pipeline(clip, "-o", tmp_path / "f%03d.jpg", "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(existing_frames(tmp_path / "f%03d.jpg")) == FRAMES and old.read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_a_failed_run_leaves_no_frame(clip, tmp_path):
+    from utils import remux
+
+    src = make_sample.make_clip(tmp_path / "src.mp4", width=160, height=96, frames=30, fps=30, seed=12, audio=True)
+    data = remux(src, tmp_path / "whole.mkv").read_bytes()
+    cut = tmp_path / "cut.mkv"
+    cut.write_bytes(data[: len(data) * 6 // 10])  # --strict: fatal at the cut, after frames were written
+    src.unlink()
+    one_error(run_pipeline(cut, "-o", tmp_path / "f%03d.png", "--strict", cwd=tmp_path), 3, "--strict")
+    assert existing_frames(tmp_path / "f%03d.png") == [] and hidden(tmp_path) == []
+
+
+def test_a_frame_that_appears_during_the_run_stops_the_placing_of_all(tmp_path):
+    target = tmp_path / "f%02d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    for i in (1, 2):
+        (staging.dir / f"f{i:02d}.png").write_bytes(b"new")
+    (tmp_path / "f02.png").write_bytes(b"theirs")
+    with pytest.raises(ConfigError, match="appeared during the run"):
+        staging.place(False, target)
+    assert not staging.dir.exists() and not (tmp_path / "f01.png").exists()
+    assert (tmp_path / "f02.png").read_bytes() == b"theirs"
+
+
+def test_staging_of_a_killed_run_is_removed_and_a_live_ones_kept(tmp_path):
+    target = tmp_path / "f%03d.png"
+    dead, alive = (tmp_path / f".f_03d.png.partial-{pid}" for pid in (2**22 + 5, os.getppid()))
+    for d in (dead, alive):
+        d.mkdir()
+        (d / "f001.png").write_bytes(b"x")
+    StagedSequence(target).prepare()
+    assert not dead.exists() and alive.exists()
+
+
+@pytest.mark.parametrize("name, fmt, sequence", [
+    ("f%03d.png", None, True), ("%d.JPG", None, True), ("a%04d.tiff", None, True),
+    ("f%03d.raw", "image2", True), ("f%03d.mp4", None, False), ("f.png", None, False),
+    ("f%03d_%03d.png", None, False), ("100%%_%03d.png", None, False),
+])
+def test_what_is_a_sequence(name, fmt, sequence):
+    assert is_sequence(Path(name), fmt) is sequence
+    assert is_sequence(f"udp://host:1234/{name}", fmt) is False  # a URL is the receiver's
+
+
+def test_the_encoder_is_the_picture_formats_unless_given():
+    assert encoder_for(Path("f%03d.png"), "libx264", "libx264") == "png"
+    assert encoder_for(Path("f%03d.jpg"), "libx264", "libx264") == "mjpeg"
+    assert encoder_for(Path("f%03d.png"), "ffv1", "libx264") == "ffv1"  # the user's own -c
+
+
+def test_progress_counts_the_frames_bytes(clip, tmp_path):
+    result = run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-progress", tmp_path / "p.txt", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    sizes = [line.split("=")[1] for line in (tmp_path / "p.txt").read_text().splitlines()
+             if line.startswith("total_size=")]
+    placed = sum((tmp_path / n).stat().st_size for n in existing_frames(tmp_path / "f%03d.png"))
+    assert int(sizes[-1]) == placed > 0
