@@ -303,9 +303,13 @@ def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases,
     except BaseException:
         source.close()
         raise
-    if backend.name != "cuda" or backend.device_id != gpu.device_id:  # cannot happen: the driver has this GPU
+    from .convert import DEVICE_LAYOUTS
+
+    if backend.name != "cuda" and source.layout in DEVICE_LAYOUTS:
+        # --device auto without a GPU CuPy can use (not installed, or built for another CUDA): NVDEC's
+        # surfaces have no reader. Such a source is never a pipe (see opens_twice): it opens again.
         source.close()
-        raise GPUError(f"--device {cfg.device}: the GPU NVDEC opened on is not the backend's")
+        return _open_source(cfg, control, backend, phases), backend
     return source, backend
 
 

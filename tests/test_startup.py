@@ -105,6 +105,32 @@ def test_a_backend_that_fails_closes_the_source(monkeypatch, kernels):
     assert source.closed
 
 
+def test_a_cpu_backend_after_all_reopens_the_input_for_the_cpu_decoder(monkeypatch, kernels):
+    """--device auto on a machine whose driver has a GPU that CuPy cannot use (not installed, or built for
+    another CUDA): the NVDEC source opened meanwhile is closed and the input decoded on the CPU."""
+    opened = []
+
+    class CpuBackend:
+        name = "cpu"
+
+    def open_source(gpu):
+        opened.append(FakeSource())
+        opened[-1].gpu = gpu
+        return opened[-1]
+
+    source, backend = beside(monkeypatch, open_source, CpuBackend)
+    assert backend.name == "cpu" and len(opened) == 2
+    assert opened[0].closed and isinstance(opened[0].gpu, EarlyDevice) and opened[1].gpu is backend
+    assert source is opened[1] and kernels == []
+
+    class HostSource(FakeSource):
+        layout = "i420"  # decoded on the CPU already (a pipe under auto): kept, never opened twice
+
+    opened.clear()
+    source, backend = beside(monkeypatch, lambda gpu: opened.append(HostSource()) or opened[-1], CpuBackend)
+    assert len(opened) == 1 and source is opened[0] and not source.closed
+
+
 def test_no_driver_keeps_the_backend_first_order(monkeypatch):
     from pipeline.gpu import driver
 
