@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .checks import as_pipeline_error, check_output, check_stats_path, special_kind
 from .config import RunConfig, device_index, is_url, pipe_fd
-from .errors import ConfigError, GPUError
+from .errors import ConfigError, GPUError, Interrupted
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .filters.plugins import plugin_errors_are_config_errors
 from .log import log
@@ -115,9 +115,18 @@ def opens_twice(cfg: RunConfig, waits: bool) -> bool:
     FIFO, a device or a listening socket gave the first try would be lost, so those decode on the CPU."""
     if waits or pipe_fd(cfg.input) is not None:
         return False
-    query = parse_qs(urlsplit(cfg.input).query, keep_blank_values=True)
-    # FFmpeg's protocols take a bare ?listen as listen=1
-    return all(value == "0" for value in [cfg.input_opts.get("listen", "0"), *query.get("listen", [])])
+    if not is_url(cfg.input) and special_kind(cfg.input) in ("FIFO", "socket"):  # with --input-format too
+        return False
+    options = {**{k: v[-1] for k, v in parse_qs(urlsplit(cfg.input).query, keep_blank_values=True).items()},
+               **cfg.input_opts}
+    return not _listens(options)
+
+
+def _listens(options: dict[str, str]) -> bool:
+    """A server waiting for its sender (tcp/udp/http ``listen``, RTMP's ``rtmp_listen``, RTSP's
+    ``rtsp_flags=listen``, SRT's ``mode=listener``); FFmpeg takes a bare ``?listen`` as listen=1."""
+    return (options.get("listen", "0") != "0" or options.get("rtmp_listen", "0") != "0"
+            or "listen" in options.get("rtsp_flags", "") or options.get("mode") == "listener")
 
 
 def waits_for_writer(name: str, input_format: str | None = None) -> bool:
@@ -224,7 +233,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
     target = None if null else cfg.output_target()
     if target is not None:
         cfg = for_sequence(cfg, target)
-        check_output(cfg.input, target, cfg.overwrite)
+        check_output(cfg.input, target, cfg.overwrite, cfg.output_format)
         from .sink import check_hardware_encoder
 
         check_hardware_encoder(cfg.codec)
@@ -243,12 +252,18 @@ def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool
     """The backend (context, kernels) and the source, side by side: NVDEC opens in the GPU's primary
     context through the driver while CuPy imports (:func:`_nvdec_beside_backend`)."""
     if backend is not None:
+        opened = source is None
         source = source if source is not None else _open_source(cfg, control, backend, phases)
         if backend.name == "cuda":
             from .processor import prepare_kernels
 
-            with phases("kernels"):
-                prepare_kernels(chain, source.layout, "i420", stage=stage is not None)
+            try:
+                with phases("kernels"):
+                    prepare_kernels(chain, source.layout, "i420", stage=stage is not None)
+            except BaseException:
+                if opened:
+                    source.close()
+                raise
         return source, backend
     if source is None and cfg.decode != "cpu":
         gpu = _early_gpu(cfg.device)
@@ -292,9 +307,10 @@ def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases,
     future = pool.submit(_backend, cfg, chain, stage, phases, layout)
     try:
         source = _open_source(cfg, control, gpu, phases)
-    except BaseException:
+    except BaseException as e:
         layout.set_result(None)
-        _raise_failure(future)
+        if not isinstance(e, (KeyboardInterrupt, Interrupted)):  # a stop request outranks what failed meanwhile
+            _raise_failure(future)
         _close_result(future)
         raise
     layout.set_result(source.layout)

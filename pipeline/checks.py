@@ -22,7 +22,7 @@ def as_pipeline_error(error: BaseException) -> BaseException:
     return error
 
 
-def check_output(source: str | None, target: Path | str, overwrite: bool) -> None:
+def check_output(source: str | None, target: Path | str, overwrite: bool, output_format: str | None = None) -> None:
     """Refuse, before decoding anything, an output that would destroy the input or cannot be written.
 
     A stream URL is the receiver's business: nothing to check here. ``source`` None: a command with no
@@ -36,7 +36,7 @@ def check_output(source: str | None, target: Path | str, overwrite: bool) -> Non
     from .sequence import check_sequence, existing_frames, is_sequence
 
     check_name_length(target)
-    if is_sequence(target):
+    if is_sequence(target, output_format):
         if source is not None and any(_is_input(target.with_name(f), source) for f in existing_frames(target)):
             raise ConfigError(f"{target}: the input is one of this pattern's frames; choose another -o")
         check_sequence(target, overwrite)
@@ -99,9 +99,13 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     refuses if it cannot)."""
     target = Path(path)
     check_name_length(target, option)
+    from .sequence import is_frame_of
+
     for other, what in theirs:
         if _same_file(target, other):
             raise ConfigError(f"{target}: {option} is {what}; choose another path")
+        if is_frame_of(target, other):
+            raise ConfigError(f"{target}: {option} is one of the frames of {what}; choose another path")
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise OutputError(f"{target}: {option} is a directory")

@@ -183,7 +183,8 @@ class StagedFile:
 
     def __init__(self, final: Path):
         self.final = final
-        self.path = temp_path_for(final)  # what the muxer is given
+        self.path = temp_path_for(final)
+        self.muxer_path = str(self.path)  # what the muxer is given
 
     def prepare(self) -> None:
         remove_stale_partials(self.final)

@@ -11,6 +11,7 @@ longer earlier run's) are left. The encoder is the picture format's (``png`` for
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -43,8 +44,27 @@ def frame_names(target: Path) -> re.Pattern:
     """The names the pattern gives its frames (``f%03d.png``: f000.png ... f1234.png)."""
     match = _PATTERN.search(target.name)
     head, tail = target.name[:match.start()], target.name[match.end():]
-    width = int(match.group(2) or 1)
+    width = max(1, int(match.group(2) or 1))
     return re.compile(re.escape(head) + rf"\d{{{width},}}" + re.escape(tail))
+
+
+def is_frame_of(path: Path, target: Path) -> bool:
+    """``path`` is one of the frames the sequence ``target`` writes."""
+    if not is_sequence(target) or not frame_names(target).fullmatch(path.name):
+        return False
+    try:
+        return path.parent.resolve() == target.parent.resolve()
+    except OSError:
+        return False
+
+
+def muxer_path(path: Path) -> str:
+    """``path`` as the image2 muxer must be given it: it expands every ``%`` of the whole path, so all but
+    the frame number's are doubled."""
+    match = _PATTERN.search(path.name)
+    name = (path.name[:match.start()].replace("%", "%%") + match.group(0)
+            + path.name[match.end():].replace("%", "%%"))
+    return str(path.parent).replace("%", "%%") + os.sep + name
 
 
 def existing_frames(target: Path) -> list[str]:
@@ -65,9 +85,33 @@ def check_sequence(target: Path, overwrite: bool) -> None:
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: directory {parent} is not writable")
     found = existing_frames(target)
+    for name in found:
+        _check_replaceable(parent / name)
     if found and not overwrite:
         raise ConfigError(f"{target}: {len(found)} frame(s) of this pattern already exist ({found[0]}, ...); "
                           "use -y/--overwrite to replace them")
+
+
+def _check_replaceable(frame: Path) -> None:
+    """Only regular files are replaced (a FIFO, a device or a directory named like a frame is kept)."""
+    from .checks import special_kind
+
+    kind = "directory" if frame.is_dir() else special_kind(frame)
+    if kind is not None:
+        raise OutputError(f"{frame}: is a {kind}, not a regular file; only regular files are replaced")
+
+
+def staging_prefix(final: Path) -> str:
+    """``.<pattern>.partial-``, the ``%`` made ``_`` and the name shortened (with a digest of it) where the
+    staging directory's name would pass the filesystem's limit when its frames' names do not."""
+    from .outfile import name_max
+
+    base = final.name.replace("%", "_")
+    room = name_max(final.parent) - len(os.fsencode(f".{_STAGING}")) - 7  # a pid's digits
+    if len(os.fsencode(base)) > room:
+        digest = "~" + hashlib.sha1(os.fsencode(base)).hexdigest()[:10]
+        base = os.fsencode(base)[: max(0, room - len(digest))].decode(errors="ignore") + digest
+    return f".{base}{_STAGING}"
 
 
 class StagedSequence:
@@ -76,9 +120,9 @@ class StagedSequence:
 
     def __init__(self, final: Path):
         self.final = final
-        stem = final.name.replace("%", "_")  # the muxer would expand a % in the directory's name too
-        self.dir = final.with_name(f".{stem}{_STAGING}{os.getpid()}")
-        self.path = self.dir / final.name  # what the muxer is given
+        self.dir = final.with_name(f"{staging_prefix(final)}{os.getpid()}")
+        self.path = self.dir / final.name  # the pattern, in the staging directory
+        self.muxer_path = muxer_path(self.path)
 
     def prepare(self) -> None:
         self.remove_stale()
@@ -88,18 +132,28 @@ class StagedSequence:
             raise OutputError(f"{self.final}: cannot create output: {e.strerror or e}") from e
 
     def place(self, overwrite: bool, name) -> None:
-        """Every frame moved into place; without ``overwrite``, none if one appeared during the run."""
+        """Every frame moved into place, each destination checked before any is moved: without
+        ``overwrite`` none may exist, with it each must be a regular file. On any failure the staging
+        directory is removed; a failure while moving (another process racing) says how many were placed."""
         from .outfile import place_output
 
-        frames = sorted(os.listdir(self.dir))
-        if not overwrite:
-            taken = [f for f in frames if os.path.lexists(self.final.parent / f)]
-            if taken:
-                self.discard()
-                raise ConfigError(f"{name}: {taken[0]} appeared during the run (another process wrote it); kept "
-                                  "as it is, no frame written (use -y/--overwrite to replace them)")
-        for f in frames:
-            place_output(self.dir / f, self.final.parent / f, overwrite, name=self.final.parent / f)
+        frames, placed = sorted(os.listdir(self.dir)), 0
+        try:
+            for f in frames:
+                destination = self.final.parent / f
+                if not overwrite and os.path.lexists(destination):
+                    raise ConfigError(f"{name}: {f} appeared during the run (another process wrote it); kept as "
+                                      "it is, no frame written (use -y/--overwrite to replace them)")
+                if overwrite:
+                    _check_replaceable(destination)
+            for f in frames:
+                place_output(self.dir / f, self.final.parent / f, overwrite, name=self.final.parent / f)
+                placed += 1
+        except BaseException as e:
+            self.discard()
+            if placed and isinstance(e, (ConfigError, OutputError)):
+                raise type(e)(f"{e} ({placed} of {len(frames)} frames were placed before it)") from e
+            raise
         self.dir.rmdir()
 
     def discard(self) -> None:
@@ -121,7 +175,7 @@ class StagedSequence:
         """Staging directories of earlier runs into this pattern whose process is gone (killed mid-run)."""
         from .outfile import process_alive
 
-        prefix = self.dir.name[:len(self.dir.name) - len(str(os.getpid()))]
+        prefix = staging_prefix(self.final)
         try:
             names = os.listdir(self.dir.parent if str(self.dir.parent) else ".")
         except OSError:

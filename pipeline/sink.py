@@ -335,7 +335,11 @@ class Sink:
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
             options = {**_muxer_options(Path(target), time_base), **output_opts}
             self.staged.prepare()
-            return av.open(file_url(str(self.staged.path)), "w", format=muxer, container_options=options)
+            try:
+                return av.open(file_url(self.staged.muxer_path), "w", format=muxer, container_options=options)
+            except BaseException:
+                self.staged.discard()
+                raise
         except ValueError as e:  # unknown container for this extension, or an unknown --format
             if muxer:
                 raise ConfigError(f"{target}: invalid --format {muxer!r} ({e})") from e

@@ -118,3 +118,74 @@ def test_progress_counts_the_frames_bytes(clip, tmp_path):
              if line.startswith("total_size=")]
     placed = sum((tmp_path / n).stat().st_size for n in existing_frames(tmp_path / "f%03d.png"))
     assert int(sizes[-1]) == placed > 0
+
+
+@pytest.mark.parametrize("where, name", [("100%", "f%03d.png"), ("d%d", "f%03d.png"), ("x", "f%03d_50%.png")])
+def test_a_percent_outside_the_frame_number_is_a_percent(clip, tmp_path, where, name):
+    directory = tmp_path / where
+    directory.mkdir()
+    result = run_pipeline(clip, "-o", directory / name, "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(existing_frames(directory / name)) == 2 and not hidden(directory)
+
+
+def test_a_frame_name_that_is_not_a_regular_file_is_refused_before_the_run(clip, tmp_path):
+    os.mkfifo(tmp_path / "f003.png")
+    (tmp_path / "f001.png").write_bytes(b"mine")
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", cwd=tmp_path), 4, "FIFO")
+    assert (tmp_path / "f001.png").read_bytes() == b"mine" and not hidden(tmp_path)
+
+
+def test_staging_is_removed_when_the_muxer_cannot_open(clip, tmp_path):
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.png", "--format", "nosuchformat", cwd=tmp_path), 2)
+    assert os.listdir(tmp_path) == []
+
+
+def test_another_extension_with_format_image2_is_checked_before_the_run(clip, tmp_path):
+    (tmp_path / "f001.raw").write_bytes(b"mine")
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.raw", "--format", "image2", "-c", "png", cwd=tmp_path),
+              2, "already exist")
+    assert (tmp_path / "f001.raw").read_bytes() == b"mine"
+
+
+def test_a_pattern_too_long_for_its_staging_directory_still_writes(clip, tmp_path):
+    from pipeline.outfile import name_max
+
+    name = "f" * (name_max(tmp_path) - 12) + "%03d.png"  # its frames fit; ".<name>.partial-PID" would not
+    result = run_pipeline(clip, "-o", tmp_path / name, "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(existing_frames(tmp_path / name)) == 2 and not hidden(tmp_path)
+
+
+@pytest.mark.parametrize("option", ["-progress", "--stats-json"])
+def test_a_report_cannot_be_one_of_the_frames(clip, tmp_path, option):
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.png", option, tmp_path / "f002.png", "-y", cwd=tmp_path),
+              2, "one of the frames")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_zero_width_number_matches_only_numbered_names(tmp_path):
+    (tmp_path / "g.png").write_bytes(b"x")
+    (tmp_path / "g7.png").write_bytes(b"x")
+    assert existing_frames(tmp_path / "g%00d.png") == ["g7.png"]
+
+
+def test_a_failure_while_placing_removes_the_staging_and_says_how_far_it_got(tmp_path, monkeypatch):
+    from pipeline import outfile
+
+    target = tmp_path / "f%02d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    for i in (1, 2, 3):
+        (staging.dir / f"f{i:02d}.png").write_bytes(b"new")
+    real = outfile.place_output
+
+    def racing(tmp, final, overwrite, name=None):
+        if final.name == "f03.png":
+            final.write_bytes(b"theirs")  # appeared between the check and the move
+        real(tmp, final, overwrite, name)
+
+    monkeypatch.setattr(outfile, "place_output", racing)
+    with pytest.raises(ConfigError, match="2 of 3 frames were placed"):
+        staging.place(False, target)
+    assert not staging.dir.exists() and (tmp_path / "f03.png").read_bytes() == b"theirs"

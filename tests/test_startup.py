@@ -3,6 +3,7 @@ backend and kernels are made; failures there report the error that says most, an
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -152,6 +153,10 @@ def test_no_driver_keeps_the_backend_first_order(monkeypatch):
     ("tcp://0.0.0.0:5000?listen=0", {}, True),
     ("srt://:9000", {"listen": "1"}, False),
     ("rtsp://camera/stream", {"listen": "0"}, True),
+    ("rtmp://0.0.0.0/live/x", {"rtmp_listen": "1"}, False),
+    ("rtsp://0.0.0.0:8554/x", {"rtsp_flags": "listen"}, False),
+    ("srt://:9000?mode=listener", {}, False),
+    ("srt://host:9000?mode=caller", {}, True),
 ])
 def test_auto_tries_nvdec_only_where_the_input_opens_a_second_time(name, options, twice):
     cfg = RunConfig(input=name, input_opts=options)
@@ -209,3 +214,33 @@ def test_a_decoder_auto_refuses_leaves_no_reference_cycle(tmp_path, gpu):
         gc.set_debug(0)
         gc.garbage.clear()
     assert found == 0, kinds
+
+
+def test_a_fifo_opens_once_whatever_the_input_format(tmp_path):
+    fifo = tmp_path / "in.h264"
+    os.mkfifo(fifo)
+    assert build.opens_twice(RunConfig(input=str(fifo), input_format="h264"), waits=False) is False
+
+
+def test_a_stop_request_during_the_open_outranks_the_backends_failure(monkeypatch, kernels):
+    def open_source(gpu):
+        raise KeyboardInterrupt
+
+    def make_backend():
+        raise GPUError("--device cuda: no usable CUDA device")
+
+    with pytest.raises(KeyboardInterrupt):
+        beside(monkeypatch, open_source, make_backend)
+
+
+def test_a_source_opened_for_a_given_backend_is_closed_when_its_kernels_fail(monkeypatch):
+    source = FakeSource()
+    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, backend: source)
+
+    def broken(*args, **kwargs):
+        raise GPUError("compiling the kernels: out of memory")
+
+    monkeypatch.setattr("pipeline.processor.prepare_kernels", broken)
+    with pytest.raises(GPUError):
+        build._source_and_backend(RunConfig(input="in.mp4"), [], None, None, None, Phases(), None, FakeBackend())
+    assert source.closed
