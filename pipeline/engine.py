@@ -389,6 +389,12 @@ class Pipeline(Stages, Tally):
 
     def _finish(self, consumer_left: bool = False) -> None:
         self.stats.finish()
+        try:
+            self._close_parts(consumer_left)
+        finally:
+            self.stats.finish_ms = round((time.perf_counter() - self.stats.started - self.stats.wall_s) * 1e3, 1)
+
+    def _close_parts(self, consumer_left: bool) -> None:
         self._count_damage()
         if self._stalled is not None:
             # Threads are stuck in CUDA calls: nothing on the device is waited for or given back (each would

@@ -37,6 +37,7 @@ class RunStats:
     strategy: str = "pool"
     started: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
+    finish_ms: float | None = None  # after wall_s: the encoder flushed, the output placed, memory given back
     frames_in: int = 0
     frames_out: int = 0
     audio_packets: int = 0
@@ -154,6 +155,7 @@ class RunStats:
             "corrupt_frames": self.corrupt_frames,
             "retimed_frames": self.retimed_frames,
             "wall_s": round(self.wall_s, 4),
+            "finish_ms": self.finish_ms,
             "fps": round(self.fps, 2),
             "steady_fps": round(self.steady_fps(), 2),
             "time_to_first_frame_ms": self.time_to_first_frame_ms(),
@@ -211,8 +213,9 @@ class RunStats:
         ttff = self.time_to_first_frame_ms()
         if ttff is not None:
             phases = ", ".join(f"{name.replace('_', ' ')} {ms:.0f}" for name, ms in self.startup_ms.items())
+            finish = f"; then {self.finish_ms:.0f} ms to finish" if self.finish_ms is not None else ""
             notes.append(f"first frame out after {ttff:.0f} ms (set-up ms: {phases}); steady "
-                         f"{self.steady_fps():.1f} fps")
+                         f"{self.steady_fps():.1f} fps{finish}")
         if self.decode_errors or self.corrupt_frames or self.retimed_frames:
             notes.append(f"damaged input: {self.decode_errors} packets skipped, {self.corrupt_frames} frames "
                          f"concealed, {self.retimed_frames} timestamps moved")
