@@ -33,7 +33,13 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     install_signal_handlers(control)
     result = run_many(configs, control=control)
     if cfg.stats_json:
-        _write_json(result, cfg.stats_json)
+        try:
+            _write_json(result, cfg.stats_json)
+        except OutputError as e:
+            if result.exit_code == 0:
+                raise
+            # the streams' own worst code (a failed input, a GPU error, an interruption) says more
+            err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
     if not cfg.quiet:
         with stdout_errors("; the streams' runs are complete"):
             StdoutConsole(highlight=False).print(table(result))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -123,3 +124,28 @@ def test_the_shared_arena_soak_script_reports_a_flat_arena(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[-1].startswith("soak_shared: ok,") and "fragmentation" in lines[-2]
+
+
+@pytest.mark.parametrize("worst", [0, 3, 130])
+def test_a_summary_that_cannot_be_written_keeps_the_streams_worse_code(monkeypatch, tmp_path, worst):
+    from rich.console import Console
+
+    from pipeline import many, many_cli
+    from pipeline.config import RunConfig
+    from pipeline.errors import OutputError
+
+    result = many.ManyResult([many.StreamResult("a.mp4", "null", worst, "failed" if worst else "")], 1.0, {})
+    monkeypatch.setattr(many, "run_many", lambda configs, control=None: result)
+    monkeypatch.setattr(many, "configs_for", lambda *args: [])
+
+    def unwritable(result, path):
+        raise OutputError(f"{path}: cannot write statistics: No space left on device")
+
+    monkeypatch.setattr(many_cli, "_write_json", unwritable)
+    cfg = RunConfig(input="a.mp4", output="null", stats_json=str(tmp_path / "s.json"), quiet=True)
+    err = Console(file=open(os.devnull, "w"))
+    if worst == 0:
+        with pytest.raises(OutputError, match="No space left"):
+            many_cli.cmd_run_many(cfg, ["a.mp4"], None, err, lambda control: None)
+    else:
+        assert many_cli.cmd_run_many(cfg, ["a.mp4"], None, err, lambda control: None) == worst
