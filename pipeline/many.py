@@ -158,11 +158,13 @@ def shared_memory_for(cfg: RunConfig, pinned_cap: int | None = None) -> SharedMe
 
 
 def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None = None,
-             shared: SharedMemory | None = None, on_start: Callable[[list], None] | None = None) -> ManyResult:
+             shared: SharedMemory | None = None, on_start: Callable[[list], None] | None = None,
+             per_frame: bool = False) -> ManyResult:
     """Run one pipeline per config at once, sharing one GPU's memory; ``control`` stops them all.
 
     ``shared``: memory that outlives this call (a worker running batch after batch keeps its arena
-    warm); by default it is made here and given back at the end."""
+    warm); by default it is made here and given back at the end. ``per_frame``: each stream's statistics
+    keep their per-frame series (as ``--stats-json`` writes them)."""
     from .build import build_parts, make_backend
     from .engine import Pipeline, RunControl
 
@@ -181,7 +183,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
                                 memory=parts.memory, owns_memory=True, phases=parts.phases)
             pipelines.append(pipeline)
             stats = pipeline.run()
-            result.stats = stats.to_dict(per_frame=False)
+            result.stats = stats.to_dict(per_frame=per_frame)
         except PipelineError as e:
             result.exit_code, result.error = e.exit_code, str(e)
         except Exception as e:  # a bug in one stream: reported for it, the others go on

@@ -154,6 +154,7 @@ class RunStats:
             "decode_errors": self.decode_errors,
             "corrupt_frames": self.corrupt_frames,
             "retimed_frames": self.retimed_frames,
+            "started_at": round(time.time() - (time.perf_counter() - self.started), 4),
             "wall_s": round(self.wall_s, 4),
             "finish_ms": self.finish_ms,
             "fps": round(self.fps, 2),

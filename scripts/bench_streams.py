@@ -74,13 +74,16 @@ def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int,
     outputs = ["null"] * n if output == "null" else [str(out_dir / f"s{i}.mkv") for i in range(n)]
     configs = [base.replace(input=str(clip), output=o) for o in outputs]
     started = time.time()
-    result = run_many(configs)
+    result = run_many(configs, per_frame=True)
     streams = [s.stats for s in result.streams if s.stats]
+    stalls = decode_stalls(streams, started)
+    for s in streams:
+        s.pop("per_frame", None)
     drops = sum(s["drops"]["total"] for s in streams)
     failed = [s.error for s in result.streams if s.exit_code]
     worst_fps = min((s["frames_out"] / s["wall_s"] for s in streams if s["wall_s"]), default=0.0)
     return {"streams": n, "alloc": alloc, "output": output, "drops": drops, **_drop_times(streams, started),
-            **_slowest(streams),
+            **_slowest(streams), "stalls": stalls,
             "failed": len(failed),
             "errors": failed[:3], "frames_out": result.frames, "wall_s": round(result.wall_s, 2),
             "aggregate_fps": round(result.frames / result.wall_s, 1), "worst_stream_fps": round(worst_fps, 1),
@@ -94,6 +97,23 @@ def _drop_times(streams: list[dict], started: float) -> dict:
     last = [s["drops_at_s"]["last"] for s in streams if s["drops_at_s"]["last"] is not None]
     return {"first_drop_s": min(first, default=None), "last_drop_s": max(last, default=None), "started": started,
             "dropping_streams": len(first)}
+
+
+STALL_MS = 100.0  # a paced 30 fps stream whose decoder gives nothing for this long is about to drop
+
+
+def decode_stalls(streams: list[dict], started: float, limit: int = 8) -> list[dict]:
+    """The longest gaps between consecutive decoded frames of any stream (those over STALL_MS), each with
+    when it began (seconds after ``started``, Unix time: the trial's start), its stream and the frame after
+    it: stalls several streams (or processes) meet at once line up on this clock."""
+    found = []
+    for i, s in enumerate(streams):
+        decoded = [t for t in s.get("per_frame", {}).get("decoded", []) if t is not None]
+        for a, b in zip(decoded, decoded[1:]):
+            if b - a > STALL_MS:
+                found.append({"stream": i, "at_s": round(s["started_at"] + a / 1e3 - started, 3),
+                              "gap_ms": round(b - a, 1)})
+    return sorted(found, key=lambda x: -x["gap_ms"])[:limit]
 
 
 def _slowest(streams: list[dict]) -> dict:
@@ -133,6 +153,10 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
                 if r["drops"] else "no drops")
         print(f"bench_streams:   worker {i} (pid {r.get('pid')}, started at +{at:.2f} s): {when}; longest frame "
               f"per stage {r['stage_max_ms']} ms, longest latency {r['latency_max_ms']} ms", flush=True)
+        stalls = ", ".join(f"stream {x['stream']} {x['gap_ms']:.0f} ms at +{at + x['at_s']:.2f} s"
+                           for x in r.get("stalls", []))
+        if stalls:
+            print(f"bench_streams:     decoder gaps over {STALL_MS:.0f} ms: {stalls}", flush=True)
     frames_out, wall = sum(r["frames_out"] for r in rows), max(r["wall_s"] for r in rows)
     return {"streams": n, "processes": len(rows), "alloc": alloc, "output": output, "started": origin,
             "drops": sum(r["drops"] for r in rows), "failed": sum(r["failed"] for r in rows),

@@ -104,3 +104,24 @@ def test_a_script_report_has_its_date_and_command_and_is_written_both_ways(tmp_p
     write_script_report(tmp_path, "x", {**head, "rows": [1]}, "| a |\n")
     assert read_json(tmp_path / "x.json")["rows"] == [1]
     assert (tmp_path / "x.md").read_text() == "| a |\n" and "| a |" in capsys.readouterr().out
+
+
+def test_bench_streams_finds_the_decoders_gaps_on_the_trials_clock(monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    bench_streams = importlib.import_module("bench_streams")
+    streams = [{"started_at": 1000.5, "per_frame": {"decoded": [0.0, 33.0, 66.0, 250.0, 283.0, None, 316.0]}},
+               {"started_at": 1000.4, "per_frame": {"decoded": [0.0, 33.0, 200.0, 233.0]}},
+               {"started_at": 1000.4, "per_frame": {"decoded": [0.0, 33.0, 66.0]}}]  # no gap
+    assert bench_streams.decode_stalls(streams, 1000.0) == [
+        {"stream": 0, "at_s": 0.566, "gap_ms": 184.0}, {"stream": 1, "at_s": 0.433, "gap_ms": 167.0}]
+
+
+def test_a_runs_start_is_in_its_statistics_on_the_wall_clock(tmp_path):
+    import time
+
+    from pipeline.stats import RunStats
+
+    stats = RunStats(started=time.perf_counter() - 2.0)
+    assert abs(stats.to_dict()["started_at"] - (time.time() - 2.0)) < 0.05
