@@ -41,11 +41,21 @@ def encoder_for(target: Path, codec: str, default: str) -> str:
 
 
 def frame_names(target: Path) -> re.Pattern:
-    """The names the pattern gives its frames (``f%03d.png``: f000.png ... f1234.png)."""
+    """The names the pattern gives its frames (``f%03d.png``: f000.png ... f1234.png; ``%3d`` pads with
+    spaces, as printf does)."""
     match = _PATTERN.search(target.name)
     head, tail = target.name[:match.start()], target.name[match.end():]
     width = max(1, int(match.group(2) or 1))
-    return re.compile(re.escape(head) + rf"\d{{{width},}}" + re.escape(tail))
+    number = rf"\d{{{width},}}" if match.group(1) else r" *\d+"
+    return re.compile(re.escape(head) + number + re.escape(tail))
+
+
+def frame_name(target: Path, number: int) -> str:
+    """The name of frame ``number`` of the pattern ``target``."""
+    match = _PATTERN.search(target.name)
+    width = int(match.group(2) or 0)
+    digits = f"{number:0{width}d}" if match.group(1) else f"{number:{width}d}"
+    return target.name[:match.start()] + digits + target.name[match.end():]
 
 
 def is_frame_of(path: Path, target: Path) -> bool:
@@ -123,6 +133,7 @@ class StagedSequence:
         self.dir = final.with_name(f"{staging_prefix(final)}{os.getpid()}")
         self.path = self.dir / final.name  # the pattern, in the staging directory
         self.muxer_path = muxer_path(self.path)
+        self._whole = (0, 0)  # frames known to be whole, and their bytes (written_bytes)
 
     def prepare(self) -> None:
         self.remove_stale()
@@ -160,16 +171,22 @@ class StagedSequence:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def written_bytes(self) -> int | None:
-        """The frames' bytes so far: in the staging directory, then (placed) the pattern's frames."""
-        try:
-            with os.scandir(self.dir) as entries:
-                return sum(e.stat().st_size for e in entries)
-        except OSError:
-            pass
-        try:
-            return sum((self.final.parent / n).stat().st_size for n in existing_frames(self.final))
-        except OSError:
-            return None
+        """The frames' bytes so far (for ``-progress``, once a second): the muxer writes frame 1, 2, ... in
+        turn, so each call looks only at the frames after the ones known to be whole (a frame is whole once
+        the next exists), not at the whole directory."""
+        directory = self.dir if self.dir.exists() else self.final.parent  # placed once the run completed
+        whole, counted = self._whole
+        sizes = []
+        while True:
+            try:
+                sizes.append((directory / frame_name(self.final, whole + len(sizes) + 1)).stat().st_size)
+            except OSError:
+                break
+        if len(sizes) > 1:
+            self._whole = (whole + len(sizes) - 1, counted + sum(sizes[:-1]))
+        if not whole and not sizes:  # numbered from elsewhere (--output-opt start_number): look at them all
+            return sum((directory / n).stat().st_size for n in existing_frames(directory / self.final.name))
+        return counted + sum(sizes)
 
     def remove_stale(self) -> None:
         """Staging directories of earlier runs into this pattern whose process is gone (killed mid-run)."""

@@ -189,3 +189,26 @@ def test_a_failure_while_placing_removes_the_staging_and_says_how_far_it_got(tmp
     with pytest.raises(ConfigError, match="2 of 3 frames were placed"):
         staging.place(False, target)
     assert not staging.dir.exists() and (tmp_path / "f03.png").read_bytes() == b"theirs"
+
+
+def test_frame_names_as_printf_writes_them(tmp_path):
+    from pipeline.sequence import frame_name, frame_names
+
+    assert frame_name(Path("f%03d.png"), 7) == "f007.png" and frame_name(Path("%d.jpg"), 12) == "12.jpg"
+    assert frame_name(Path("f%3d.png"), 7) == "f  7.png" and frame_names(Path("f%3d.png")).fullmatch("f  7.png")
+
+
+def test_progress_bytes_look_only_at_new_frames(tmp_path, monkeypatch):
+    target = tmp_path / "f%03d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    (staging.dir / "f001.png").write_bytes(b"a" * 10)
+    assert staging.written_bytes() == 10
+    (staging.dir / "f001.png").write_bytes(b"a" * 15)  # still being written: counted again
+    (staging.dir / "f002.png").write_bytes(b"b" * 5)
+    assert staging.written_bytes() == 20
+    seen = []
+    real_stat = Path.stat
+    monkeypatch.setattr(Path, "stat", lambda self, **kw: seen.append(self.name) or real_stat(self, **kw))
+    (staging.dir / "f003.png").write_bytes(b"c" * 7)
+    assert staging.written_bytes() == 27 and "f001.png" not in seen  # frame 1 is whole: not looked at again
