@@ -33,17 +33,26 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
             raise ConfigError(f"{target}: output is the input; choose another -o")
         return
     from .outfile import final_path
-    from .sequence import check_sequence, existing_frames, is_sequence
+    from .sequence import check_frames, is_sequence
 
     check_name_length(target)
-    if is_sequence(target, output_format):
-        if source is not None and any(_is_input(target.with_name(f), source) for f in existing_frames(target)):
-            raise ConfigError(f"{target}: the input is one of this pattern's frames; choose another -o")
-        check_sequence(target, overwrite)
-        return
     final = final_path(target)  # a symbolic link's file: the temporary file is made beside it
     if final != target:
         check_name_length(final)
+    if is_sequence(target, output_format):
+        check_frames(source, target, overwrite, _is_input)
+    else:
+        _check_replaced(source, target, overwrite)
+    parent = final.parent if str(final.parent) else Path(".")
+    linked = "" if final == target else f" (the link points to {final})"
+    if not parent.is_dir():
+        raise OutputError(f"{target}: directory {parent} does not exist{linked}")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{target}: directory {parent} is not writable{linked}")
+
+
+def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:
+    """The file a single output replaces: never the input, a directory or a special file; only with -y."""
     if source is not None and target.exists() and _is_input(target, source):
         raise ConfigError(f"{target}: output is the input; choose another -o")
     if target.exists() and target.is_dir():
@@ -54,12 +63,6 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
         raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced{hint}")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")
-    parent = final.parent if str(final.parent) else Path(".")
-    linked = "" if final == target else f" (the link points to {final})"
-    if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist{linked}")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: directory {parent} is not writable{linked}")
 
 
 def _is_input(target: Path, source: str) -> bool:

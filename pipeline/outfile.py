@@ -17,6 +17,7 @@ import ctypes
 import errno
 import hashlib
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -153,7 +154,8 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
 
 
 def remove_stale_partials(target: Path) -> None:
-    """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run)."""
+    """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run); an
+    image sequence's is a directory of frames (:class:`pipeline.sequence.StagedSequence`)."""
     prefix, suffix = partial_prefix(target), target.suffix
     try:
         names = os.listdir(target.parent if str(target.parent) else ".")
@@ -164,7 +166,11 @@ def remove_stale_partials(target: Path) -> None:
             continue
         pid = name[len(prefix):len(name) - len(suffix)]
         if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
-            (target.parent / name).unlink(missing_ok=True)
+            stale = target.parent / name
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
 
 
 def process_alive(pid: int) -> bool:

@@ -1,8 +1,8 @@
 """Image-sequence outputs: ``-o frames/%04d.png``, one picture a frame, as FFmpeg's image2 muxer writes them.
 
 A name with a frame-number pattern (``%d``, ``%04d``) and a picture's extension is a sequence. Its frames
-are written into a hidden directory beside them (named without the ``%``, which the muxer would read as a
-pattern) and moved into place one by one once the run has completed, so a failed or interrupted run leaves
+are written into a hidden directory beside them (named as a single output's temporary file, without the
+``%``, which the muxer would read as a pattern) and moved into place one by one once the run has completed, so a failed or interrupted run leaves
 none of its frames and every frame placed is whole. Without ``-y`` no frame of the pattern may exist
 before the run, nor appear during it; with it, frames of the same numbers are replaced and others (a
 longer earlier run's) are left. The encoder is the picture format's (``png`` for .png, ``mjpeg`` for
@@ -11,7 +11,6 @@ longer earlier run's) are left. The encoder is the picture format's (``png`` for
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -24,7 +23,6 @@ ENCODERS = {".png": "png", ".jpg": "mjpeg", ".jpeg": "mjpeg", ".bmp": "bmp", ".t
             ".ppm": "ppm", ".pgm": "pgm", ".pam": "pam", ".tga": "targa", ".dpx": "dpx", ".exr": "exr",
             ".webp": "libwebp", ".qoi": "qoi", ".j2k": "jpeg2000", ".jp2": "jpeg2000"}
 _PATTERN = re.compile(r"%(0?)(\d*)d")
-_STAGING = ".partial-"
 
 
 def is_sequence(target: Path | str, output_format: str | None = None) -> bool:
@@ -87,16 +85,15 @@ def existing_frames(target: Path) -> list[str]:
     return sorted(n for n in entries if names.fullmatch(n))
 
 
-def check_sequence(target: Path, overwrite: bool) -> None:
-    """Before the run: a directory to write into, and no frame there already unless ``-y``."""
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"{target}: directory {parent} is not writable")
+def check_frames(source: str | None, target: Path, overwrite: bool, is_input) -> None:
+    """Before the run: the frames already there (the directory is checked as for any output) are not the
+    input, are regular files, and exist only with ``-y``."""
     found = existing_frames(target)
-    for name in found:
-        _check_replaceable(parent / name)
+    frames = [target.with_name(name) for name in found]
+    if source is not None and any(is_input(frame, source) for frame in frames):
+        raise ConfigError(f"{target}: the input is one of this pattern's frames; choose another -o")
+    for frame in frames:
+        _check_replaceable(frame)
     if found and not overwrite:
         raise ConfigError(f"{target}: {len(found)} frame(s) of this pattern already exist ({found[0]}, ...); "
                           "use -y/--overwrite to replace them")
@@ -111,32 +108,25 @@ def _check_replaceable(frame: Path) -> None:
         raise OutputError(f"{frame}: is a {kind}, not a regular file; only regular files are replaced")
 
 
-def staging_prefix(final: Path) -> str:
-    """``.<pattern>.partial-``, the ``%`` made ``_`` and the name shortened (with a digest of it) where the
-    staging directory's name would pass the filesystem's limit when its frames' names do not."""
-    from .outfile import name_max
-
-    base = final.name.replace("%", "_")
-    room = name_max(final.parent) - len(os.fsencode(f".{_STAGING}")) - 7  # a pid's digits
-    if len(os.fsencode(base)) > room:
-        digest = "~" + hashlib.sha1(os.fsencode(base)).hexdigest()[:10]
-        base = os.fsencode(base)[: max(0, room - len(digest))].decode(errors="ignore") + digest
-    return f".{base}{_STAGING}"
-
-
 class StagedSequence:
     """A sequence's frames, written into a hidden directory and moved into place when the run completes
     (the sink's counterpart of :class:`pipeline.outfile.StagedFile`)."""
 
     def __init__(self, final: Path):
+        from .outfile import temp_path_for
+
         self.final = final
-        self.dir = final.with_name(f"{staging_prefix(final)}{os.getpid()}")
+        # named as a single output's temporary file is, without the % the muxer would expand
+        self._named = final.with_name(final.name.replace("%", "_"))
+        self.dir = temp_path_for(self._named)
         self.path = self.dir / final.name  # the pattern, in the staging directory
         self.muxer_path = muxer_path(self.path)
         self._whole = (0, 0)  # frames known to be whole, and their bytes (written_bytes)
 
     def prepare(self) -> None:
-        self.remove_stale()
+        from .outfile import remove_stale_partials
+
+        remove_stale_partials(self._named)
         try:
             self.dir.mkdir()
         except OSError as e:
@@ -187,17 +177,3 @@ class StagedSequence:
         if not whole and not sizes:  # numbered from elsewhere (--output-opt start_number): look at them all
             return sum((directory / n).stat().st_size for n in existing_frames(directory / self.final.name))
         return counted + sum(sizes)
-
-    def remove_stale(self) -> None:
-        """Staging directories of earlier runs into this pattern whose process is gone (killed mid-run)."""
-        from .outfile import process_alive
-
-        prefix = staging_prefix(self.final)
-        try:
-            names = os.listdir(self.dir.parent if str(self.dir.parent) else ".")
-        except OSError:
-            return
-        for name in names:
-            pid = name[len(prefix):]
-            if name.startswith(prefix) and pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
-                shutil.rmtree(self.dir.parent / name, ignore_errors=True)

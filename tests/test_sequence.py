@@ -87,7 +87,7 @@ def test_a_frame_that_appears_during_the_run_stops_the_placing_of_all(tmp_path):
 
 def test_staging_of_a_killed_run_is_removed_and_a_live_ones_kept(tmp_path):
     target = tmp_path / "f%03d.png"
-    dead, alive = (tmp_path / f".f_03d.png.partial-{pid}" for pid in (2**22 + 5, os.getppid()))
+    dead, alive = (tmp_path / f".f_03d.partial-{pid}.png" for pid in (2**22 + 5, os.getppid()))
     for d in (dead, alive):
         d.mkdir()
         (d / "f001.png").write_bytes(b"x")
@@ -151,7 +151,7 @@ def test_another_extension_with_format_image2_is_checked_before_the_run(clip, tm
 def test_a_pattern_too_long_for_its_staging_directory_still_writes(clip, tmp_path):
     from pipeline.outfile import name_max
 
-    name = "f" * (name_max(tmp_path) - 12) + "%03d.png"  # its frames fit; ".<name>.partial-PID" would not
+    name = "f" * (name_max(tmp_path) - 12) + "%03d.png"  # its frames fit; ".<name>.partial-PID.png" would not
     result = run_pipeline(clip, "-o", tmp_path / name, "--frames", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(existing_frames(tmp_path / name)) == 2 and not hidden(tmp_path)
