@@ -77,7 +77,7 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     waits = waits_for_writer(cfg.input, cfg.input_format)
     live = waits or is_live_input(cfg.input, cfg.input_format)
     decode = decoder_for(cfg, backend)
-    if decode == "auto" and not opens_twice(cfg, waits):
+    if decode == "auto" and not opens_twice(cfg):
         decode = "cpu"
     span = Span.from_seconds(cfg.start, cfg.duration, cfg.end)
 
@@ -109,13 +109,11 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
                               name=cfg.input)
 
 
-def opens_twice(cfg: RunConfig, waits: bool) -> bool:
+def opens_twice(cfg: RunConfig) -> bool:
     """Whether the input can be opened again from its start. ``--decode auto`` tries NVDEC and, where the
     GPU refuses the stream at its first frame, opens the input again for the CPU decoder: what stdin, a
     FIFO, a device or a listening socket gave the first try would be lost, so those decode on the CPU."""
-    if waits or pipe_fd(cfg.input) is not None:
-        return False
-    if not is_url(cfg.input) and special_kind(cfg.input) in ("FIFO", "socket"):  # with --input-format too
+    if pipe_fd(cfg.input) is not None or (not is_url(cfg.input) and special_kind(cfg.input) is not None):
         return False
     options = {**{k: v[-1] for k, v in parse_qs(urlsplit(cfg.input).query, keep_blank_values=True).items()},
                **cfg.input_opts}

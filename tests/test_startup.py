@@ -159,9 +159,7 @@ def test_no_driver_keeps_the_backend_first_order(monkeypatch):
     ("srt://host:9000?mode=caller", {}, True),
 ])
 def test_auto_tries_nvdec_only_where_the_input_opens_a_second_time(name, options, twice):
-    cfg = RunConfig(input=name, input_opts=options)
-    assert build.opens_twice(cfg, waits=False) is twice
-    assert build.opens_twice(cfg, waits=True) is False  # a FIFO or device: its bytes go to the first reader
+    assert build.opens_twice(RunConfig(input=name, input_opts=options)) is twice
 
 
 def test_auto_decodes_a_pipe_on_the_cpu_without_trying_nvdec(monkeypatch):
@@ -219,7 +217,8 @@ def test_a_decoder_auto_refuses_leaves_no_reference_cycle(tmp_path, gpu):
 def test_a_fifo_opens_once_whatever_the_input_format(tmp_path):
     fifo = tmp_path / "in.h264"
     os.mkfifo(fifo)
-    assert build.opens_twice(RunConfig(input=str(fifo), input_format="h264"), waits=False) is False
+    assert build.opens_twice(RunConfig(input=str(fifo), input_format="h264")) is False
+    assert build.opens_twice(RunConfig(input="/dev/zero", input_format="rawvideo")) is False  # a device
 
 
 def test_a_stop_request_during_the_open_outranks_the_backends_failure(monkeypatch, kernels):
