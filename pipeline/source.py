@@ -319,11 +319,25 @@ class Source(DecodeLoop):
 
     def close(self) -> None:
         self._close_sessions()  # first: session 0 decodes with this container's decoder
+        self._close_frames()
         drain_decoder(self.video)  # may still take surfaces from the pool: frames handed back are held till then
         if self.returns is not None:
             self.returns.close()
         self._close_damage_log()
         self.container.close()
+
+    def _close_frames(self) -> None:
+        """End the decode generator where it stopped, and let go of it: suspended, it holds this source in a
+        reference cycle (its frame refers to the source, which refers to it) that only a collection would
+        free, with the frames it read ahead. Closing it alone left the cycle on Python 3.12.3; without the
+        source's reference the generator, then the source, go as soon as nothing else holds them."""
+        self._pending = []
+        frames, self._frames = getattr(self, "_frames", None), iter(())
+        if frames is not None:
+            try:
+                frames.close()
+            except ValueError:  # running in a live source's reader thread, which closes it when its read returns
+                pass
 
     def _close_damage_log(self) -> None:
         damage = getattr(self, "_damage", None)

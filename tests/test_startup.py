@@ -184,6 +184,27 @@ class NoContext(EarlyDevice):
         pass  # FFmpeg finds no current context: on the CPU, PyAV refuses the hardware decoder at the open
 
 
+def test_a_source_closed_before_its_end_is_freed_without_a_collection(tmp_path):
+    """A source closed with its decode generator suspended (only probed, stopped early, the CPU fallback of
+    a refused NVDEC try) is freed as its last reference goes: the generator, whose frame refers back to
+    the source, is ended by close()."""
+    import gc
+    import weakref
+
+    from pipeline import sample as make_sample
+
+    clip = make_sample.make_clip(tmp_path / "c.mkv", width=64, height=48, frames=8, fps=30, seed=5, codec="ffv1")
+    gc.disable()
+    try:
+        source = build.open_source(RunConfig(input=str(clip), decode="cpu"))
+        ref = weakref.ref(source)
+        source.close()
+        del source
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("gpu", [NoContext(0), EarlyDevice(0)], ids=["no-context", "driver"])
 def test_a_decoder_auto_refuses_leaves_no_reference_cycle(tmp_path, gpu):
     """PyAV refuses NVDEC for a codec without it inside the container's constructor, leaving a half-made
