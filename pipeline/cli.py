@@ -5,9 +5,11 @@ option and help text, is :mod:`pipeline.cli_parser`."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, silence, s
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
-           "config_from_args", "main", "writes_stdout"]
+           "config_from_args", "entry", "main", "writes_stdout"]
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -47,9 +49,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return build_config(file_values, flags)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, process_ends: bool = False) -> int:
+    """The command line, run in this process; its exit code. ``process_ends``: the process ends right after
+    (:func:`entry`), so what its exit frees anyway may be left to it."""
     GPUStalled.happened = False
-    code = _main(sys.argv[1:] if argv is None else argv)
+    code = _main(sys.argv[1:] if argv is None else argv, process_ends)
     if GPUStalled.happened:  # threads are stuck in CUDA calls: the interpreter's own exit would wait on them
         sys.stdout.flush()
         sys.stderr.flush()
@@ -57,7 +61,30 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _main(argv: list[str]) -> int:
+def entry() -> None:
+    """The ``pipeline`` command (and ``python -m pipeline``): :func:`main`, then out of the process without the
+    interpreter's tear-down once nothing is left to finish.
+
+    By then the output is placed, the statistics and summary written and every part closed. What a normal
+    exit would still do is collect every module and object, and let the CUDA driver's own exit handlers
+    take the context apart (measured on the H200: see docs/benchmarks.md), none of which anyone waits for.
+    The exit handlers registered with :mod:`atexit` still run (a plugin's too), and the standard streams
+    are flushed. Where a thread that is not a daemon still runs (a library's, a plugin's), the process
+    leaves the normal way, which waits for it."""
+    code = main(process_ends=True)
+    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        raise SystemExit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # gone (a reader left, a closed terminal): as Python's own exit ignores it
+            pass
+    os._exit(code)
+
+
+def _main(argv: list[str], process_ends: bool = False) -> int:
     steady_malloc()
     hold_closed_descriptors()
     # A closed terminal must not end the run; a stderr closed from the start is rich's null file.
@@ -69,7 +96,7 @@ def _main(argv: list[str]) -> int:
         args = _parse(argv)
         install_log(lambda line: err.print(line, markup=False, soft_wrap=True),
                     LEVELS[getattr(args, "loglevel", None) or "info"])
-        return _dispatch(args, err)
+        return _dispatch(args, err, process_ends)
     except PipelineError as e:
         if debug:
             traceback.print_exc()
@@ -107,7 +134,7 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
-def _dispatch(args: argparse.Namespace, err: Console) -> int:
+def _dispatch(args: argparse.Namespace, err: Console, process_ends: bool = False) -> int:
     if args.command == "run":
         cfg = config_from_args(args)
         create_cuda_context_early(cfg.device)  # while the pipeline's modules import
@@ -118,8 +145,8 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
                 raise ConfigError(f"-progress {args.progress}: reports one run; several streams run here "
                                   "(--stats-json has each stream's figures)")
 
-            return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers)
-        return cmd_run(cfg, err, progress=args.progress, config=args.config)
+            return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers, process_ends)
+        return cmd_run(cfg, err, progress=args.progress, config=args.config, process_ends=process_ends)
     if args.command == "bench":
         from .bench import bench
 
@@ -145,7 +172,8 @@ def _dispatch(args: argparse.Namespace, err: Console) -> int:
     return EXIT_USAGE
 
 
-def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: str | None = None) -> int:
+def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: str | None = None,
+            process_ends: bool = False) -> int:
     from .engine import Pipeline, RunControl
     from .progress import check_progress, progress_for, progress_report
 
@@ -153,6 +181,7 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
     if progress:
         check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json, _read_files(cfg, config))
     control = RunControl()
+    control.process_ends = process_ends
     _install_signal_handlers(control)
     control.interruptible = True  # until the output is about to be created (build_parts)
     try:

@@ -17,7 +17,7 @@ from .stdio import StdoutConsole, stdout_errors
 
 
 def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dict[str, Any]] | None,
-                 err: Console, install_signal_handlers: Callable) -> int:
+                 err: Console, install_signal_handlers: Callable, process_ends: bool = False) -> int:
     from .engine import RunControl
     from .many import configs_for, run_many
 
@@ -30,6 +30,7 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
         per_stream = None
     configs = configs_for(cfg, inputs, cfg.output, per_stream)
     control = RunControl()
+    control.process_ends = process_ends  # see cli.main
     install_signal_handlers(control)
     result = run_many(configs, control=control)
     if cfg.stats_json:

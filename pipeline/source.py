@@ -317,6 +317,22 @@ class Source(DecodeLoop):
         do not take."""
         self._writer(frame, dst)
 
+    @property
+    def frees_slowly(self) -> bool:
+        """Closing frees NVDEC's surfaces one cudaFree at a time (see ``Pipeline._close_source``)."""
+        return self.hwaccel is not None
+
+    def leave_to_exit(self) -> Source:
+        """What :meth:`close` does, except freeing the decoders and their surfaces: the sessions' threads
+        stopped, the frames handed back let go. The process's exit frees the rest at once; until then the
+        caller holds the source (returned)."""
+        if self._gops is not None:
+            self._gops.close()  # the threads end; the decoders stay, held by the sessions
+        if self.returns is not None:
+            self.returns.close()
+        self._close_damage_log()
+        return self
+
     def close(self) -> None:
         self._close_sessions()  # first: session 0 decodes with this container's decoder
         self._close_frames()

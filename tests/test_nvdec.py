@@ -243,3 +243,27 @@ def test_nvdec_sessions_let_surfaces_go_on_their_own_threads(short_gops, alloc, 
         names = {name for name, n in released if n}
         assert names and all(name.startswith("pipeline-nvdec") for name in names)
         assert sum(n for _, n in released) >= 96 - 4 * 8  # the rest went when the sessions stopped
+
+
+def test_a_command_leaves_the_sessions_decoders_to_its_exit(short_gops):
+    """``pipeline run`` ends its process right after the run: the sessions' threads stop, their decoders and
+    surfaces are left for the exit to free (cudaFree one by one takes a quarter of a second), and the run
+    is complete all the same. Closing such a source later still works."""
+    import threading
+
+    from pipeline import engine
+    from pipeline.config import RunConfig
+
+    control = engine.RunControl()
+    control.process_ends = True
+    cfg = RunConfig(input=str(short_gops), output="null", device="cuda", decode="nvdec", nvdec_sessions=4, quiet=True)
+    run = engine.Pipeline.from_config(cfg, control=control)
+    stats = run.run()
+    source = run.source
+    try:
+        assert stats.frames_out == 96 and stats.decode_sessions == 4
+        assert engine._LEFT_TO_EXIT[-1] is source and source.frees_slowly
+        assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-nvdec") and t.is_alive()]
+    finally:
+        engine._LEFT_TO_EXIT.remove(source)
+        source.close()
