@@ -118,6 +118,24 @@ def test_bench_streams_finds_the_decoders_gaps_on_the_trials_clock(monkeypatch):
         {"stream": 0, "at_s": 0.566, "gap_ms": 184.0}, {"stream": 1, "at_s": 0.433, "gap_ms": 167.0}]
 
 
+def test_bench_whole_runs_times_every_row_and_reports_a_missing_peer(tmp_path):
+    """scripts/bench_whole_runs.py on its smallest clip: each of our rows runs (the command's own exit and the
+    interpreter's), and a peer that cannot run (no PyNvVideoCodec or CuPy here) is its row's error."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_whole_runs.py"), "--clips", "tiny",
+                           "--repeats", "1", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["row"]: r for r in read_json(tmp_path / "whole_runs.json")["clips"]["tiny"]}
+    assert set(rows) == {"peer", "ours", "ours, interpreter exit", "ours -o null", "ours -o null, interpreter exit"}
+    for name, row in rows.items():
+        if name != "peer":
+            assert row["frames"] == 30 and row["whole_fps"] > 0 and row["process_s"] > row["after_run_s"] > -0.05
+    assert "error" in rows["peer"] or rows["peer"]["frames"] == 30
+    assert "| ours | 30 |" in (tmp_path / "whole_runs.md").read_text()
+
+
 def test_a_runs_start_is_in_its_statistics_on_the_wall_clock(tmp_path):
     import time
 
