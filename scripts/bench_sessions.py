@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipeline.bench.report import script_run, write_script_report  # noqa: E402
+from pipeline.bench.report import markdown_rows, script_heading, script_run, write_script_report  # noqa: E402
 from pipeline.sample import make_clip  # noqa: E402
 
 CLIPS = {"1080p": (1920, 1080, 60, 600), "4k": (3840, 2160, 30, 300)}
@@ -104,20 +104,13 @@ def measure(clip: Path, out_dir: Path, sessions: list[int], repeats: int, with_f
 
 
 def markdown(report: dict) -> str:
-    lines = ["## NVDEC sessions on one file (`scripts/bench_sessions.py`)", "",
-             f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
-             f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores", ""]
+    lines = [*script_heading("NVDEC sessions on one file (`scripts/bench_sessions.py`)", report), ""]
     for name, rows in report["clips"].items():
         lines += [f"### {name} ({report['frames'][name]} frames, a keyframe every second)", "",
-                  "| decode | sessions | output | alloc | process fps | fps in run | steady fps | first frame ms |",
-                  "|---|---:|---|---|---:|---:|---:|---:|"]
-        for r in rows:
-            if "error" in r:
-                lines.append(f"| {r['decode']} | {r['sessions']} | {r['output']} | {r['alloc']} | error: "
-                             f"{r['error']} | | | |")
-                continue
-            lines.append(f"| {r['decode']} | {r['sessions']} | {r['output']} | {r['alloc']} | {r['process_fps']} | "
-                         f"{r['fps']} | {r['steady_fps']} | {r['ttff_ms']} |")
+                  *markdown_rows(["decode", "sessions", "output", "alloc", "process fps", "fps in run", "steady fps",
+                                  "first frame ms"], "lrllrrrr", rows,
+                                 lambda r: [r["decode"], r["sessions"], r["output"], r["alloc"]],
+                                 lambda r: [r["process_fps"], r["fps"], r["steady_fps"], r["ttff_ms"]])]
         lines.append("")
     return "\n".join(lines)
 

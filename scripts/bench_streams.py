@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipeline.bench.report import script_run, write_script_report  # noqa: E402
+from pipeline.bench.report import script_heading, script_run, write_script_report  # noqa: E402
 from pipeline.config import RunConfig  # noqa: E402
 from pipeline.many import run_many  # noqa: E402
 from pipeline.sample import make_clip  # noqa: E402
@@ -204,9 +204,7 @@ def _model(processes: int, cold: bool = False) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = ["## Live 1080p30 streams on one GPU (`scripts/bench_streams.py`)", "",
-             f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
-             f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores",
+    lines = [*script_heading("Live 1080p30 streams on one GPU (`scripts/bench_streams.py`)", report),
              f"- **Execution:** {_model(report.get('processes', 1), report.get('cold_start', False))}", "",
              "| alloc | output | streams | drops | failed | frames/s in all | slowest stream fps | sustained |",
              "|---|---|---:|---:|---:|---:|---:|---|"]

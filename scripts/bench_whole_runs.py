@@ -181,19 +181,16 @@ def measure(clip: Path, out_dir: Path, repeats: int, say) -> list[dict]:
 
 
 def markdown(report: dict) -> str:
-    lines = ["## Whole runs against PyNvVideoCodec, and the exit (`scripts/bench_whole_runs.py`)", "",
-             f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
-             f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores", ""]
+    from pipeline.bench.report import markdown_rows, script_heading
+
+    lines = [*script_heading("Whole runs against PyNvVideoCodec, and the exit (`scripts/bench_whole_runs.py`)",
+                             report), ""]
     for name, rows in report["clips"].items():
         lines += [f"### {name} ({report['frames'][name]} frames), medians of {report['repeats']}", "",
-                  "| pipeline | frames | process s | process fps | whole-run fps | after the run s |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for r in rows:
-            if "error" in r:
-                lines.append(f"| {r['row']} | error: {r['error']} | | | | |")
-            else:
-                lines.append(f"| {r['row']} | {r['frames']:.0f} | {r['process_s']} | {r['process_fps']} | "
-                             f"{r['whole_fps']} | {r['after_run_s']} |")
+                  *markdown_rows(["pipeline", "frames", "process s", "process fps", "whole-run fps", "after the run s"],
+                                 "lrrrrr", rows, lambda r: [r["row"]],
+                                 lambda r: [f"{r['frames']:.0f}", r["process_s"], r["process_fps"], r["whole_fps"],
+                                            r["after_run_s"]])]
         lines.append("")
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@ import datetime
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -139,6 +139,25 @@ def script_run(script: str, argv: list[str] | None) -> dict[str, str]:
     """What a benchmark script's report starts with: when (UTC) and the command that ran it."""
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join(["python", f"scripts/{script}", *(argv if argv is not None else sys.argv[1:])])}
+
+
+def script_heading(title: str, report: dict) -> list[str]:
+    """The Markdown lines a benchmark script's report opens with: its title, when, the command, the machine
+    (``report`` from :func:`script_run`, with ``gpu`` and ``cpu_count``)."""
+    return [f"## {title}", "", f"- **Date:** {report['date']}", f"- **Command:** `{report['command']}`",
+            f"- **Hardware:** {report['gpu']}, {report['cpu_count']} CPU cores"]
+
+
+def markdown_rows(header: list[str], align: str, rows: list[dict], keys: Callable[[dict], list],
+                  values: Callable[[dict], list]) -> list[str]:
+    """A Markdown table of ``rows``: ``keys(row)`` (what the row is), then ``values(row)``, or for a row that
+    has an ``error``, the error. ``align``: "l" or "r" for each column."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    for row in rows:
+        first = keys(row)
+        rest = values(row) if "error" not in row else [f"error: {row['error']}"] + [""] * (len(header) - len(first) - 1)
+        lines.append("| " + " | ".join(str(v) for v in first + rest) + " |")
+    return lines
 
 
 def write_script_report(out_dir: Path, stem: str, report: dict, text: str) -> None:
