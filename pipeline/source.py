@@ -128,10 +128,7 @@ class Source(DecodeLoop):
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
-            self._close_sessions()
-            drain_decoder(getattr(self, "video", None))  # probing may have left frame threads at work
-            self._close_damage_log()
-            self.container.close()
+            self.close()
             raise  # its one line says it all; the warnings held back would only repeat it
         held, self._held = self._held, None
         for level, message in held:
@@ -336,7 +333,9 @@ class Source(DecodeLoop):
     def close(self) -> None:
         self._close_sessions()  # first: session 0 decodes with this container's decoder
         self._close_frames()
-        drain_decoder(self.video)  # may still take surfaces from the pool: frames handed back are held till then
+        # Frame threads (probing may have left them at work) may still take surfaces from the pool: frames
+        # handed back are held till then. A source that failed before finding its stream has no decoder.
+        drain_decoder(getattr(self, "video", None))
         if self.returns is not None:
             self.returns.close()
         self._close_damage_log()
