@@ -7,15 +7,16 @@ The peer is what PyNvVideoCodec's users write (``shared/PEERS.md``, "Decode -> b
 NVDEC decodes into device memory (NV12), CuPy blurs each plane (``cupyx.scipy.ndimage.gaussian_filter``,
 sigma 1.5 on luma, half that on the half-size chroma), the I420 result is downloaded into one of eight pinned
 buffers and a second thread encodes it with libx264 ultrafast into MP4. ``pipeline run`` runs the same clip
-with ``--filters gblur=sigma=1.5 --encoder-opt preset=ultrafast``, once leaving through the command's own
-exit (:func:`pipeline.cli.entry`) and once through the interpreter's normal exit with everything closed
-(``pipeline.cli.main``), and with ``-o null`` both ways. Every row is a fresh process, rows alternate in
-order; reported: frames over the process's wall time (interpreter start to exit), and "whole run": from the run's set-up to the output closed (the peer's own
-clock from just after NumPy's and PyAV's imports to its output closed; ours ``wall_s`` + ``finish_ms``), so
-that both count CuPy's import and the CUDA context in the run; "after the run": the process's wall time less
-the whole run and the imports. Clips as PEERS.md's: 4K30 120 frames and 1080p60 300 frames, H.264 (libx264
-veryfast), the encoder's default GOP (a single one at 4K); ``tiny`` (320x240, 30 frames) checks the script
-on any machine. Writes whole_runs.json and whole_runs.md.
+with ``--filters gblur=sigma=1.5 --encoder-opt preset=ultrafast``, once leaving through the command's own exit
+(:func:`pipeline.cli.entry`) and once through the interpreter's normal exit with everything closed
+(``pipeline.cli.main``), and with ``-o null`` both ways. Every row is a fresh process, rows alternate in order;
+reported: frames over the process's wall time (interpreter start to exit), steady fps (after the first 8
+frames), and "whole run": from the run's set-up to the output closed (the peer's own clock from just after
+NumPy's and PyAV's imports to its output closed; ours ``wall_s`` + ``finish_ms``), so that both count CuPy's
+import and the CUDA context in the run; "after the run": the process's wall time less the whole run and the
+imports. Clips as PEERS.md's: 4K30 120 frames and 1080p60 300 frames, H.264 (libx264 veryfast), the encoder's
+default GOP (a single one at 4K); ``tiny`` (320x240, 30 frames) checks the script on any machine. Writes
+whole_runs.json and whole_runs.md.
 
 The peer needs PyNvVideoCodec (``pip install pynvvideocodec``) and CuPy; without it its rows say so.
 """
@@ -84,6 +85,7 @@ def peer_once(clip: str, out: str) -> dict:
     for i in range(len(slots)):
         free.put(i)
     first_packet: list[float] = []
+    handed: list[float] = []  # each frame's encode call returned, as ours counts it (RunStats.done_at)
 
     def encode():
         while (item := full.get()) is not None:
@@ -94,6 +96,7 @@ def peer_once(clip: str, out: str) -> dict:
                 if not first_packet:
                     first_packet.append(time.perf_counter())
                 container.mux(packet)
+            handed.append(time.perf_counter())
             free.put(i)  # libx264 copied the picture
         for packet in vs.encode():
             container.mux(packet)
@@ -125,8 +128,13 @@ def peer_once(clip: str, out: str) -> dict:
     encoder.join()
     container.close()
     done = time.perf_counter()
-    return {"frames": n, "whole_s": done - t0, "imports_s": t0 - imported,
+    return {"frames": n, "whole_s": done - t0, "imports_s": t0 - imported, "steady_fps": steady_fps(handed),
             "ttff_ms": (first_packet[0] - t0) * 1e3 if first_packet else None}
+
+
+def steady_fps(times: list[float], skip: int = 8) -> float | None:
+    """Frames per second after the first ``skip``, as ``RunStats.steady_fps`` counts ours."""
+    return (len(times) - 1 - skip) / (times[-1] - times[skip]) if len(times) > skip + 1 else None
 
 
 def run_row(row: str, clip: Path, out_dir: Path) -> dict:
@@ -153,6 +161,7 @@ def run_row(row: str, clip: Path, out_dir: Path) -> dict:
     detail = {"ttff_ms": data["ttff_ms"]} if row == "peer" else {
         k: data.get(k) for k in ("time_to_first_frame_ms", "startup_ms", "finish_ms", "steady_fps", "decode")}
     return {"detail": detail, "frames": frames, "process_s": wall, "process_fps": frames / wall, "whole_fps": frames / whole,
+            "steady_fps": data.get("steady_fps") or 0.0,
             "after_run_s": wall - whole - (data.get("startup_ms", {}).get("imports", 0.0) / 1e3
                                            if row != "peer" else data["imports_s"])}
 
@@ -171,7 +180,7 @@ def measure(clip: Path, out_dir: Path, repeats: int, say) -> list[dict]:
             entry["error"] = results[0]["error"]
         else:
             entry["detail_last_run"] = good[-1]["detail"]
-        for key in ("frames", "process_s", "process_fps", "whole_fps", "after_run_s"):
+        for key in ("frames", "process_s", "process_fps", "whole_fps", "steady_fps", "after_run_s"):
             if good:
                 entry[key] = round(statistics.median(x[key] for x in good), 3 if key.endswith("_s") else 1)
                 entry[key + "_all"] = [round(x[key], 3 if key.endswith("_s") else 1) for x in good]
@@ -187,10 +196,10 @@ def markdown(report: dict) -> str:
                              report), ""]
     for name, rows in report["clips"].items():
         lines += [f"### {name} ({report['frames'][name]} frames), medians of {report['repeats']}", "",
-                  *markdown_rows(["pipeline", "frames", "process s", "process fps", "whole-run fps", "after the run s"],
-                                 "lrrrrr", rows, lambda r: [r["row"]],
+                  *markdown_rows(["pipeline", "frames", "process s", "process fps", "whole-run fps", "steady fps",
+                                  "after the run s"], "lrrrrrr", rows, lambda r: [r["row"]],
                                  lambda r: [f"{r['frames']:.0f}", r["process_s"], r["process_fps"], r["whole_fps"],
-                                            r["after_run_s"]])]
+                                            r["steady_fps"], r["after_run_s"]])]
         lines.append("")
     return "\n".join(lines)
 
