@@ -237,11 +237,16 @@ class Pipeline(Stages, Tally):
     def _channels(self) -> None:
         # The callbacks handed to channels, feed and sink close over what they need, never over self:
         # a reference cycle back to the pipeline would keep each run's buffers alive until a full GC.
-        depth, policy, stats = max(2, self.cfg.in_flight), self.stats.drop_policy, self.stats
+        flight, policy, stats = max(2, self.cfg.in_flight), self.stats.drop_policy, self.stats
+        depth = flight
+        if stats.mode != "file":  # frames arrive on their own clock: room to ride out a stall of the GPU
+            from .live import queue_depth
+
+            depth = queue_depth(self.cfg.in_flight, getattr(self.source, "frame_rate", None))
         in_host = self.processor.memory.in_host
         self.q_decoded = Channel(depth, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
-        self.q_submitted = Channel(depth, self.abort)
+        self.q_submitted = Channel(flight, self.abort)
         if stats.mode != "file":
             from .live import Feed
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +37,23 @@ from .source import AudioPacket, DecodedFrame, Source
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # wait before reconnect attempt 1, 2, ...; the last one repeats
 WATCHDOG_GRACE_S = 2.0
+# A live or paced stream's queues hold this much of its video before the oldest frame is dropped. The
+# whole GPU can stall for 100-210 ms while other processes open their decoders (48 streams in 8 processes
+# on an H200: every stream's decode, upload and kernels at once); a quarter of a second rides that out,
+# and costs latency only while the stall lasts.
+JITTER_S = 0.25
+MAX_QUEUE = 16  # frames: a stream that claims thousands of frames a second does not get thousands of buffers
+
+
+def queue_depth(in_flight: int, rate) -> int:
+    """Frames a live or paced stream's queues hold: ``JITTER_S`` of video at its ``rate`` (frames per
+    second; 30 when unknown), at least ``in_flight`` and 2, at most ``MAX_QUEUE``."""
+    try:
+        fps = float(rate) if rate else 30.0
+    except (TypeError, ValueError, ZeroDivisionError):
+        fps = 30.0
+    fps = fps if math.isfinite(fps) and fps > 0 else 30.0
+    return max(2, in_flight, min(MAX_QUEUE, math.ceil(fps * JITTER_S)))
 
 
 class _Stopped(Exception):

@@ -77,13 +77,14 @@ def trial(clip: Path, n: int, alloc: str, decode: str, output: str, frames: int,
     result = run_many(configs, per_frame=True)
     streams = [s.stats for s in result.streams if s.stats]
     stalls = decode_stalls(streams, started)
+    firsts = first_frames(streams, started)
     for s in streams:
         s.pop("per_frame", None)
     drops = sum(s["drops"]["total"] for s in streams)
     failed = [s.error for s in result.streams if s.exit_code]
     worst_fps = min((s["frames_out"] / s["wall_s"] for s in streams if s["wall_s"]), default=0.0)
     return {"streams": n, "alloc": alloc, "output": output, "drops": drops, **_drop_times(streams, started),
-            **_slowest(streams), "stalls": stalls,
+            **_slowest(streams), "stalls": stalls, "first_frame_s": firsts,
             "failed": len(failed),
             "errors": failed[:3], "frames_out": result.frames, "wall_s": round(result.wall_s, 2),
             "aggregate_fps": round(result.frames / result.wall_s, 1), "worst_stream_fps": round(worst_fps, 1),
@@ -114,6 +115,14 @@ def decode_stalls(streams: list[dict], started: float, limit: int = 8) -> list[d
                 found.append({"stream": i, "at_s": round(s["started_at"] + a / 1e3 - started, 3),
                               "gap_ms": round(b - a, 1)})
     return sorted(found, key=lambda x: -x["gap_ms"])[:limit]
+
+
+def first_frames(streams: list[dict], started: float) -> list[float] | None:
+    """When the streams' first frames came out of their decoders (seconds after ``started``): the earliest
+    and the latest. A stream's decoder opens before its first frame, so late opens show as a late maximum."""
+    at = [s["started_at"] + d[0] / 1e3 - started for s in streams
+          if (d := [t for t in s.get("per_frame", {}).get("decoded", []) if t is not None])]
+    return [round(min(at), 3), round(max(at), 3)] if at else None
 
 
 def _slowest(streams: list[dict]) -> dict:
@@ -151,7 +160,9 @@ def trial_in_processes(clip: Path, n: int, k: int, alloc: str, decode: str, outp
         when = (f"{r['drops']} drops in {r['dropping_streams']} streams, {at + r['first_drop_s']:.2f}-"
                 f"{at + r['last_drop_s']:.2f} s after the first worker started, by stage {r['drops_by_stage']}"
                 if r["drops"] else "no drops")
-        print(f"bench_streams:   worker {i} (pid {r.get('pid')}, started at +{at:.2f} s): {when}; longest frame "
+        first = r.get("first_frame_s") or [0.0, 0.0]
+        print(f"bench_streams:   worker {i} (pid {r.get('pid')}, started at +{at:.2f} s, first frames at "
+              f"+{at + first[0]:.2f}-{at + first[1]:.2f} s): {when}; longest frame "
               f"per stage {r['stage_max_ms']} ms, longest latency {r['latency_max_ms']} ms", flush=True)
         stalls = ", ".join(f"stream {x['stream']} {x['gap_ms']:.0f} ms at +{at + x['at_s']:.2f} s"
                            for x in r.get("stalls", []))

@@ -273,6 +273,9 @@ def run_paced(tmp_path: Path, clip: Path, *extra) -> tuple[dict, Path]:
 
 def test_realtime_paces_a_file_at_its_frame_rate(tmp_path, clips):
     stats, out = run_paced(tmp_path, clips["mp4"], "--config", REALTIME)
+    # The queues in front of the GPU hold a quarter of a second (8 frames at 30 fps): a stall of the
+    # GPU that long drops nothing; those behind it, the frames in flight (2 in the preset).
+    assert {k: q["size"] for k, q in stats["queues"].items()} == {"decode": 8, "submit": 8, "encode": 2}
     duration = N / FPS
     assert 0.8 * duration <= stats["wall_s"] <= 2 * duration, stats["wall_s"]
     assert stats["mode"] == "paced" and stats["frames_in"] == N

@@ -12,7 +12,7 @@ from pipeline.channels import END, Aborted, Channel
 from pipeline.config import PRESETS_DIR, RunConfig, build_config, load_toml
 from pipeline.errors import ConfigError
 from pipeline.latency import LatencyLog, Ring
-from pipeline.live import Pacer
+from pipeline.live import MAX_QUEUE, Pacer, queue_depth
 from pipeline.sink import url_muxer
 from pipeline.source import is_live_input
 
@@ -134,3 +134,16 @@ def test_a_plain_file_is_never_dropped_from(tmp_path):
     assert "applies to live or --realtime sources" in proc.stderr
     d = read_json(stats)
     assert d["frames_in"] == d["frames_out"] == 24
+
+
+@pytest.mark.parametrize("in_flight, rate, depth", [
+    (4, Fraction(30), 8),  # a quarter of a second at 30 fps
+    (4, Fraction(60000, 1001), 15),
+    (4, 25.0, 7),
+    (12, Fraction(30), 12),  # never fewer than the frames in flight
+    (1, Fraction(1), 2),  # nor fewer than two
+    (4, Fraction(1000), MAX_QUEUE),  # a rate of thousands does not buy thousands of buffers
+    (4, None, 8), (4, 0, 8), (4, float("nan"), 8), (4, float("inf"), 8), (4, -30, 8),  # unknown: 30 fps
+])
+def test_a_live_streams_queues_hold_a_quarter_second_of_its_video(in_flight, rate, depth):
+    assert queue_depth(in_flight, rate) == depth
