@@ -118,6 +118,24 @@ def test_bench_streams_finds_the_decoders_gaps_on_the_trials_clock(monkeypatch):
         {"stream": 0, "at_s": 0.566, "gap_ms": 184.0}, {"stream": 1, "at_s": 0.433, "gap_ms": 167.0}]
 
 
+def test_bench_streams_counts_a_stream_behind_its_schedule(monkeypatch):
+    """A paced stream whose decoder is late drops nothing (its schedule moves): the slip catches it,
+    and the first frames' window shows when the decoders opened."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    bench_streams = importlib.import_module("bench_streams")
+    on_time = {"started_at": 1000.5, "per_frame": {"pts_s": [0.0, 1 / 30, 2 / 30], "decoded": [100.0, 133.3, 166.7]}}
+    # released in another order than their timestamps (a B-frame stream), 0.4 s late in all
+    late = {"started_at": 1001.0, "per_frame": {"pts_s": [2 / 30, None, 0.0, 1 / 30],
+                                                 "decoded": [466.7, 500.0, 0.0, 33.3]}}
+    assert bench_streams.schedule_slip(on_time) == pytest.approx(0.0, abs=1e-3)
+    assert bench_streams.schedule_slip(late) == pytest.approx(0.4, abs=1e-3)
+    assert bench_streams.schedule_slip({"per_frame": {"pts_s": [0.0], "decoded": [5.0]}}) == 0.0
+    assert bench_streams.first_frames([on_time, late], 1000.0) == [0.6, 1.0]
+    assert bench_streams.first_frames([{"per_frame": {}}], 1000.0) is None
+
+
 def test_bench_whole_runs_times_every_row_and_reports_a_missing_peer(tmp_path):
     """scripts/bench_whole_runs.py on its smallest clip: each of our rows runs (the command's own exit and the
     interpreter's), and a peer that cannot run (no PyNvVideoCodec or CuPy here) is its row's error."""
