@@ -131,6 +131,12 @@ def test_bench_streams_counts_a_stream_behind_its_schedule(monkeypatch):
                                                  "decoded": [466.7, 500.0, 0.0, 33.3]}}
     assert bench_streams.schedule_slip(on_time) == pytest.approx(0.0, abs=1e-3)
     assert bench_streams.schedule_slip(late) == pytest.approx(0.4, abs=1e-3)
+    # late at the start only (a stall while the decoders opened), on time from the middle on
+    start_late = {"per_frame": {"pts_s": [i / 30 for i in range(6)],
+                                "decoded": [0.0, 233.3, 266.7, 300.0, 333.3, 366.7]}}
+    assert bench_streams.schedule_slip(start_late) == pytest.approx(0.2, abs=1e-3)
+    assert bench_streams.schedule_slip(start_late, since=0.5) == pytest.approx(0.0, abs=1e-3)
+    assert bench_streams.schedule_slip(late, since=0.5) == pytest.approx(0.4, abs=1e-3)
     assert bench_streams.schedule_slip({"per_frame": {"pts_s": [0.0], "decoded": [5.0]}}) == 0.0
     assert bench_streams.first_frames([on_time, late], 1000.0) == [0.6, 1.0]
     assert bench_streams.first_frames([{"per_frame": {}}], 1000.0) is None
