@@ -598,6 +598,51 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
         assert len(video_frames(path)) == SLOW_FRAMES and marker_path(path).exists()
 
 
+WINDOW_PROBE = """
+import json, multiprocessing, os, signal, sys, threading, time
+from pipeline.batch import cluster
+
+signum = signal.Signals(int(sys.argv[1]))
+cluster.start_thread_pools_deaf()  # NumPy's threads, as pipeline batch starts them
+got = []
+signal.signal(signum, lambda n, frame: got.append(n))
+with cluster._terminal_signals_ignored_by_children():
+    ctx = multiprocessing.get_context("spawn")  # as Dask starts its workers (the resource tracker too)
+    child = ctx.Process(target=time.sleep, args=(0,))
+    child.start()
+    child.join()
+    probe = f"import signal; print(signal.getsignal({int(signum)}) == signal.SIG_IGN)"
+    ignored = os.popen(f"{sys.executable} -c '{probe}'").read().strip() == "True"
+    sender = threading.Thread(target=os.kill, args=(os.getpid(), signum))
+    sender.start()
+    sender.join()
+    time.sleep(0.1)
+    held = list(got)
+deadline = time.monotonic() + 5
+while not got and time.monotonic() < deadline:
+    time.sleep(0.01)
+blocked = signum in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+print(json.dumps({"held": held, "got": got, "child_ignores": ignored, "still_blocked": blocked}))
+"""
+
+
+@pytest.mark.parametrize("signum", cluster.LEFT_TO_THE_BATCH, ids=lambda s: s.name)
+def test_a_signal_while_the_workers_start_waits_for_the_batchs_handler(signum):
+    """Workers are started with the terminal's signals ignored, so that they outlive a Ctrl-C. One that
+    comes meanwhile, with NumPy's threads running and one more process started, is not lost: it reaches
+    the batch's handler once that is back (in a process of its own: the test runner's threads would take
+    it and drop it)."""
+    import sys
+
+    import json
+
+    probe = subprocess.run([sys.executable, "-c", WINDOW_PROBE, str(int(signum))], capture_output=True, text=True,
+                           timeout=60, env=environment(), cwd=ROOT)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == {"held": [], "got": [int(signum)], "child_ignores": True,
+                                        "still_blocked": False}
+
+
 def test_the_results_table_shows_names_and_errors_as_written():
     """rich read "[cuda12]" in an error (and brackets in a file name) as markup and dropped it."""
     from rich.console import Console

@@ -68,7 +68,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, err: Console) -> int:
     from ..cli import config_from_args
+    from .cluster import start_thread_pools_deaf
 
+    start_thread_pools_deaf()  # before anything imports NumPy: a Ctrl-C while the workers start is kept
     run_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _BATCH_DESTS})
     cfg = config_from_args(run_args)
     batch = BatchSettings(output=args.output_dir, suffix=args.suffix, gpus=args.gpus, workers=args.workers,

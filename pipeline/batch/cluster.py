@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -276,17 +277,43 @@ def _terminal_signals_ignored_by_children() -> Iterator[None]:
     """Worker processes started in here ignore SIGINT and SIGHUP: Ctrl-C on a terminal, and the terminal
     closing, signal the whole process group, and a worker must not die of it mid-file; the batch process
     stops its runs instead (an ignored signal stays ignored in a spawned child, and Python then leaves it
-    so). A signal during these two seconds is lost: nothing has been submitted yet."""
-    try:
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in LEFT_TO_THE_BATCH}
-    except ValueError:  # not the main thread: no signal handling to arrange
+    so). Meanwhile this thread blocks them, as do the threads started in here (the cluster's event loop)
+    and NumPy's (:func:`start_thread_pools_deaf`): Linux does not discard a signal that every thread
+    blocks, so one that comes during these seconds waits, and reaches the batch's own handler once that
+    is back and the signal unblocked."""
+    if threading.current_thread() is not threading.main_thread():  # no signal handling to arrange
         yield
         return
+    from multiprocessing import resource_tracker
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_THE_BATCH)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in LEFT_TO_THE_BATCH}
+    # multiprocessing's resource tracker, which the first worker's start would start: starting it unblocks
+    # SIGINT in the thread that does, and that thread's later threads would take the signal and drop it.
+    # Started here on a thread that ends, it ignores the terminal's signals as the workers do.
     try:
+        starter = threading.Thread(target=resource_tracker.ensure_running, name="pipeline-batch-tracker")
+        starter.start()
+        starter.join()
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def start_thread_pools_deaf() -> None:
+    """Import NumPy (Dask imports it) with the terminal's signals blocked in this thread. OpenBLAS starts
+    its thread pool at that import, and the threads inherit the block: a signal that comes while the
+    workers start with it ignored then waits for this thread, instead of being taken and discarded by
+    one of them. Only in a process that has not imported NumPy yet (``pipeline batch``); a no-op after."""
+    if "numpy" in sys.modules or threading.current_thread() is not threading.main_thread():
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_THE_BATCH)
+    try:
+        import numpy  # noqa: F401
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def survey(client, rounds: int = 3) -> tuple[dict[str, float], list[dict[str, object]]]:
