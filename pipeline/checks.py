@@ -67,7 +67,8 @@ def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:
 
 def _is_input(target: Path, source: str) -> bool:
     src = local_path(source)  # a file:// URL and a file behind stdin are the input too
-    return src is not None and src.exists() and target.resolve().samefile(src.resolve())
+    # target.exists(): a link to a file not there yet (the run makes it) is not the input
+    return src is not None and src.exists() and target.exists() and target.resolve().samefile(src.resolve())
 
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,

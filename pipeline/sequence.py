@@ -108,6 +108,24 @@ def _check_replaceable(frame: Path) -> None:
         raise OutputError(f"{frame}: is a {kind}, not a regular file; only regular files are replaced")
 
 
+def _beside(staged: Path, target: Path) -> Path:
+    """``staged`` moved next to ``target`` under a temporary name (copied where the two are on different
+    file systems), so that it replaces ``target`` in one rename."""
+    from .outfile import temp_path_for
+
+    moved = temp_path_for(target)
+    try:
+        os.rename(staged, moved)
+    except OSError:  # another file system (EXDEV)
+        try:
+            shutil.copyfile(staged, moved)
+        except OSError as e:
+            moved.unlink(missing_ok=True)
+            raise OutputError(f"{target}: cannot write the frame there: {e.strerror or e}") from e
+        staged.unlink()
+    return moved
+
+
 class StagedSequence:
     """A sequence's frames, written into a hidden directory and moved into place when the run completes
     (the sink's counterpart of :class:`pipeline.outfile.StagedFile`)."""
@@ -134,12 +152,15 @@ class StagedSequence:
 
     def place(self, overwrite: bool, name) -> None:
         """Every frame moved into place, each destination checked before any is moved: without
-        ``overwrite`` none may exist, with it each must be a regular file. On any failure the staging
-        directory is removed; a failure while moving (another process racing) says how many were placed."""
-        from .outfile import place_output
+        ``overwrite`` none may exist, with it each must be a regular file, and a frame that is a symbolic
+        link is written through it, as ffmpeg and a single output file do (the link stays a link). On any
+        failure the staging directory is removed; a failure while moving (another process racing) says how
+        many were placed."""
+        from .outfile import final_path, place_output
 
         frames, placed = sorted(os.listdir(self.dir)), 0
         try:
+            targets = []
             for f in frames:
                 destination = self.final.parent / f
                 if not overwrite and os.path.lexists(destination):
@@ -147,8 +168,12 @@ class StagedSequence:
                                       "it is, no frame written (use -y/--overwrite to replace them)")
                 if overwrite:
                     _check_replaceable(destination)
-            for f in frames:
-                place_output(self.dir / f, self.final.parent / f, overwrite, name=self.final.parent / f)
+                targets.append(final_path(destination) if overwrite else destination)
+            for f, target in zip(frames, targets):
+                staged = self.dir / f
+                if target != self.final.parent / f:  # through a link: the file goes beside the one it names
+                    staged = _beside(staged, target)
+                place_output(staged, target, overwrite, name=self.final.parent / f)
                 placed += 1
         except BaseException as e:
             self.discard()

@@ -191,6 +191,42 @@ def test_a_failure_while_placing_removes_the_staging_and_says_how_far_it_got(tmp
     assert not staging.dir.exists() and (tmp_path / "f03.png").read_bytes() == b"theirs"
 
 
+def test_with_y_a_frame_that_is_a_link_is_written_through_it(clip, tmp_path):
+    """As ffmpeg writes through a link, and as a single output file is: the link stays, the file it names
+    (in another directory, or not there yet) gets the frame."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "two.png").write_bytes(b"old")
+    os.symlink(elsewhere / "two.png", tmp_path / "f002.png")
+    os.symlink(elsewhere / "three.png", tmp_path / "f003.png")  # dangling: the run makes the file it names
+    result = run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "f002.png").is_symlink() and (tmp_path / "f003.png").is_symlink()
+    assert sorted(os.listdir(elsewhere)) == ["three.png", "two.png"] and not hidden(tmp_path)
+    pictures = rgb_frames([tmp_path / "f001.png", elsewhere / "two.png", elsewhere / "three.png"])
+    assert [p.shape for p in pictures] == [(64, 96, 3)] * 3 and not np.array_equal(pictures[1], pictures[2])
+
+
+def test_a_frame_linked_onto_another_file_system_is_copied_there(tmp_path, monkeypatch):
+    target = tmp_path / "f%02d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    (staging.dir / "f01.png").write_bytes(b"new")
+    (tmp_path / "far").mkdir()
+    os.symlink(tmp_path / "far" / "one.png", tmp_path / "f01.png")
+    real_rename = os.rename
+
+    def no_cross_device(src, dst):
+        if Path(dst).parent.name == "far":
+            raise OSError(18, "Invalid cross-device link")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", no_cross_device)
+    staging.place(True, target)
+    assert (tmp_path / "far" / "one.png").read_bytes() == b"new" and (tmp_path / "f01.png").is_symlink()
+    assert not staging.dir.exists() and os.listdir(tmp_path / "far") == ["one.png"]
+
+
 def test_frame_names_as_printf_writes_them(tmp_path):
     from pipeline.sequence import frame_name, frame_names
 
