@@ -298,13 +298,23 @@ def _install_signal_handlers(control: Any) -> None:
     engine raises Interrupted once the output is final). The second
     must not wait for anything (the user is escaping a stuck run): drop the temporary file, leave the
     target as it was, and leave the process without unwinding (os._exit), since unwinding would run
-    the engine's clean-up, which waits on the worker threads.
+    the engine's clean-up, which waits on the worker threads. Except while an image sequence's frames
+    are being moved into place (renames, not a single one): stopping then would leave new frames beside
+    old ones, so the run finishes placing them and exits as after the first signal; a third signal
+    exits at once.
     """
+
+    placing = []  # signals that came while frames were being placed
 
     def handler(signum, frame):
         if control.stop_event.is_set():
-            control.discard_output()
-            _say(f"pipeline: {signal.Signals(signum).name} again: exiting now, no output\n")
+            if not placing and not control.discard_output():
+                placing.append(signum)
+                _say(f"pipeline: {signal.Signals(signum).name} again: the frames are being moved into place; "
+                     "exiting once they are (again to exit at once)\n")
+                return
+            _say(f"pipeline: {signal.Signals(signum).name} again: exiting now"
+                 f"{', some frames placed' if placing else ', no output'}\n")
             os._exit(128 + signum)
         control.stop(signum)
         if control.interruptible:

@@ -83,11 +83,15 @@ class RunControl:
             self.signum = signum
         self.stop_event.set()
 
-    def discard_output(self) -> None:
+    def discard_output(self) -> bool:
+        """Drop every run's partial output; False if a run is placing its frames (an image sequence is not
+        placed in one rename: stopping half-way would leave a mix of new and old frames)."""
+        dropped = True
         for ref in list(self.pipelines):
             pipeline = ref()
             if pipeline is not None:
-                pipeline.discard_output()
+                dropped = pipeline.discard_output() and dropped
+        return dropped
 
 
 class Pipeline(Stages, Tally):
@@ -162,18 +166,22 @@ class Pipeline(Stages, Tally):
     def signum(self) -> int | None:
         return self.control.signum
 
-    def discard_output(self) -> None:
+    def discard_output(self) -> bool:
         """Before an immediate exit (a second signal): drop the partial output; the target is untouched.
+        False, with nothing dropped, while an image sequence's frames are being moved into place.
 
         Only removes paths (the temporary file, or an image sequence's staging directory), so it is safe
         while the encode thread is still writing.
         """
         staging = getattr(self.sink, "staged", None)
         if staging is not None:
+            if getattr(staging, "placing", False):
+                return False
             try:
                 staging.discard()
             except OSError:
                 pass
+        return True
 
     @property
     def total_frames(self) -> int | None:

@@ -140,6 +140,7 @@ class StagedSequence:
         self.path = self.dir / final.name  # the pattern, in the staging directory
         self.muxer_path = muxer_path(self.path)
         self._whole = (0, 0)  # frames known to be whole, and their bytes (written_bytes)
+        self.placing = False  # frames are being moved into place: the staging must not be discarded now
 
     def prepare(self) -> None:
         from .outfile import remove_stale_partials
@@ -169,6 +170,7 @@ class StagedSequence:
                 if overwrite:
                     _check_replaceable(destination)
                 targets.append(final_path(destination) if overwrite else destination)
+            self.placing = True
             for f, target in zip(frames, targets):
                 staged = self.dir / f
                 if target != self.final.parent / f:  # through a link: the file goes beside the one it names
@@ -176,10 +178,12 @@ class StagedSequence:
                 place_output(staged, target, overwrite, name=self.final.parent / f)
                 placed += 1
         except BaseException as e:
+            self.placing = False
             self.discard()
             if placed and isinstance(e, (ConfigError, OutputError)):
                 raise type(e)(f"{e} ({placed} of {len(frames)} frames were placed before it)") from e
             raise
+        self.placing = False
         self.dir.rmdir()
 
     def discard(self) -> None:

@@ -115,6 +115,38 @@ def test_signal_after_exactly_n_frames_in_process(tmp_path, long_clip, monkeypat
     assert pipeline_threads() == []
 
 
+def test_a_second_signal_while_frames_are_placed_lets_them_all_be_placed(tmp_path, long_clip, monkeypatch, capfd,
+                                                                         restore_signals):
+    """An image sequence is moved into place frame by frame: a second signal then must not stop half-way,
+    leaving new frames beside the old ones of the same names; a third one exits at once."""
+    from pipeline import outfile
+
+    old = [tmp_path / f"f{i:03d}.png" for i in range(1, 11)]
+    for path in old:
+        path.write_bytes(b"old frame")
+    real_place, placed = outfile.place_output, []
+
+    def place(tmp, final, overwrite, name=None):
+        real_place(tmp, final, overwrite, name)
+        placed.append(final.name)
+        if len(placed) == 3:  # the first signal, and the second while frames are still to be placed
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def exit_now(code):
+        raise AssertionError(f"exited at once ({code}) with {len(placed)} frames placed")
+
+    monkeypatch.setattr(outfile, "place_output", place)
+    monkeypatch.setattr(os, "_exit", exit_now)
+    code = cli.main(["run", str(long_clip), "-o", str(tmp_path / "f%03d.png"), "-y", "--device", "cpu", "-q",
+                     "--filters", "", "--frames", "10"])
+    err = capfd.readouterr().err  # the handler writes to the descriptor
+    assert code == 130, err
+    assert "being moved into place" in err and "Traceback" not in err
+    assert len(placed) == 10 and all(path.read_bytes()[:4] == b"\x89PNG" for path in old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name for path in old]  # no staging left
+
+
 def _in_session_of(tty: int, cmd: list[str]) -> list[str]:
     """``cmd`` run as the leader of a new session whose controlling terminal is ``tty`` (its stdin), as a
     shell in a terminal window runs it: closing the terminal then sends it SIGHUP."""
