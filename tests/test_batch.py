@@ -599,14 +599,16 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
 
 
 WINDOW_PROBE = """
-import json, multiprocessing, os, signal, sys, threading, time
-from pipeline.batch import cluster
+import io, json, multiprocessing, os, signal, sys, threading, time
+from rich.console import Console
+from pipeline.batch import cli, cluster
 
 signum = signal.Signals(int(sys.argv[1]))
 cluster.start_thread_pools_deaf()  # NumPy's threads, as pipeline batch starts them
 got = []
 signal.signal(signum, lambda n, frame: got.append(n))
-with cluster._terminal_signals_ignored_by_children():
+terminal = Console(force_terminal=True, file=io.StringIO())
+with cli.progress(terminal, 1, True), cluster._terminal_signals_ignored_by_children():  # the bar's thread too
     ctx = multiprocessing.get_context("spawn")  # as Dask starts its workers (the resource tracker too)
     child = ctx.Process(target=time.sleep, args=(0,))
     child.start()
@@ -629,8 +631,8 @@ print(json.dumps({"held": held, "got": got, "child_ignores": ignored, "still_blo
 @pytest.mark.parametrize("signum", cluster.LEFT_TO_THE_BATCH, ids=lambda s: s.name)
 def test_a_signal_while_the_workers_start_waits_for_the_batchs_handler(signum):
     """Workers are started with the terminal's signals ignored, so that they outlive a Ctrl-C. One that
-    comes meanwhile, with NumPy's threads running and one more process started, is not lost: it reaches
-    the batch's handler once that is back (in a process of its own: the test runner's threads would take
+    comes meanwhile, with NumPy's threads and the progress bar's running and one more process started, is
+    not lost: it reaches the batch's handler once that is back (in a process of its own: the test runner's threads would take
     it and drop it)."""
     import sys
 

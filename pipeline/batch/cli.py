@@ -153,13 +153,20 @@ def progress(console: Console, total: int, enabled: bool) -> Iterator:
 
     columns = (TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TimeRemainingColumn())
+    from .cluster import threads_started_deaf
+
     seen: dict[str, int] = {}
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("batch", total=total, counts="")
+    bar = Progress(*columns, console=console, transient=True)
+    task = bar.add_task("batch", total=total, counts="")
 
-        def on_result(result: FileResult) -> None:
-            seen[result.status] = seen.get(result.status, 0) + 1
-            counts = ", ".join(f"{n} {status}" for status, n in seen.items())
-            bar.update(task, advance=1, counts=counts)
+    def on_result(result: FileResult) -> None:
+        seen[result.status] = seen.get(result.status, 0) + 1
+        counts = ", ".join(f"{n} {status}" for status, n in seen.items())
+        bar.update(task, advance=1, counts=counts)
 
+    with threads_started_deaf():  # its refresh thread, running while the workers start
+        bar.start()
+    try:
         yield on_result
+    finally:
+        bar.stop()

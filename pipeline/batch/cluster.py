@@ -278,9 +278,9 @@ def _terminal_signals_ignored_by_children() -> Iterator[None]:
     closing, signal the whole process group, and a worker must not die of it mid-file; the batch process
     stops its runs instead (an ignored signal stays ignored in a spawned child, and Python then leaves it
     so). Meanwhile this thread blocks them, as do the threads started in here (the cluster's event loop)
-    and NumPy's (:func:`start_thread_pools_deaf`): Linux does not discard a signal that every thread
-    blocks, so one that comes during these seconds waits, and reaches the batch's own handler once that
-    is back and the signal unblocked."""
+    and those started before in :func:`threads_started_deaf` (NumPy's, the progress bar's): Linux does
+    not discard a signal that every thread blocks, so one that comes during these seconds waits, and
+    reaches the batch's own handler once that is back and the signal unblocked."""
     if threading.current_thread() is not threading.main_thread():  # no signal handling to arrange
         yield
         return
@@ -302,18 +302,31 @@ def _terminal_signals_ignored_by_children() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def start_thread_pools_deaf() -> None:
-    """Import NumPy (Dask imports it) with the terminal's signals blocked in this thread. OpenBLAS starts
-    its thread pool at that import, and the threads inherit the block: a signal that comes while the
-    workers start with it ignored then waits for this thread, instead of being taken and discarded by
-    one of them. Only in a process that has not imported NumPy yet (``pipeline batch``); a no-op after."""
-    if "numpy" in sys.modules or threading.current_thread() is not threading.main_thread():
+@contextlib.contextmanager
+def threads_started_deaf() -> Iterator[None]:
+    """Threads started in here, by Python or by a library (NumPy's OpenBLAS pool, rich's refresh thread),
+    block the terminal's signals for good: this thread blocks them meanwhile, and a new thread inherits
+    that. A signal that comes while the workers start with it ignored (see
+    :func:`_terminal_signals_ignored_by_children`) then waits for this thread, instead of being taken
+    and discarded by one of them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_THE_BATCH)
     try:
-        import numpy  # noqa: F401
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def start_thread_pools_deaf() -> None:
+    """Import NumPy (Dask imports it), whose import starts OpenBLAS's thread pool, among
+    :func:`threads_started_deaf`. Only in a process that has not imported NumPy yet (``pipeline
+    batch``); a no-op after."""
+    if "numpy" in sys.modules:
+        return
+    with threads_started_deaf():
+        import numpy  # noqa: F401
 
 
 def survey(client, rounds: int = 3) -> tuple[dict[str, float], list[dict[str, object]]]:
