@@ -307,22 +307,26 @@ def _install_signal_handlers(control: Any) -> None:
     placing = []  # signals that came while frames were being placed
 
     def handler(signum, frame):
+        name = signal.Signals(signum).name
         if control.stop_event.is_set():
-            if not placing and not control.discard_output():
-                placing.append(signum)
-                _say(f"pipeline: {signal.Signals(signum).name} again: the frames are being moved into place; "
-                     "exiting once they are (again to exit at once)\n")
-                return
-            _say(f"pipeline: {signal.Signals(signum).name} again: exiting now"
-                 f"{', some frames placed' if placing else ', no output'}\n")
-            os._exit(128 + signum)
+            if placing:  # the third: the frames not placed yet are dropped, those placed stay
+                control.discard_output(force=True)
+                _say(f"pipeline: {name} again: exiting now; some frames were placed, the others dropped\n")
+                os._exit(128 + signum)
+            if control.discard_output():
+                _say(f"pipeline: {name} again: exiting now, no output\n")
+                os._exit(128 + signum)
+            placing.append(signum)
+            _say(f"pipeline: {name} again: the frames are being moved into place; exiting once they are "
+                 "(again to exit at once)\n")
+            return
         control.stop(signum)
         if control.interruptible:
             control.interruptible = False
             raise Interrupted(signum, "no output written")
 
     def quit_now(signum, frame):
-        control.discard_output()
+        control.discard_output(force=True)
         _say("pipeline: SIGQUIT: exiting now, no output\n")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # the default action: the exit status (and core) say SIGQUIT

@@ -83,14 +83,17 @@ class RunControl:
             self.signum = signum
         self.stop_event.set()
 
-    def discard_output(self) -> bool:
-        """Drop every run's partial output; False if a run is placing its frames (an image sequence is not
-        placed in one rename: stopping half-way would leave a mix of new and old frames)."""
+    def discard_output(self, force: bool = False) -> bool:
+        """Drop every run's partial output, or, while a run is placing its frames, nothing (False): an image
+        sequence is not placed in one rename, and stopping half-way would leave new frames beside old ones,
+        while the other runs must then finish as after a first signal. ``force``: drop every run's staged
+        output regardless (the frames already placed stay)."""
+        pipelines = [p for ref in list(self.pipelines) if (p := ref()) is not None]
+        if not force and any(p.placing() for p in pipelines):
+            return False
         dropped = True
-        for ref in list(self.pipelines):
-            pipeline = ref()
-            if pipeline is not None:
-                dropped = pipeline.discard_output() and dropped
+        for pipeline in pipelines:
+            dropped = pipeline.discard_output(force) and dropped
         return dropped
 
 
@@ -166,22 +169,28 @@ class Pipeline(Stages, Tally):
     def signum(self) -> int | None:
         return self.control.signum
 
-    def discard_output(self) -> bool:
+    def discard_output(self, force: bool = False) -> bool:
         """Before an immediate exit (a second signal): drop the partial output; the target is untouched.
-        False, with nothing dropped, while an image sequence's frames are being moved into place.
+        False, with nothing dropped, while an image sequence's frames are being moved into place, unless
+        ``force``.
 
         Only removes paths (the temporary file, or an image sequence's staging directory), so it is safe
         while the encode thread is still writing.
         """
         staging = getattr(self.sink, "staged", None)
-        if staging is not None:
-            if getattr(staging, "placing", False):
-                return False
-            try:
-                staging.discard()
-            except OSError:
-                pass
+        if staging is None:
+            return True
+        if not force and hasattr(staging, "try_discard"):
+            return staging.try_discard()
+        try:
+            staging.discard()
+        except OSError:
+            pass
         return True
+
+    def placing(self) -> bool:
+        """Whether the output's frames (an image sequence) are being moved into place."""
+        return getattr(getattr(self.sink, "staged", None), "placing", False)
 
     @property
     def total_frames(self) -> int | None:

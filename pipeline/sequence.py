@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 from .errors import ConfigError, OutputError
@@ -140,7 +141,11 @@ class StagedSequence:
         self.path = self.dir / final.name  # the pattern, in the staging directory
         self.muxer_path = muxer_path(self.path)
         self._whole = (0, 0)  # frames known to be whole, and their bytes (written_bytes)
-        self.placing = False  # frames are being moved into place: the staging must not be discarded now
+        # Frames being moved into place: the staging must not be discarded now (try_discard). The gate makes
+        # "discarded" and "placing" exclusive without a signal handler ever waiting on it.
+        self.placing = False
+        self._discarded = False
+        self._gate = threading.Lock()
 
     def prepare(self) -> None:
         from .outfile import remove_stale_partials
@@ -170,7 +175,10 @@ class StagedSequence:
                 if overwrite:
                     _check_replaceable(destination)
                 targets.append(final_path(destination) if overwrite else destination)
-            self.placing = True
+            with self._gate:
+                if self._discarded:
+                    raise OutputError(f"{name}: the frames were discarded (a second signal); none placed")
+                self.placing = True
             for f, target in zip(frames, targets):
                 staged = self.dir / f
                 if target != self.final.parent / f:  # through a link: the file goes beside the one it names
@@ -188,6 +196,20 @@ class StagedSequence:
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def try_discard(self) -> bool:
+        """Discard the staged frames unless they are being placed (False then); never waits, so that a
+        signal handler may call it whatever thread is placing."""
+        if not self._gate.acquire(blocking=False):
+            return False
+        try:
+            if self.placing:
+                return False
+            self._discarded = True
+        finally:
+            self._gate.release()
+        self.discard()
+        return True
 
     def written_bytes(self) -> int | None:
         """The frames' bytes so far (for ``-progress``, once a second): the muxer writes frame 1, 2, ... in

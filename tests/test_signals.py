@@ -147,6 +147,80 @@ def test_a_second_signal_while_frames_are_placed_lets_them_all_be_placed(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name for path in old]  # no staging left
 
 
+class _Run:
+    """What RunControl needs of a run: its sink's staged output, and the Pipeline's own methods on it."""
+
+    discard_output = engine.Pipeline.discard_output
+    placing = engine.Pipeline.placing
+
+    def __init__(self, staged):
+        self.sink = type("Sink", (), {"staged": staged})()
+
+
+def _staged(tmp_path: Path, name: str):
+    from pipeline.sequence import StagedSequence
+
+    staging = StagedSequence(tmp_path / name)
+    staging.prepare()
+    (staging.dir / name.replace("%02d", "01")).write_bytes(b"frame")
+    return staging
+
+
+def test_while_one_run_places_its_frames_no_run_loses_its_output(tmp_path):
+    """Several runs side by side: a second signal while one places its frames drops nothing, so that
+    every run finishes as after the first signal; forced (a third signal, SIGQUIT), every staging goes."""
+    import weakref
+
+    placing, other = _staged(tmp_path, "a%02d.png"), _staged(tmp_path, "b%02d.png")
+    runs = [_Run(placing), _Run(other)]
+    control = engine.RunControl()
+    control.pipelines = [weakref.ref(r) for r in runs]
+    placing.placing = True
+    assert not control.discard_output()
+    assert placing.dir.exists() and other.dir.exists()
+    assert control.discard_output(force=True)
+    assert not placing.dir.exists() and not other.dir.exists()
+
+
+def test_a_staging_discarded_first_is_never_placed(tmp_path):
+    from pipeline.errors import OutputError
+
+    staging = _staged(tmp_path, "f%02d.png")
+    assert staging.try_discard() and not staging.dir.exists()
+    staging.dir.mkdir()
+    (staging.dir / "f01.png").write_bytes(b"frame")  # as if the encoder wrote on meanwhile
+    with pytest.raises(OutputError, match="discarded"):
+        staging.place(True, tmp_path / "f%02d.png")
+    assert not (tmp_path / "f01.png").exists()
+
+
+@pytest.mark.parametrize("last", [signal.SIGINT, signal.SIGQUIT], ids=["third", "SIGQUIT"])
+def test_a_third_signal_or_sigquit_while_placing_drops_the_staging_and_exits(tmp_path, monkeypatch, capfd,
+                                                                            restore_signals, last):
+    import weakref
+
+    staging = _staged(tmp_path, "f%02d.png")
+    staging.placing = True
+    run, control = _Run(staging), engine.RunControl()
+    control.pipelines = [weakref.ref(run)]
+    exits, kills = [], []
+    monkeypatch.setattr(os, "_exit", lambda code: exits.append(code))
+    monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append(signum))  # SIGQUIT's own default action
+    cli._install_signal_handlers(control)
+    control.stop(signal.SIGINT)  # the first signal came before
+    signal.raise_signal(signal.SIGINT)  # the second: the frames are placed first
+    assert exits == [] and staging.dir.exists()
+    if last == signal.SIGINT:
+        signal.raise_signal(signal.SIGINT)
+        assert exits == [130]
+    else:
+        signal.raise_signal(signal.SIGQUIT)
+        assert kills == [signal.SIGQUIT]
+    assert not staging.dir.exists()
+    err = capfd.readouterr().err
+    assert "being moved into place" in err and "Traceback" not in err
+
+
 def _in_session_of(tty: int, cmd: list[str]) -> list[str]:
     """``cmd`` run as the leader of a new session whose controlling terminal is ``tty`` (its stdin), as a
     shell in a terminal window runs it: closing the terminal then sends it SIGHUP."""
