@@ -68,22 +68,39 @@ def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:
 def _is_input(target: Path, source: str) -> bool:
     src = local_path(source)  # a file:// URL and a file behind stdin are the input too
     # target.exists(): a link to a file not there yet (the run makes it) is not the input
-    return src is not None and src.exists() and target.exists() and target.resolve().samefile(src.resolve())
+    try:
+        return src is not None and src.exists() and target.exists() and target.resolve().samefile(src.resolve())
+    except OSError:  # a link into a directory that cannot be searched: not the input, as far as can be told
+        return False
 
 
 def check_stats_path(path: str | None, source: str = "", output: Path | str | None = None,
                      overwrite: bool = False) -> None:
     """The --stats-json file: see :func:`check_report_path`; it must not be the input or the output."""
     if path:
-        check_report_path(path, "--stats-json", local_files(input=source, output=output), overwrite)
+        check_report_path(path, "--stats-json", local_files(input=source, output=output) + _linked(output),
+                          overwrite)
 
 
 def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
                         stats_json: str | None = None, theirs: Iterable[tuple[Path, str]] = ()) -> None:
     """The ``-progress`` file, opened (and truncated) once the run is set up: see :func:`check_report_path`;
     an existing file is replaced without -y, as ffmpeg replaces it, but never the run's own files."""
-    theirs = [*local_files(input=source, output=output, **{"--stats-json file": stats_json}), *theirs]
+    theirs = [*local_files(input=source, output=output, **{"--stats-json file": stats_json}), *_linked(output),
+              *theirs]
     check_report_path(path, "-progress", theirs, overwrite=True)
+
+
+def _linked(output: Path | str | None) -> list[tuple[Path, str]]:
+    """The files an image sequence's frames that are symbolic links write through to."""
+    from .sequence import is_sequence, linked_frames
+
+    if not isinstance(output, Path) or not is_sequence(output):
+        return []
+    try:
+        return [(file, f"a frame of {output} (through a link)") for file in linked_frames(output)]
+    except OutputError:
+        return []  # the output's own check says why
 
 
 def local_files(**named: str | Path | None) -> list[tuple[Path, str]]:

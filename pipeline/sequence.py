@@ -11,6 +11,8 @@ longer earlier run's) are left. The encoder is the picture format's (``png`` for
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import shutil
@@ -88,7 +90,8 @@ def existing_frames(target: Path) -> list[str]:
 
 def check_frames(source: str | None, target: Path, overwrite: bool, is_input) -> None:
     """Before the run: the frames already there (the directory is checked as for any output) are not the
-    input, are regular files, and exist only with ``-y``."""
+    input, are regular files, and exist only with ``-y``; a frame that is a symbolic link is written
+    through it (:func:`linked_frames`)."""
     found = existing_frames(target)
     frames = [target.with_name(name) for name in found]
     if source is not None and any(is_input(frame, source) for frame in frames):
@@ -98,6 +101,35 @@ def check_frames(source: str | None, target: Path, overwrite: bool, is_input) ->
     if found and not overwrite:
         raise ConfigError(f"{target}: {len(found)} frame(s) of this pattern already exist ({found[0]}, ...); "
                           "use -y/--overwrite to replace them")
+    linked_frames(target)
+
+
+def linked_frames(target: Path) -> list[Path]:
+    """The files the frames of ``target`` that are symbolic links name (a frame is written through its
+    link, as ffmpeg writes). Refused, before the run: a link that cannot be followed, one into a missing
+    or read-only directory, one onto another frame of the sequence (two frames, one file) or onto the
+    name the run stages its frames under."""
+    from .outfile import final_path
+
+    staged_as = target.with_name(target.name.replace("%", "_"))
+    found = []
+    for name in existing_frames(target):
+        frame = target.with_name(name)
+        if not frame.is_symlink():
+            continue
+        file = final_path(frame)  # an OutputError for a loop
+        parent = file.parent
+        if is_frame_of(file, target):
+            raise OutputError(f"{frame}: a link to {file}, which this run writes as another frame; "
+                              "a frame would be lost")
+        if file == staged_as.resolve():
+            raise OutputError(f"{frame}: a link to {file}, the name this run stages its frames under")
+        if not parent.is_dir():
+            raise OutputError(f"{frame}: a link into {parent}, which does not exist")
+        if not os.access(parent, os.W_OK):
+            raise OutputError(f"{frame}: a link into {parent}, which is not writable")
+        found.append(file)
+    return found
 
 
 def _check_replaceable(frame: Path) -> None:
@@ -116,14 +148,17 @@ def _beside(staged: Path, target: Path) -> Path:
 
     moved = temp_path_for(target)
     try:
-        os.rename(staged, moved)
-    except OSError:  # another file system (EXDEV)
         try:
-            shutil.copyfile(staged, moved)
+            os.rename(staged, moved)
         except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            shutil.copyfile(staged, moved)  # another file system
+            staged.unlink()
+    except OSError as e:
+        with contextlib.suppress(OSError):
             moved.unlink(missing_ok=True)
-            raise OutputError(f"{target}: cannot write the frame there: {e.strerror or e}") from e
-        staged.unlink()
+        raise OutputError(f"{target}: cannot write the frame there: {e.strerror or e}") from e
     return moved
 
 
@@ -140,6 +175,7 @@ class StagedSequence:
         self.dir = temp_path_for(self._named)
         self.path = self.dir / final.name  # the pattern, in the staging directory
         self.muxer_path = muxer_path(self.path)
+        self._head = _PATTERN.search(final.name).start()  # where a frame's number starts in its name
         self._whole = (0, 0)  # frames known to be whole, and their bytes (written_bytes)
         # Frames being moved into place: the staging must not be discarded now (try_discard). The gate makes
         # "discarded" and "placing" exclusive without a signal handler ever waiting on it.
@@ -164,7 +200,7 @@ class StagedSequence:
         many were placed."""
         from .outfile import final_path, place_output
 
-        frames, placed = sorted(os.listdir(self.dir)), 0
+        frames, placed = sorted(os.listdir(self.dir), key=self._number), 0
         try:
             targets = []
             for f in frames:
@@ -193,6 +229,11 @@ class StagedSequence:
             raise
         self.placing = False
         self.dir.rmdir()
+
+    def _number(self, name: str) -> tuple[int, str]:
+        """Frames in the muxer's order, by number (f9.png before f10.png), as ffmpeg writes them."""
+        digits = frame_names(self.final).fullmatch(name) and re.search(r"\d+", name[self._head:])
+        return (int(digits.group()), name) if digits else (-1, name)
 
     def discard(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -227,6 +227,66 @@ def test_a_frame_linked_onto_another_file_system_is_copied_there(tmp_path, monke
     assert not staging.dir.exists() and os.listdir(tmp_path / "far") == ["one.png"]
 
 
+@pytest.mark.parametrize("link, words", [
+    ("loop", ["cannot be followed"]),
+    ("missing/two.png", ["does not exist"]),
+    ("f005.png", ["another frame"]),  # two frames, one file
+    ("f_03d.png", ["stages its frames under"]),
+])
+def test_a_frame_link_that_cannot_take_its_frame_is_refused_before_the_run(clip, tmp_path, link, words):
+    old = {n: b"old frame" for n in ("f001.png", "f003.png")}
+    for name, data in old.items():
+        (tmp_path / name).write_bytes(data)
+    if link == "loop":
+        os.symlink("loop", tmp_path / "loop")
+    os.symlink(link, tmp_path / "f002.png")
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", cwd=tmp_path), 4, "f002.png", *words)
+    assert all((tmp_path / n).read_bytes() == data for n, data in old.items()) and not hidden(tmp_path)
+
+
+def test_a_report_that_a_frame_links_to_is_refused(clip, tmp_path):
+    os.symlink("stats.json", tmp_path / "f002.png")
+    result = run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", "--stats-json", tmp_path / "stats.json",
+                          cwd=tmp_path)
+    one_error(result, 2, "stats.json", "through a link")
+
+
+def test_frames_are_placed_in_number_order(tmp_path, monkeypatch):
+    """As the muxer writes them (f9 before f10), whatever the names' order."""
+    from pipeline import outfile
+
+    target = tmp_path / "f%d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    for i in (1, 2, 9, 10, 11):
+        (staging.dir / f"f{i}.png").write_bytes(b"new")
+    order = []
+    real = outfile.place_output
+    monkeypatch.setattr(outfile, "place_output",
+                        lambda tmp, final, overwrite, name=None: (order.append(final.name), real(tmp, final, overwrite)))
+    staging.place(False, target)
+    assert order == ["f1.png", "f2.png", "f9.png", "f10.png", "f11.png"]
+
+
+def test_a_frame_that_cannot_be_moved_beside_its_link_is_an_output_error(tmp_path, monkeypatch):
+    from pipeline.errors import OutputError
+
+    target = tmp_path / "f%02d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    (staging.dir / "f01.png").write_bytes(b"new")
+    (tmp_path / "far").mkdir()
+    os.symlink(tmp_path / "far" / "one.png", tmp_path / "f01.png")
+
+    def refused(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "rename", refused)
+    with pytest.raises(OutputError, match="cannot write the frame there: Permission denied"):
+        staging.place(True, target)
+    assert os.listdir(tmp_path / "far") == [] and not staging.dir.exists()
+
+
 def test_frame_names_as_printf_writes_them(tmp_path):
     from pipeline.sequence import frame_name, frame_names
 
