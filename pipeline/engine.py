@@ -261,7 +261,11 @@ class Pipeline(Stages, Tally):
 
             depth = queue_depth(self.cfg.in_flight, getattr(self.source, "frame_rate", None))
         in_host = self.processor.memory.in_host
-        self.q_decoded = Channel(depth, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
+        # A frame decoded on the CPU waits for a host slot before this queue: it never holds more than the
+        # ring has (the reader's queue before it still holds the quarter second).
+        slots = getattr(in_host, "slots", None)  # None too for the naive side, which allocates per frame
+        slotted = depth if slots is None else max(2, min(depth, len(slots)))
+        self.q_decoded = Channel(slotted, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(flight, self.abort)
         if stats.mode != "file":

@@ -273,9 +273,10 @@ def run_paced(tmp_path: Path, clip: Path, *extra) -> tuple[dict, Path]:
 
 def test_realtime_paces_a_file_at_its_frame_rate(tmp_path, clips):
     stats, out = run_paced(tmp_path, clips["mp4"], "--config", REALTIME)
-    # The queues in front of the GPU hold a quarter of a second (8 frames at 30 fps): a stall of the
-    # GPU that long drops nothing; those behind it, the frames in flight (2 in the preset).
-    assert {k: q["size"] for k, q in stats["queues"].items()} == {"decode": 8, "submit": 8, "encode": 2}
+    # The reader's queue holds a quarter of a second (8 frames at 30 fps): a stall of the GPU that long
+    # drops nothing; the one after it, frames in host slots (the preset's ring of 6); the one behind the
+    # GPU, the frames in flight (2).
+    assert {k: q["size"] for k, q in stats["queues"].items()} == {"decode": 8, "submit": 6, "encode": 2}
     duration = N / FPS
     assert 0.8 * duration <= stats["wall_s"] <= 2 * duration, stats["wall_s"]
     assert stats["mode"] == "paced" and stats["frames_in"] == N
@@ -286,6 +287,14 @@ def test_realtime_paces_a_file_at_its_frame_rate(tmp_path, clips):
     decoded = np.asarray(per_frame["decoded"])[order] / 1e3
     pts = np.asarray(per_frame["pts_s"])[order]
     assert np.all(decoded - decoded[0] >= pts - pts[0] - 0.002)
+
+
+def test_a_paced_naive_run_allocates_per_frame_and_queues_as_the_pooled_one(tmp_path, clips):
+    """The naive side has no ring of slots: nothing bounds its queue before the GPU but the quarter second."""
+    stats, out = run_paced(tmp_path, clips["mp4"], "--alloc", "naive", "--frames", 10)
+    assert stats["frames_out"] == 10 and stats["drops"]["total"] == 0
+    assert {k: q["size"] for k, q in stats["queues"].items()} == {"decode": 8, "submit": 8, "encode": 4}
+    assert_accounted(stats, out)
 
 
 @pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
