@@ -207,13 +207,19 @@ def test_with_y_a_frame_that_is_a_link_is_written_through_it(clip, tmp_path):
     assert [p.shape for p in pictures] == [(64, 96, 3)] * 3 and not np.array_equal(pictures[1], pictures[2])
 
 
-def test_a_frame_linked_onto_another_file_system_is_copied_there(tmp_path, monkeypatch):
+def staged_frame_linked_far(tmp_path: Path) -> tuple[StagedSequence, Path]:
+    """A staged frame f01.png whose destination is a link to far/one.png (not there yet)."""
     target = tmp_path / "f%02d.png"
     staging = StagedSequence(target)
     staging.prepare()
     (staging.dir / "f01.png").write_bytes(b"new")
     (tmp_path / "far").mkdir()
     os.symlink(tmp_path / "far" / "one.png", tmp_path / "f01.png")
+    return staging, target
+
+
+def test_a_frame_linked_onto_another_file_system_is_copied_there(tmp_path, monkeypatch):
+    staging, target = staged_frame_linked_far(tmp_path)
     real_rename = os.rename
 
     def no_cross_device(src, dst):
@@ -271,12 +277,7 @@ def test_frames_are_placed_in_number_order(tmp_path, monkeypatch):
 def test_a_frame_that_cannot_be_moved_beside_its_link_is_an_output_error(tmp_path, monkeypatch):
     from pipeline.errors import OutputError
 
-    target = tmp_path / "f%02d.png"
-    staging = StagedSequence(target)
-    staging.prepare()
-    (staging.dir / "f01.png").write_bytes(b"new")
-    (tmp_path / "far").mkdir()
-    os.symlink(tmp_path / "far" / "one.png", tmp_path / "f01.png")
+    staging, target = staged_frame_linked_far(tmp_path)
 
     def refused(src, dst):
         raise PermissionError(13, "Permission denied")
