@@ -311,7 +311,7 @@ def _install_signal_handlers(control: Any) -> None:
         if control.stop_event.is_set():
             if placing:  # the third: the frames not placed yet are dropped, those placed stay
                 control.discard_output(force=True)
-                _say(f"pipeline: {name} again: exiting now; some frames were placed, the others dropped\n")
+                _say(f"pipeline: {name} again: exiting now, some frames placed, the others dropped\n")
                 os._exit(128 + signum)
             if control.discard_output():
                 _say(f"pipeline: {name} again: exiting now, no output\n")
@@ -326,8 +326,9 @@ def _install_signal_handlers(control: Any) -> None:
             raise Interrupted(signum, "no output written")
 
     def quit_now(signum, frame):
+        partial = control.placing()
         control.discard_output(force=True)
-        _say("pipeline: SIGQUIT: exiting now, no output\n")
+        _say(f"pipeline: SIGQUIT: exiting now, {'some frames placed, the others dropped' if partial else 'no output'}\n")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # the default action: the exit status (and core) say SIGQUIT
 

@@ -89,12 +89,23 @@ class RunControl:
         while the other runs must then finish as after a first signal. ``force``: drop every run's staged
         output regardless (the frames already placed stay)."""
         pipelines = [p for ref in list(self.pipelines) if (p := ref()) is not None]
-        if not force and any(p.placing() for p in pipelines):
-            return False
-        dropped = True
+        if not force:  # every sequence held first (none placing), so that none can start while others go
+            held = []
+            for sequence in filter(None, (p.staged_sequence() for p in pipelines)):
+                if not sequence.hold():
+                    for h in held:
+                        h.release()
+                    return False
+                held.append(sequence)
+            for sequence in held:
+                sequence.discard_held()
         for pipeline in pipelines:
-            dropped = pipeline.discard_output(force) and dropped
-        return dropped
+            pipeline.discard_output()
+        return True
+
+    def placing(self) -> bool:
+        """Whether a run is moving its frames into place."""
+        return any(p.placing() for ref in list(self.pipelines) if (p := ref()) is not None)
 
 
 class Pipeline(Stages, Tally):
@@ -169,28 +180,28 @@ class Pipeline(Stages, Tally):
     def signum(self) -> int | None:
         return self.control.signum
 
-    def discard_output(self, force: bool = False) -> bool:
-        """Before an immediate exit (a second signal): drop the partial output; the target is untouched.
-        False, with nothing dropped, while an image sequence's frames are being moved into place, unless
-        ``force``.
+    def discard_output(self) -> None:
+        """Before an immediate exit (a second signal): drop the partial output; the target is untouched
+        (:meth:`RunControl.discard_output` first makes sure no image sequence is being placed).
 
         Only removes paths (the temporary file, or an image sequence's staging directory), so it is safe
         while the encode thread is still writing.
         """
         staging = getattr(self.sink, "staged", None)
-        if staging is None:
-            return True
-        if not force and hasattr(staging, "try_discard"):
-            return staging.try_discard()
-        try:
-            staging.discard()
-        except OSError:
-            pass
-        return True
+        if staging is not None:
+            try:
+                staging.discard()
+            except OSError:
+                pass
 
     def placing(self) -> bool:
         """Whether the output's frames (an image sequence) are being moved into place."""
         return getattr(getattr(self.sink, "staged", None), "placing", False)
+
+    def staged_sequence(self):
+        """The output's staged image sequence, if it is one (:class:`pipeline.sequence.StagedSequence`)."""
+        staged = getattr(self.sink, "staged", None)
+        return staged if hasattr(staged, "hold") else None
 
     @property
     def total_frames(self) -> int | None:
@@ -264,7 +275,7 @@ class Pipeline(Stages, Tally):
         # A frame decoded on the CPU waits for a host slot before this queue: it never holds more than the
         # ring has (the reader's queue before it still holds the quarter second).
         slots = getattr(in_host, "slots", None)  # None too for the naive side, which allocates per frame
-        slotted = depth if slots is None else max(2, min(depth, len(slots)))
+        slotted = depth if slots is None or stats.mode == "file" else max(2, min(depth, len(slots)))
         self.q_decoded = Channel(slotted, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(flight, self.abort)

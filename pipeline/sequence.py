@@ -16,6 +16,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import threading
 from pathlib import Path
 
@@ -112,13 +113,15 @@ def linked_frames(target: Path) -> list[Path]:
     from .outfile import final_path
 
     staged_as = target.with_name(target.name.replace("%", "_"))
-    found = []
+    found: dict[Path, Path] = {}  # file: the frame linking to it
     for name in existing_frames(target):
         frame = target.with_name(name)
         if not frame.is_symlink():
             continue
         file = final_path(frame)  # an OutputError for a loop
         parent = file.parent
+        if file in found:
+            raise OutputError(f"{frame}: a link to {file}, as {found[file].name} is; a frame would be lost")
         if is_frame_of(file, target):
             raise OutputError(f"{frame}: a link to {file}, which this run writes as another frame; "
                               "a frame would be lost")
@@ -128,8 +131,8 @@ def linked_frames(target: Path) -> list[Path]:
             raise OutputError(f"{frame}: a link into {parent}, which does not exist")
         if not os.access(parent, os.W_OK):
             raise OutputError(f"{frame}: a link into {parent}, which is not writable")
-        found.append(file)
-    return found
+        found[file] = frame
+    return list(found)
 
 
 def _check_replaceable(frame: Path) -> None:
@@ -139,6 +142,18 @@ def _check_replaceable(frame: Path) -> None:
     kind = "directory" if frame.is_dir() else special_kind(frame)
     if kind is not None:
         raise OutputError(f"{frame}: is a {kind}, not a regular file; only regular files are replaced")
+
+
+def _keep_mode(staged: Path, target: Path) -> None:
+    """A frame that replaces a file keeps that file's permissions, as a single output does (a private
+    picture stays private)."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode):
+        with contextlib.suppress(OSError):
+            os.chmod(staged, stat.S_IMODE(mode))
 
 
 def _beside(staged: Path, target: Path) -> Path:
@@ -182,6 +197,7 @@ class StagedSequence:
         self.placing = False
         self._discarded = False
         self._gate = threading.Lock()
+        self._outside: Path | None = None  # a frame moved beside the file a link names, not yet renamed onto it
 
     def prepare(self) -> None:
         from .outfile import remove_stale_partials
@@ -217,9 +233,12 @@ class StagedSequence:
                 self.placing = True
             for f, target in zip(frames, targets):
                 staged = self.dir / f
+                if overwrite:
+                    _keep_mode(staged, target)
                 if target != self.final.parent / f:  # through a link: the file goes beside the one it names
-                    staged = _beside(staged, target)
+                    staged = self._outside = _beside(staged, target)
                 place_output(staged, target, overwrite, name=self.final.parent / f)
+                self._outside = None
                 placed += 1
         except BaseException as e:
             self.placing = False
@@ -236,20 +255,38 @@ class StagedSequence:
         return (int(digits.group()), name) if digits else (-1, name)
 
     def discard(self) -> None:
+        """Remove the staged frames (those already placed stay), the one on its way beside a link included."""
         shutil.rmtree(self.dir, ignore_errors=True)
+        outside = self._outside
+        if outside is not None:
+            with contextlib.suppress(OSError):
+                outside.unlink(missing_ok=True)
+
+    def hold(self) -> bool:
+        """Take the gate without waiting, unless the frames are being placed: False then, and nothing held.
+        Holding it, the placing cannot start; :meth:`discard_held` or :meth:`release` ends the hold."""
+        if not self._gate.acquire(blocking=False):
+            return False
+        if self.placing:
+            self._gate.release()
+            return False
+        return True
+
+    def release(self) -> None:
+        self._gate.release()
+
+    def discard_held(self) -> None:
+        """Discard, with the gate held (:meth:`hold`): the frames will never be placed."""
+        self._discarded = True
+        self._gate.release()
+        self.discard()
 
     def try_discard(self) -> bool:
         """Discard the staged frames unless they are being placed (False then); never waits, so that a
         signal handler may call it whatever thread is placing."""
-        if not self._gate.acquire(blocking=False):
+        if not self.hold():
             return False
-        try:
-            if self.placing:
-                return False
-            self._discarded = True
-        finally:
-            self._gate.release()
-        self.discard()
+        self.discard_held()
         return True
 
     def written_bytes(self) -> int | None:

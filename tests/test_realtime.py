@@ -289,6 +289,14 @@ def test_realtime_paces_a_file_at_its_frame_rate(tmp_path, clips):
     assert np.all(decoded - decoded[0] >= pts - pts[0] - 0.002)
 
 
+def test_a_file_runs_queues_hold_the_frames_in_flight(tmp_path, clips):
+    stats_path = tmp_path / "stats.json"
+    result = run_pipeline(clips["mp4"], "-o", tmp_path / "out.mp4", "--ring-size", 2, "--in-flight", 4,
+                          "--stats-json", stats_path, "--frames", 5, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert {k: q["size"] for k, q in read_json(stats_path)["queues"].items()} == {"submit": 4, "encode": 4}
+
+
 def test_a_paced_naive_run_allocates_per_frame_and_queues_as_the_pooled_one(tmp_path, clips):
     """The naive side has no ring of slots: nothing bounds its queue before the GPU but the quarter second."""
     stats, out = run_paced(tmp_path, clips["mp4"], "--alloc", "naive", "--frames", 10)

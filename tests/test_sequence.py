@@ -250,6 +250,27 @@ def test_a_frame_link_that_cannot_take_its_frame_is_refused_before_the_run(clip,
     assert all((tmp_path / n).read_bytes() == data for n, data in old.items()) and not hidden(tmp_path)
 
 
+def test_two_frames_linked_to_one_file_are_refused_before_the_run(clip, tmp_path):
+    (tmp_path / "ext").mkdir()
+    os.symlink("ext/same.png", tmp_path / "f001.png")
+    os.symlink("f001.png", tmp_path / "f002.png")  # through the other link: the same file
+    one_error(run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", cwd=tmp_path), 4, "f002.png", "as f001.png is")
+    assert os.listdir(tmp_path / "ext") == []
+
+
+def test_a_replaced_frame_keeps_its_permissions(clip, tmp_path):
+    """As a single output does: a private picture stays private, through a link too."""
+    (tmp_path / "ext").mkdir()
+    private, shared = tmp_path / "f001.png", tmp_path / "ext" / "two.png"
+    for path, mode in ((private, 0o600), (shared, 0o640)):
+        path.write_bytes(b"old")
+        path.chmod(mode)
+    os.symlink("ext/two.png", tmp_path / "f002.png")
+    assert run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", cwd=tmp_path).returncode == 0
+    assert [p.stat().st_mode & 0o777 for p in (private, shared)] == [0o600, 0o640]
+    assert private.read_bytes()[:4] == shared.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_a_report_that_a_frame_links_to_is_refused(clip, tmp_path):
     os.symlink("stats.json", tmp_path / "f002.png")
     result = run_pipeline(clip, "-o", tmp_path / "f%03d.png", "-y", "--stats-json", tmp_path / "stats.json",
@@ -286,6 +307,37 @@ def test_a_frame_that_cannot_be_moved_beside_its_link_is_an_output_error(tmp_pat
     with pytest.raises(OutputError, match="cannot write the frame there: Permission denied"):
         staging.place(True, target)
     assert os.listdir(tmp_path / "far") == [] and not staging.dir.exists()
+
+
+def test_a_discard_while_placing_through_a_link_leaves_nothing_beside_its_file(tmp_path, monkeypatch):
+    """A third signal drops the staging while a frame sits beside the file its link names, renamed onto
+    it next: that temporary file goes too."""
+    from pipeline import outfile
+    from pipeline.errors import OutputError
+
+    staging, target = staged_frame_linked_far(tmp_path)
+
+    def interrupted(tmp, final, overwrite, name=None):
+        assert tmp.parent == tmp_path / "far" and tmp.exists()  # moved beside far/one.png
+        staging.discard()  # what the signal handler does
+        raise OutputError("stopped")
+
+    monkeypatch.setattr(outfile, "place_output", interrupted)
+    with pytest.raises(OutputError):
+        staging.place(True, target)
+    assert os.listdir(tmp_path / "far") == [] and not staging.dir.exists()
+
+
+def test_staged_frames_being_placed_are_not_discarded_and_placing_ends(tmp_path):
+    target = tmp_path / "f%02d.png"
+    staging = StagedSequence(target)
+    staging.prepare()
+    (staging.dir / "f01.png").write_bytes(b"new")
+    staging.placing = True
+    assert not staging.try_discard() and staging.dir.exists()
+    staging.placing = False
+    staging.place(False, target)
+    assert not staging.placing and (tmp_path / "f01.png").read_bytes() == b"new"
 
 
 def test_frame_names_as_printf_writes_them(tmp_path):
