@@ -35,6 +35,7 @@ from .encoders import is_hardware
 from .errors import GPUError, GPUStalled, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
+from .control import RunControl
 from .processor import FramePlan, Processor
 from .startup import Phases, trim_heap
 from .stages import Stages
@@ -50,62 +51,6 @@ WATCH_GAP_S = 5.0  # polls further apart than this: the process was not running,
 # Sources left open for the process's exit to free (RunControl.process_ends): held here so that nothing
 # frees them piece by piece before it.
 _LEFT_TO_EXIT: list = []
-
-
-class RunControl:
-    """Stop requests for one run, which may come before its parts exist (a signal while a live source
-    is being opened): the command line installs its signal handlers on this, then builds the run."""
-
-    def __init__(self):
-        self.stop_event = threading.Event()  # graceful: drain and finalise
-        self.signum: int | None = None
-        # Several when streams run side by side (pipeline.many); weak, or each run would sit in a reference
-        # cycle (it holds its control) with its buffers and codecs until the next full collection.
-        # (The list is copied at once in a signal handler, where a WeakSet's iteration could see it change.)
-        self.pipelines: list[weakref.ref[Pipeline]] = []
-        # Set-up, before any output exists: a signal handler may end it at once (raise Interrupted)
-        # instead of waiting for a step that reads or computes for long.
-        self.interruptible = False
-        # The process ends right after its runs (the command line): a source whose close only frees what
-        # the process's exit frees anyway is left to the exit (see Pipeline._close_source).
-        self.process_ends = False
-
-    def before_output(self) -> None:
-        """Called by the set-up just before it creates the output: from here on a stop is a graceful
-        one (the run sees the event), and one requested already ends the set-up now."""
-        self.interruptible = False
-        if self.stop_event.is_set():
-            raise Interrupted(self.signum or 2, "no output written")
-
-    def stop(self, signum: int | None = None) -> None:
-        """Safe from a signal handler: it only sets an event the stages poll."""
-        if signum is not None and self.signum is None:
-            self.signum = signum
-        self.stop_event.set()
-
-    def discard_output(self, force: bool = False) -> bool:
-        """Drop every run's partial output, or, while a run is placing its frames, nothing (False): an image
-        sequence is not placed in one rename, and stopping half-way would leave new frames beside old ones,
-        while the other runs must then finish as after a first signal. ``force``: drop every run's staged
-        output regardless (the frames already placed stay)."""
-        pipelines = [p for ref in list(self.pipelines) if (p := ref()) is not None]
-        if not force:  # every sequence held first (none placing), so that none can start while others go
-            held = []
-            for sequence in filter(None, (p.staged_sequence() for p in pipelines)):
-                if not sequence.hold():
-                    for h in held:
-                        h.release()
-                    return False
-                held.append(sequence)
-            for sequence in held:
-                sequence.discard_held()
-        for pipeline in pipelines:
-            pipeline.discard_output()
-        return True
-
-    def placing(self) -> bool:
-        """Whether a run is moving its frames into place."""
-        return any(p.placing() for ref in list(self.pipelines) if (p := ref()) is not None)
 
 
 class Pipeline(Stages, Tally):
