@@ -171,3 +171,34 @@ def check_name_length(target: Path, what: str = "output") -> None:
     limit, length = name_max(parent), len(os.fsencode(target.name))
     if length > limit:
         raise OutputError(f"{target}: {what} file name too long ({length} bytes; this filesystem takes {limit})")
+
+
+def check_streams(streams: list[tuple[str, str | None]]) -> None:
+    """Streams side by side (``pipeline run IN1 IN2 ...``, ``[[streams]]``), as (input, output) pairs:
+    before any starts, no stream writes what another reads (its input, or a frame linked to it) or writes."""
+    from .sequence import is_frame_of, is_sequence, linked_frames
+
+    def writes(output: str | None) -> list[Path]:
+        path = local_path(output, dash=False) if output not in (None, "null", "-") else None
+        if path is None:
+            return []
+        if not is_sequence(path):
+            return [path]
+        try:
+            return [path, *linked_frames(path)]
+        except OutputError:
+            return [path]  # the stream's own check says why
+
+    written = [writes(output) for _, output in streams]
+    for i, (_, output) in enumerate(streams):
+        for j, (source, other) in enumerate(streams):
+            if i == j:
+                continue
+            src = local_path(source)
+            for path in written[i]:
+                if src is not None and (_same_file(path, src) or is_frame_of(src, path)):
+                    raise ConfigError(f"{output}: the output of stream {i + 1} is the input of stream {j + 1} "
+                                      f"({source}); choose another output")
+                if any(_same_file(path, theirs) for theirs in written[j]) and i < j:
+                    raise ConfigError(f"{output}: streams {i + 1} and {j + 1} write the same file; choose "
+                                      "another output")

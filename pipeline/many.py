@@ -164,10 +164,13 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
 
     ``shared``: memory that outlives this call (a worker running batch after batch keeps its arena
     warm); by default it is made here and given back at the end. ``per_frame``: each stream's statistics
-    keep their per-frame series (as ``--stats-json`` writes them)."""
+    keep their per-frame series (as ``--stats-json`` writes them). A stream that would write another's
+    input or output is a ConfigError before any starts."""
     from .build import build_parts, make_backend
+    from .checks import check_streams
     from .engine import Pipeline, RunControl
 
+    check_streams([(c.input, c.output) for c in configs])  # before any stream starts: a ConfigError for all
     control = control or RunControl()
     owned = shared is None
     shared = shared or shared_memory_for(configs[0], pinned_cap)

@@ -98,6 +98,29 @@ def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_pat
     assert len(decode(tmp_path / "a.mkv").frames) == len(decode(tmp_path / "b.mkv").frames) == 12
 
 
+@pytest.mark.parametrize("case", ["output is another's input", "same output", "frame linked to an input"])
+def test_a_stream_that_would_write_what_another_reads_or_writes_is_refused(clips, tmp_path, case):
+    """Checked before any stream starts: nothing of the user's is overwritten, every input stays as it was."""
+    import shutil
+
+    first, second = tmp_path / "first.mkv", tmp_path / "second.mkv"
+    shutil.copy(clips[0], first)
+    shutil.copy(clips[1], second)
+    outputs = {"output is another's input": [second, tmp_path / "x.mkv"],
+               "same output": [tmp_path / "x.mkv", tmp_path / "x.mkv"],
+               "frame linked to an input": [tmp_path / "f%02d.png", tmp_path / "y.mkv"]}[case]
+    if case == "frame linked to an input":
+        os.symlink(second, tmp_path / "f02.png")
+    config = tmp_path / "streams.toml"
+    config.write_text(f'codec = "ffv1"\noverwrite = true\n[[streams]]\ninput = "{first}"\noutput = "{outputs[0]}"\n'
+                      f'[[streams]]\ninput = "{second}"\noutput = "{outputs[1]}"\n')
+    before = second.read_bytes()
+    proc = run_cli("run", "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "stream" in proc.stderr and "Traceback" not in proc.stderr
+    assert second.read_bytes() == before and not (tmp_path / "x.mkv").exists() and not (tmp_path / "y.mkv").exists()
+
+
 def test_cli_several_inputs_need_a_directory(clips, tmp_path):
     proc = run_cli("run", *clips[:3], "--device", "cpu", "-q")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
