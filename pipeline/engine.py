@@ -30,12 +30,12 @@ from typing import Any, Callable, Iterator
 from .channels import END as _END, Aborted, Channel
 from .checks import as_pipeline_error
 from .config import RunConfig
+from .control import RunControl
 from .convert import DEVICE_LAYOUTS
 from .encoders import is_hardware
 from .errors import GPUError, GPUStalled, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
-from .control import RunControl
 from .processor import FramePlan, Processor
 from .startup import Phases, trim_heap
 from .stages import Stages
@@ -139,14 +139,15 @@ class Pipeline(Stages, Tally):
             except OSError:
                 pass
 
-    def placing(self) -> bool:
-        """Whether the output's frames (an image sequence) are being moved into place."""
-        return getattr(getattr(self.sink, "staged", None), "placing", False)
-
     def staged_sequence(self):
         """The output's staged image sequence, if it is one (:class:`pipeline.sequence.StagedSequence`)."""
         staged = getattr(self.sink, "staged", None)
         return staged if hasattr(staged, "hold") else None
+
+    def placing(self) -> bool:
+        """Whether the output's frames (an image sequence) are being moved into place."""
+        sequence = self.staged_sequence()
+        return sequence is not None and sequence.placing
 
     @property
     def total_frames(self) -> int | None:
@@ -211,16 +212,17 @@ class Pipeline(Stages, Tally):
         # The callbacks handed to channels, feed and sink close over what they need, never over self:
         # a reference cycle back to the pipeline would keep each run's buffers alive until a full GC.
         flight, policy, stats = max(2, self.cfg.in_flight), self.stats.drop_policy, self.stats
-        depth = flight
+        in_host = self.processor.memory.in_host
+        depth = slotted = flight
         if stats.mode != "file":  # frames arrive on their own clock: room to ride out a stall of the GPU
             from .live import queue_depth
 
-            depth = queue_depth(self.cfg.in_flight, getattr(self.source, "frame_rate", None))
-        in_host = self.processor.memory.in_host
-        # A frame decoded on the CPU waits for a host slot before this queue: it never holds more than the
-        # ring has (the reader's queue before it still holds the quarter second).
-        slots = getattr(in_host, "slots", None)  # None too for the naive side, which allocates per frame
-        slotted = depth if slots is None or stats.mode == "file" else max(2, min(depth, len(slots)))
+            depth = slotted = queue_depth(self.cfg.in_flight, getattr(self.source, "frame_rate", None))
+            # A frame decoded on the CPU waits for a host slot before q_decoded, which so never holds more
+            # than the ring has (the reader's queue before it still holds the quarter second). The naive
+            # side allocates per frame: no slots.
+            if (slots := getattr(in_host, "slots", None)) is not None:
+                slotted = max(2, min(depth, len(slots)))
         self.q_decoded = Channel(slotted, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(flight, self.abort)

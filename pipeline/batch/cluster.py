@@ -286,20 +286,19 @@ def _terminal_signals_ignored_by_children() -> Iterator[None]:
         return
     from multiprocessing import resource_tracker
 
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, LEFT_TO_THE_BATCH)
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in LEFT_TO_THE_BATCH}
-    # multiprocessing's resource tracker, which the first worker's start would start: starting it unblocks
-    # SIGINT in the thread that does, and that thread's later threads would take the signal and drop it.
-    # Started here on a thread that ends, it ignores the terminal's signals as the workers do.
-    try:
-        starter = threading.Thread(target=resource_tracker.ensure_running, name="pipeline-batch-tracker")
-        starter.start()
-        starter.join()
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    with threads_started_deaf():  # unblocked once the handlers are back
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in LEFT_TO_THE_BATCH}
+        # multiprocessing's resource tracker, which the first worker's start would start: starting it
+        # unblocks SIGINT in the thread that does, and that thread's later threads would take the signal
+        # and drop it. Started here on a thread that ends, it ignores the terminal's signals as the workers do.
+        try:
+            starter = threading.Thread(target=resource_tracker.ensure_running, name="pipeline-batch-tracker")
+            starter.start()
+            starter.join()
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
