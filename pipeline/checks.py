@@ -91,16 +91,21 @@ def check_progress_path(path: str, source: str = "", output: Path | str | None =
     check_report_path(path, "-progress", theirs, overwrite=True)
 
 
-def _linked(output: Path | str | None) -> list[tuple[Path, str]]:
-    """The files an image sequence's frames that are symbolic links write through to."""
+def _links_of(output: Path | str | None) -> list[Path]:
+    """The files an image sequence's frames that are symbolic links write through to (none for another
+    output, or where a link is refused: the output's own check says why)."""
     from .sequence import is_sequence, linked_frames
 
     if not isinstance(output, Path) or not is_sequence(output):
         return []
     try:
-        return [(file, f"a frame of {output} (through a link)") for file in linked_frames(output)]
+        return linked_frames(output)
     except OutputError:
-        return []  # the output's own check says why
+        return []
+
+
+def _linked(output: Path | str | None) -> list[tuple[Path, str]]:
+    return [(file, f"a frame of {output} (through a link)") for file in _links_of(output)]
 
 
 def local_files(**named: str | Path | None) -> list[tuple[Path, str]]:
@@ -176,29 +181,22 @@ def check_name_length(target: Path, what: str = "output") -> None:
 def check_streams(streams: list[tuple[str, str | None]]) -> None:
     """Streams side by side (``pipeline run IN1 IN2 ...``, ``[[streams]]``), as (input, output) pairs:
     before any starts, no stream writes what another reads (its input, or a frame linked to it) or writes."""
-    from .sequence import is_frame_of, is_sequence, linked_frames
+    from .sequence import is_frame_of
 
     def writes(output: str | None) -> list[Path]:
         path = local_path(output, dash=False) if output not in (None, "null", "-") else None
-        if path is None:
-            return []
-        if not is_sequence(path):
-            return [path]
-        try:
-            return [path, *linked_frames(path)]
-        except OutputError:
-            return [path]  # the stream's own check says why
+        return [] if path is None else [path, *_links_of(path)]
 
     written = [writes(output) for _, output in streams]
+    read = [local_path(source) for source, _ in streams]
     for i, (_, output) in enumerate(streams):
-        for j, (source, other) in enumerate(streams):
+        for j, ((source, _), src) in enumerate(zip(streams, read)):
             if i == j:
                 continue
-            src = local_path(source)
             for path in written[i]:
                 if src is not None and (_same_file(path, src) or is_frame_of(src, path)):
                     raise ConfigError(f"{output}: the output of stream {i + 1} is the input of stream {j + 1} "
                                       f"({source}); choose another output")
-                if any(_same_file(path, theirs) for theirs in written[j]) and i < j:
+                if i < j and any(_same_file(path, theirs) for theirs in written[j]):
                     raise ConfigError(f"{output}: streams {i + 1} and {j + 1} write the same file; choose "
                                       "another output")

@@ -101,15 +101,22 @@ def rename_noreplace(src: Path | str, dst: Path | str) -> None:
     _link_then_unlink(src, dst)
 
 
+def replaced_mode(target: Path) -> int | None:
+    """The permission bits of the regular file ``target`` (links followed), which what replaces it keeps;
+    None when there is no such file."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return None
+    return stat.S_IMODE(mode) if stat.S_ISREG(mode) else None
+
+
 def create_like(tmp: Path, target: Path) -> None:
     """Create the empty temporary file with the permissions of the file it will replace, before the muxer
     opens it (FFmpeg opens an existing file as it is): a private file replaced with -y is never readable
     by others while it is being written. Nothing to do when there is no such file."""
-    try:
-        mode = os.stat(target).st_mode
-    except OSError:
-        return
-    if not stat.S_ISREG(mode):
+    mode = replaced_mode(target)
+    if mode is None:
         return
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode & 0o600)

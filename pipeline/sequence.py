@@ -16,7 +16,6 @@ import errno
 import os
 import re
 import shutil
-import stat
 import threading
 from pathlib import Path
 
@@ -147,13 +146,12 @@ def _check_replaceable(frame: Path) -> None:
 def _keep_mode(staged: Path, target: Path) -> None:
     """A frame that replaces a file keeps that file's permissions, as a single output does (a private
     picture stays private)."""
-    try:
-        mode = os.stat(target).st_mode
-    except OSError:
-        return
-    if stat.S_ISREG(mode):
+    from .outfile import replaced_mode
+
+    mode = replaced_mode(target)
+    if mode is not None:
         with contextlib.suppress(OSError):
-            os.chmod(staged, stat.S_IMODE(mode))
+            os.chmod(staged, mode)
 
 
 def _beside(staged: Path, target: Path) -> Path:
@@ -192,7 +190,7 @@ class StagedSequence:
         self.muxer_path = muxer_path(self.path)
         self._head = _PATTERN.search(final.name).start()  # where a frame's number starts in its name
         self._whole = (0, 0)  # frames known to be whole, and their bytes (written_bytes)
-        # Frames being moved into place: the staging must not be discarded now (try_discard). The gate makes
+        # Frames being moved into place: the staging must not be discarded now (hold). The gate makes
         # "discarded" and "placing" exclusive without a signal handler ever waiting on it.
         self.placing = False
         self._discarded = False
@@ -280,14 +278,6 @@ class StagedSequence:
         self._discarded = True
         self._gate.release()
         self.discard()
-
-    def try_discard(self) -> bool:
-        """Discard the staged frames unless they are being placed (False then); never waits, so that a
-        signal handler may call it whatever thread is placing."""
-        if not self.hold():
-            return False
-        self.discard_held()
-        return True
 
     def written_bytes(self) -> int | None:
         """The frames' bytes so far (for ``-progress``, once a second): the muxer writes frame 1, 2, ... in

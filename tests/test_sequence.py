@@ -334,7 +334,7 @@ def test_staged_frames_being_placed_are_not_discarded_and_placing_ends(tmp_path)
     staging.prepare()
     (staging.dir / "f01.png").write_bytes(b"new")
     staging.placing = True
-    assert not staging.try_discard() and staging.dir.exists()
+    assert not staging.hold() and staging.dir.exists()  # nothing held: a signal drops nothing now
     staging.placing = False
     staging.place(False, target)
     assert not staging.placing and (tmp_path / "f01.png").read_bytes() == b"new"

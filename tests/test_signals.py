@@ -187,7 +187,9 @@ def test_a_staging_discarded_first_is_never_placed(tmp_path):
     from pipeline.errors import OutputError
 
     staging = _staged(tmp_path, "f%02d.png")
-    assert staging.try_discard() and not staging.dir.exists()
+    assert staging.hold()
+    staging.discard_held()
+    assert not staging.dir.exists()
     staging.dir.mkdir()
     (staging.dir / "f01.png").write_bytes(b"frame")  # as if the encoder wrote on meanwhile
     with pytest.raises(OutputError, match="discarded"):
