@@ -108,13 +108,18 @@ def _drop_times(streams: list[dict], started: float) -> dict:
 STALL_MS = 100.0  # a paced 30 fps stream whose decoder gives nothing for this long is about to drop
 
 
+def _decoded(stream: dict) -> list[float]:
+    """A stream's decoded (for a paced file: released) times, ms after its start, in output order."""
+    return [t for t in stream.get("per_frame", {}).get("decoded", []) if t is not None]
+
+
 def decode_stalls(streams: list[dict], started: float, limit: int = 8) -> list[dict]:
     """The longest gaps between consecutive decoded frames of any stream (those over STALL_MS), each with
     when it began (seconds after ``started``, Unix time: the trial's start), its stream and the frame after
     it: stalls several streams (or processes) meet at once line up on this clock."""
     found = []
     for i, s in enumerate(streams):
-        decoded = [t for t in s.get("per_frame", {}).get("decoded", []) if t is not None]
+        decoded = _decoded(s)
         for a, b in zip(decoded, decoded[1:]):
             if b - a > STALL_MS:
                 found.append({"stream": i, "at_s": round(s["started_at"] + a / 1e3 - started, 3),
@@ -147,8 +152,7 @@ def schedule_slip(stream: dict, since: float = 0.0) -> float:
 def first_frames(streams: list[dict], started: float) -> list[float] | None:
     """When the streams' first frames came out of their decoders (seconds after ``started``): the earliest
     and the latest. A stream's decoder opens before its first frame, so late opens show as a late maximum."""
-    at = [s["started_at"] + min(d) / 1e3 - started for s in streams
-          if (d := [t for t in s.get("per_frame", {}).get("decoded", []) if t is not None])]
+    at = [s["started_at"] + min(d) / 1e3 - started for s in streams if (d := _decoded(s))]
     return [round(min(at), 3), round(max(at), 3)] if at else None
 
 
