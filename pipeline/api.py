@@ -135,12 +135,14 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
 
 
 def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "null", *, filters: str | None = None,
-             device: str = "auto", alloc: str = "pool", **options: Any):
+             stage: Callable[[StageFrame], None] | None = None, device: str = "auto", alloc: str = "pool",
+             **options: Any):
     """Process several files or URLs at once in this process, one pipeline each, sharing one GPU's memory
     (one CUDA context, one device arena, one pinned pool); the same options as :func:`run`.
 
     ``output``: a directory (each input writes ``<stem>_processed<ext>`` there) or ``"null"``. A failing
-    stream ends only itself. Returns a :class:`~pipeline.many.ManyResult`: ``.streams`` (each with
+    stream ends only itself. ``stage`` is as for :func:`run`, shared by every stream and called from each
+    stream's own thread: ``frame.source`` says which input a frame came from. Returns a :class:`~pipeline.many.ManyResult`: ``.streams`` (each with
     ``input``, ``output``, ``exit_code``, ``error`` and ``stats``), ``.totals()`` and ``.exit_code``, the
     worst stream's.
     """
@@ -150,7 +152,7 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
         raise ConfigError("run_many needs at least one source")
     locations = [os.fspath(s) for s in sources]
     base = settings(locations[0], None, filters, device, alloc, options)
-    return run_streams(configs_for(base, locations, os.fspath(output)))
+    return run_streams(configs_for(base, locations, os.fspath(output)), stage=stage)
 
 
 def settings(source, output, filters: str | None, device: str, alloc: str, options: dict[str, Any]) -> RunConfig:

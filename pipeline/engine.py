@@ -197,7 +197,7 @@ class Pipeline(Stages, Tally):
                 notice_if_cold()
             with self.phases("kernels"):
                 self.processor = Processor(self.backend.ops, self._memory, self.plan, self.cfg.in_flight,
-                                           self.abort, self.stage)
+                                           self.abort, self.stage, self.stats.input)
             self.stats.startup_ms = self.phases.ms
         except BaseException as e:  # CuPy's own errors (pinned or device memory) become GPUError
             self._give_memory_back()

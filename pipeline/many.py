@@ -159,13 +159,14 @@ def shared_memory_for(cfg: RunConfig, pinned_cap: int | None = None) -> SharedMe
 
 def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None = None,
              shared: SharedMemory | None = None, on_start: Callable[[list], None] | None = None,
-             per_frame: bool = False) -> ManyResult:
+             per_frame: bool = False, stage: Callable[[Any], None] | None = None) -> ManyResult:
     """Run one pipeline per config at once, sharing one GPU's memory; ``control`` stops them all.
 
     ``shared``: memory that outlives this call (a worker running batch after batch keeps its arena
     warm); by default it is made here and given back at the end. ``per_frame``: each stream's statistics
-    keep their per-frame series (as ``--stats-json`` writes them). A stream that would write another's
-    input or output is a ConfigError before any starts."""
+    keep their per-frame series (as ``--stats-json`` writes them). ``stage``: the user's stage of every
+    stream (called from each stream's own thread; ``frame.source`` tells them apart). A stream that would
+    write another's input or output is a ConfigError before any starts."""
     from .build import build_parts, make_backend
     from .checks import check_streams
     from .engine import Pipeline, RunControl
@@ -181,8 +182,8 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
         result = results[index]
         try:
             backend = SharedBackend(make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode), shared)
-            parts = build_parts(cfg, control=control, backend=backend)
-            pipeline = Pipeline(parts.source, parts.sink, parts.chain, backend, cfg, control=control,
+            parts = build_parts(cfg, stage, control=control, backend=backend)
+            pipeline = Pipeline(parts.source, parts.sink, parts.chain, backend, cfg, stage=stage, control=control,
                                 memory=parts.memory, owns_memory=True, phases=parts.phases)
             pipelines.append(pipeline)
             stats = pipeline.run()

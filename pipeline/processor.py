@@ -148,7 +148,8 @@ class StageFrame:
 
     ``planes`` is (3, H, W) float32 RGB in [0, 1] (CuPy on CUDA, NumPy on the CPU); ``stream`` the CUDA
     stream the frame's work is queued on (None on the CPU): queue work on it, or synchronise with it,
-    before returning. ``index``, ``pts`` and ``time`` (seconds) identify the frame.
+    before returning. ``index``, ``pts`` and ``time`` (seconds) identify the frame, ``source`` the input it
+    came from (one stage may serve several streams at once: ``run_many``).
     """
 
     planes: Any
@@ -156,14 +157,15 @@ class StageFrame:
     index: int
     pts: int | None
     time: float | None
+    source: str = ""
 
 
 class Processor:
     def __init__(self, ops, memory, plan: FramePlan, in_flight: int, abort: threading.Event | None = None,
-                 stage: Callable[[StageFrame], None] | None = None):
+                 stage: Callable[[StageFrame], None] | None = None, source: str = ""):
         self.ops, self.memory, self.plan, self.chain = ops, memory, plan, list(plan.chain)
         self.abort = abort or threading.Event()
-        self.stage = stage
+        self.stage, self.source = stage, source
         self._contexts: queue.Queue = queue.Queue()
         for i in range(in_flight):
             self._contexts.put(ops.context(i))
@@ -243,7 +245,7 @@ class Processor:
 
     def _run_stage(self, planes, item: WorkItem, ctx) -> None:
         meta = item.meta
-        frame = StageFrame(planes, getattr(ctx, "stream", None), meta.index, meta.pts, meta.seconds)
+        frame = StageFrame(planes, getattr(ctx, "stream", None), meta.index, meta.pts, meta.seconds, self.source)
         try:
             self.stage(frame)
         except Exception as e:
