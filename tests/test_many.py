@@ -108,6 +108,20 @@ def test_one_stage_sees_every_streams_frames_and_which_input_each_came_from(devi
     assert {k: sorted(v) for k, v in seen.items()} == {str(c): list(range(5)) for c in clips}
 
 
+def test_a_stage_failing_on_one_stream_ends_only_that_stream(clips, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def stage(frame) -> None:
+        if frame.source == str(clips[1]) and frame.index == 2:
+            raise ValueError("bad frame")
+
+    result = pipeline.run_many(clips, out, stage=stage, device="cpu", codec="ffv1")
+    assert [s.exit_code for s in result.streams] == [0, 1, 0]
+    assert "bad frame" in result.streams[1].error and "stage" in result.streams[1].error
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{c.stem}_processed.mkv" for c in (clips[0], clips[2]))
+
+
 def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
