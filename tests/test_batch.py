@@ -188,10 +188,12 @@ def test_a_second_batch_into_a_directory_in_use_is_refused(clips, tmp_path):
 
 def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
     monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
-    specs = plan_workers("0,1,1", None, "auto")
-    assert [(s.name, s.env) for s in specs] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
-                                                ("gpu1", {"CUDA_VISIBLE_DEVICES": "1"}),
-                                                ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "1"})]
+    with monkeypatch.context() as m:
+        m.setattr(cluster, "visible_gpus", lambda: ["0", "1"])
+        specs = plan_workers("0,1,1", None, "auto")
+        assert [(s.name, s.env) for s in specs] == [("gpu0", {"CUDA_VISIBLE_DEVICES": "0"}),
+                                                    ("gpu1", {"CUDA_VISIBLE_DEVICES": "1"}),
+                                                    ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "1"})]
     cpu = plan_workers(None, 3, "auto")
     assert [s.name for s in cpu] == ["cpu0", "cpu1", "cpu2"] and all(s.env == {"CUDA_VISIBLE_DEVICES": ""}
                                                                       for s in cpu)
@@ -207,8 +209,27 @@ def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan_workers("all", None, "auto")] == ["3", "5"]
 
 
+def test_chosen_gpus_are_checked_and_device_cuda_n_is_that_gpus_worker(monkeypatch):
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: ["0", "1"])
+    for bad in ("x", "0,", "1.5", "-1"):
+        with pytest.raises(ConfigError, match="Invalid --gpus"):
+            plan_workers(bad, None, "auto")
+    with pytest.raises(GPUError, match=r"--gpus 0,2: no GPU 2 here; the GPUs are 0, 1"):
+        plan_workers("0,2", None, "auto")
+    with pytest.raises(GPUError, match=r"--device cuda:7: no GPU 7 here"):
+        plan_workers(None, None, "cuda:7")
+    assert [(s.name, s.env) for s in plan_workers(None, None, "cuda:1")] == [("gpu1", {"CUDA_VISIBLE_DEVICES": "1"})]
+    with pytest.raises(ConfigError, match="choose one"):
+        plan_workers("0", None, "cuda:1")
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: [])
+    with pytest.raises(GPUError, match="--gpus 0: no GPU visible"):
+        plan_workers("0", None, "auto")
+
+
 def test_at_most_one_worker_per_core_or_one_per_gpu(monkeypatch):
     monkeypatch.setattr(cluster, "usable_cores", lambda: 4)
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: [str(i) for i in range(6)])
     assert len(plan_workers(None, 4, "cpu")) == 4
     for gpus, workers in ((None, 5), (None, 10**12), ("0,0,0,0,1", None)):
         with pytest.raises(ConfigError, match="than the 4 cores here; at most 4"):

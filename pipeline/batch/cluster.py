@@ -69,6 +69,11 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
         raise ConfigError(f"Invalid --workers ({workers}). Supported values are integers >= 1.")
     if device == "cpu" and gpus is not None:
         raise ConfigError("--gpus with --device cpu: choose one")
+    asked = f"--gpus {gpus}"
+    if index := device.partition(":")[2]:  # a worker sees only its own GPU: cuda:N is the worker on GPU N
+        if gpus is not None:
+            raise ConfigError(f"--device {device} with --gpus: choose one (--gpus {index} runs on that GPU)")
+        gpus, device, asked = index, "cuda", f"--device {device}"
     if workers is not None:
         if device == "cuda":
             raise ConfigError("--workers starts CPU workers; for --device cuda choose GPUs with --gpus")
@@ -76,7 +81,7 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
         return cpu_workers(workers)
     if device == "cpu":
         return cpu_workers(default_cpu_workers())
-    ids = _chosen_gpus(gpus)
+    ids = _chosen_gpus(gpus, asked)
     if ids:
         check_worker_count(len(ids), len(set(ids)), f"--gpus {gpus or 'all'}")
         return gpu_workers(ids)
@@ -85,15 +90,22 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
     return cpu_workers(default_cpu_workers())
 
 
-def _chosen_gpus(gpus: str | None) -> list[str]:
+def _chosen_gpus(gpus: str | None, asked: str) -> list[str]:
+    """The GPUs of ``--gpus`` (all visible ones for None or ``all``); ids as nvidia-smi numbers them, or
+    UUIDs (``GPU-...``, ``MIG-...``), which CUDA_VISIBLE_DEVICES also takes."""
     if gpus is None or gpus == "all":
         ids = visible_gpus()
         if gpus == "all" and not ids:
             raise GPUError("--gpus all: no GPU visible (nvidia-smi and CuPy found none)")
         return ids
     ids = [g.strip() for g in gpus.split(",")]
-    if not all(ids):
+    if not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in ids):
         raise ConfigError(f"Invalid --gpus ({gpus!r}). Supported values are 'all' or device ids, e.g. 0,1.")
+    visible = visible_gpus()
+    if not visible:
+        raise GPUError(f"{asked}: no GPU visible (nvidia-smi and CuPy found none)")
+    if missing := [g for g in dict.fromkeys(ids) if g not in visible]:
+        raise GPUError(f"{asked}: no GPU {', '.join(missing)} here; the GPUs are {', '.join(visible)}")
     return ids
 
 

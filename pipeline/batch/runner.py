@@ -83,6 +83,8 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     notify = on_result or (lambda result: None)
     sources = expand_inputs(inputs)
     specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
+    if specs and cfg.device.startswith("cuda:"):  # the worker on that GPU sees it as its only one
+        cfg = cfg.replace(device="cuda")
     outputs = planned_outputs(sources, batch)
     directory = None if batch.output == "null" else Path(batch.output)
     if directory is not None:
