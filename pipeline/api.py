@@ -148,6 +148,9 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
     """
     from .many import configs_for, run_many as run_streams
 
+    if isinstance(sources, (str, bytes, os.PathLike)):
+        raise ConfigError(f"run_many takes a list of sources, not one ({os.fsdecode(sources)!r}); "
+                          "for one, use run() or pass [source]")
     if not sources:
         raise ConfigError("run_many needs at least one source")
     locations = [os.fspath(s) for s in sources]

@@ -244,6 +244,20 @@ def library_errors(lines: list[str]) -> str:
                      if line.startswith(_LIBRARY_PREFIXES) and "error" in line.lower())
 
 
+@functools.cache
+def muxer_extensions() -> frozenset[str]:
+    """The file name extensions FFmpeg chooses an output format by (``av_guess_format``'s table)."""
+    import av
+
+    found: set[str] = set()
+    for name in av.formats_available:
+        try:
+            found.update(ext.strip().lower() for ext in av.format.ContainerFormat(name, "w").extensions)
+        except ValueError:  # a demuxer only
+            pass
+    return frozenset(found)
+
+
 def ffmpeg_name(path: str, input_format: str | None, local: bool) -> str:
     """A local file through FFmpeg's ``file:`` protocol (a ':' in its name is no protocol); a URL as it
     is, and a device as it is too: a capture demuxer (v4l2) opens the name itself, without protocols."""

@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from .config import local_path
+from .config import local_path, pipe_fd
 from .errors import ConfigError, OutputError, PipelineError
 
 
@@ -80,6 +80,16 @@ def check_stats_path(path: str | None, source: str = "", output: Path | str | No
     if path:
         check_report_path(path, "--stats-json", local_files(input=source, output=output) + _linked(output),
                           overwrite)
+
+
+def check_streams_stats(path: str, streams: list[tuple[str, str | None]], overwrite: bool = False) -> None:
+    """The --stats-json file of streams side by side: as :func:`check_stats_path`, for every stream's input
+    and output."""
+    theirs = []
+    for source, output in streams:
+        written = local_path(output, dash=False) if output not in (None, "null", "-") else None
+        theirs += local_files(input=source, output=written) + _linked(written)
+    check_report_path(path, "--stats-json", theirs, overwrite)
 
 
 def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
@@ -178,11 +188,23 @@ def check_name_length(target: Path, what: str = "output") -> None:
         raise OutputError(f"{target}: {what} file name too long ({length} bytes; this filesystem takes {limit})")
 
 
+def _check_pipes(fds: list[int | None], verb: str) -> None:
+    """Two streams on one pipe would each get part of its bytes."""
+    for i, fd in enumerate(fds):
+        if fd is not None and fd in fds[i + 1:]:
+            name = {0: "stdin", 1: "stdout"}.get(fd, f"file descriptor {fd}")
+            raise ConfigError(f"streams {i + 1} and {fds.index(fd, i + 1) + 1} both {verb} {name}; "
+                              f"one stream at most may {verb} a pipe")
+
+
 def check_streams(streams: list[tuple[str, str | None]]) -> None:
     """Streams side by side (``pipeline run IN1 IN2 ...``, ``[[streams]]``), as (input, output) pairs:
-    before any starts, no stream writes what another reads (its input, or a frame linked to it) or writes."""
+    before any starts, no stream writes what another reads (its input, or a frame linked to it) or writes,
+    and no two read one pipe (stdin) or write one."""
     from .sequence import is_frame_of
 
+    _check_pipes([pipe_fd(source, 0) for source, _ in streams], "read")
+    _check_pipes([pipe_fd(output, 1) if output not in (None, "null") else None for _, output in streams], "write")
     def writes(output: str | None) -> list[Path]:
         path = local_path(output, dash=False) if output not in (None, "null", "-") else None
         return [] if path is None else [path, *_links_of(path)]

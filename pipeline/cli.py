@@ -200,8 +200,8 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
         # Also when the run ends early with its output kept (a stalled live source, a signal): the
         # statistics of the frames done are what one looks at next.
         if cfg.stats_json and pipeline.stats.frames_out:
-            _write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None,
-                         overwrite=cfg.overwrite)
+            write_stats(pipeline.stats, cfg.stats_json, err, failing=sys.exc_info()[0] is not None,
+                        overwrite=cfg.overwrite)
     if cfg.quiet:
         return 0
     if to_stdout:  # stdout carries the video: nothing else goes there
@@ -252,9 +252,10 @@ def writes_stdout(cfg: RunConfig) -> bool:
     return not is_null_output(cfg) and pipe_fd(cfg.output, 1) == 1
 
 
-def _write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool = False) -> None:
-    """Write --stats-json; on a run already failing, a write error is a notice, never a new exit code.
-    Without -y a file that appeared during the run is kept: the check before the run saw none."""
+def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool = False) -> None:
+    """Write --stats-json (``stats.write_json``: one run's, or many streams'); on a run already failing, a
+    write error is a notice, never a new exit code. Without -y a file that appeared during the run is kept:
+    the check before the run saw none."""
     try:
         stats.write_json(path, exclusive=not overwrite)
     except FileExistsError as e:

@@ -321,6 +321,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 
 
 STREAM_LIST = "stream_list"  # load_toml's key for a [[streams]] list (not a RunConfig field)
+# Settings of the whole run, never of one [[streams]] entry: the streams share one GPU's memory, and write
+# one statistics file.
+RUN_WIDE = ("device", "pinned_cap_mib", "stats_json")
 
 
 def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, Any]:
@@ -332,6 +335,9 @@ def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, A
         name = key.replace("-", "_")
         if name not in FIELD_NAMES:
             raise ConfigError(f"{path}: [[streams]] entry {index + 1}: unknown key {key!r}")
+        if name in RUN_WIDE:
+            raise ConfigError(f"{path}: [[streams]] entry {index + 1}: {key} is a setting of the whole run "
+                              "(the streams share one GPU and one statistics file); set it before [[streams]]")
         values[name] = value if name == "input" else _coerce(path, name, value)
     if not is_url(values["input"]):
         values["input"] = str(base / Path(values["input"]).expanduser())

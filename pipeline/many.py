@@ -18,6 +18,7 @@ is the worst stream's.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import RunConfig
-from .errors import EXIT_INTERNAL, GPUStalled, PipelineError
+from .errors import EXIT_INTERNAL, ConfigError, GPUStalled, PipelineError
 from .log import log
 
 
@@ -47,7 +48,8 @@ class SharedMemory:
             backing, allocate = NumpyBacking, (lambda n: np.empty(n, np.uint8))
         self.device = device
         self.arena = SharedArena(backing, granularity=granularity or DEFAULT_GRANULARITY)
-        cap = pinned_cap if pinned_cap is not None else default_pinned_cap()
+        # The cap is on page-locked memory: the CPU backend's host buffers are ordinary memory, as in one run.
+        cap = None if device != "cuda" else pinned_cap if pinned_cap is not None else default_pinned_cap()
         self.pinned = PinnedPool(allocate, max_bytes=cap)
         self._count = 0
         self._lock = threading.Lock()
@@ -126,6 +128,18 @@ class ManyResult:
     def frames(self) -> int:
         return sum(s.stats.get("frames_out", 0) for s in self.streams)
 
+    def write_json(self, path: str | Path, exclusive: bool = False) -> None:
+        """What ``--stats-json`` holds for many streams; ``exclusive``: fail (FileExistsError) rather than
+        replace a file that exists by now (a FIFO or a device is written into)."""
+        import json
+
+        body = {"schema_version": 1, "totals": self.totals(),
+                "streams": [{"input": s.input, "output": s.output, "exit_code": s.exit_code, "error": s.error,
+                             "stats": s.stats} for s in self.streams]}
+        special = Path(path).exists() and not Path(path).is_file()
+        with open(path, "x" if exclusive and not special else "w") as f:
+            f.write(json.dumps(body, indent=2) + "\n")
+
     def totals(self) -> dict[str, Any]:
         return {"streams": len(self.streams), "failed": sum(1 for s in self.streams if s.exit_code),
                 "frames_out": self.frames, "wall_s": round(self.wall_s, 3),
@@ -138,13 +152,31 @@ def output_for(source: str, output: str | None, index: int, taken: set[str]) -> 
     """``DIR/<stem>_processed<ext>`` for a directory (``-o DIR/``), ``null`` as it is."""
     if output in (None, "null"):
         return "null"
-    stem = Path(source.split("?")[0].rstrip("/")).stem or f"stream{index}"
-    suffix = Path(source.split("?")[0]).suffix or ".mkv"
+    stem, suffix = _name_of(source, index)
     name = f"{stem}_processed{suffix}"
-    if name in taken:  # two inputs of one name in different folders
-        name = f"{stem}_{index}_processed{suffix}"
+    n = index
+    while name in taken:  # two inputs of one name in different folders (and a_2.mp4 beside a second a.mp4)
+        name, n = f"{stem}_{n}_processed{suffix}", n + 1
     taken.add(name)
     return str(Path(output) / name)
+
+
+def _name_of(source: str, index: int) -> tuple[str, str]:
+    """(stem, extension) of the file a stream writes into a directory: the input file's, or for a stream URL
+    its host and path (``rtsp://cam1/main`` -> ``cam1_main``) in Matroska, which takes any codec. So is an
+    input whose extension names no format FFmpeg writes (a FIFO named ``cam.fifo``)."""
+    from .avlib import muxer_extensions
+    from .config import is_url, pipe_fd
+
+    if pipe_fd(source) is not None:
+        return "stdin", ".mkv"
+    if is_url(source):
+        where = source.split("://", 1)[1].split("?")[0].split("#")[0].rsplit("@", 1)[-1]
+        stem = re.sub(r"[^\w.-]+", "_", where).strip("._") or f"stream{index}"
+        return stem, ".mkv"
+    path = Path(source)
+    suffix = path.suffix if path.suffix[1:].lower() in muxer_extensions() else ".mkv"
+    return path.stem or f"stream{index}", suffix
 
 
 def shared_memory_for(cfg: RunConfig, pinned_cap: int | None = None) -> SharedMemory:
@@ -179,7 +211,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     pipelines: list = []
 
     def one(index: int, cfg: RunConfig) -> None:
-        result = results[index]
+        result, pipeline = results[index], None
         try:
             backend = SharedBackend(make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode), shared)
             parts = build_parts(cfg, stage, control=control, backend=backend)
@@ -192,8 +224,12 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
             result.exit_code, result.error = e.exit_code, str(e)
         except Exception as e:  # a bug in one stream: reported for it, the others go on
             result.exit_code, result.error = EXIT_INTERNAL, f"{type(e).__name__}: {e}"
+        if not result.stats and pipeline is not None and pipeline.stats.frames_out:
+            # Stopped early (a signal, a source gone) with its output kept: what it did, as one run reports.
+            result.stats = pipeline.stats.to_dict(per_frame=per_frame)
         if result.error:
-            log.warning(f"{cfg.input}: {result.error}")
+            named = result.error.startswith(cfg.input)
+            log.warning(result.error if named else f"{cfg.input}: {result.error}")
 
     from .avlib import silence_ffmpeg_log
 
@@ -221,8 +257,13 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
     """One config per input: the base settings, each stream's own overrides, its output."""
     taken: set[str] = set()
     configs = []
+    from .config import RUN_WIDE
+
     for i, source in enumerate(inputs):
         overrides = dict((per_stream or [{}] * len(inputs))[i])
+        if wide := sorted(set(overrides) & set(RUN_WIDE)):
+            raise ConfigError(f"stream {i + 1}: {', '.join(wide)} set for one stream; the streams share one GPU "
+                              "and one statistics file, so it is a setting of the whole run")
         out = overrides.pop("output", None) or output_for(source, output, i, taken)
         configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
     if output not in (None, "null") and not os.path.isdir(output):

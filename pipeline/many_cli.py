@@ -3,8 +3,6 @@ one process, sharing one GPU's memory (:mod:`pipeline.many`), with a summary row
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
@@ -12,12 +10,14 @@ from rich.table import Table
 from rich.text import Text
 
 from .config import RunConfig
-from .errors import ConfigError, OutputError
+from .errors import ConfigError
 from .stdio import StdoutConsole, stdout_errors
 
 
 def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dict[str, Any]] | None,
                  err: Console, install_signal_handlers: Callable, process_ends: bool = False) -> int:
+    from .checks import check_streams_stats
+    from .cli import write_stats
     from .engine import RunControl
     from .many import configs_for, run_many
 
@@ -29,18 +29,14 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     else:
         per_stream = None
     configs = configs_for(cfg, inputs, cfg.output, per_stream)
+    if cfg.stats_json:  # before any stream starts, as for one run
+        check_streams_stats(cfg.stats_json, [(c.input, c.output) for c in configs], cfg.overwrite)
     control = RunControl()
     control.process_ends = process_ends  # see cli.main
     install_signal_handlers(control)
     result = run_many(configs, control=control)
-    if cfg.stats_json:
-        try:
-            _write_json(result, cfg.stats_json)
-        except OutputError as e:
-            if result.exit_code == 0:
-                raise
-            # the streams' own worst code (a failed input, a GPU error, an interruption) says more
-            err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
+    if cfg.stats_json:  # on a failed run a write error is a notice: the streams' own worst code says more
+        write_stats(result, cfg.stats_json, err, failing=result.exit_code != 0, overwrite=cfg.overwrite)
     if not cfg.quiet:
         with stdout_errors("; the streams' runs are complete"):
             StdoutConsole(highlight=False).print(table(result))
@@ -65,12 +61,3 @@ def table(result) -> Table:
     t.caption_justify = "left"
     return t
 
-
-def _write_json(result, path: str) -> None:
-    body = {"schema_version": 1, "totals": result.totals(),
-            "streams": [{"input": s.input, "output": s.output, "exit_code": s.exit_code, "error": s.error,
-                         "stats": s.stats} for s in result.streams]}
-    try:
-        Path(path).write_text(json.dumps(body, indent=2) + "\n")
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write statistics: {e.strerror or e}") from e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -13,7 +14,8 @@ import pipeline
 from utils import all_devices, decode, pipeline_threads, read_json, run_cli
 from pipeline import sample as make_sample
 from pipeline.config import RunConfig
-from pipeline.many import configs_for, run_many, shared_memory_for
+from pipeline.errors import ConfigError
+from pipeline.many import configs_for, output_for, run_many, shared_memory_for
 
 SIZES = [(96, 64), (160, 96), (128, 128)]
 
@@ -206,10 +208,10 @@ def test_a_summary_that_cannot_be_written_keeps_the_streams_worse_code(monkeypat
     monkeypatch.setattr(many, "run_many", lambda configs, control=None: result)
     monkeypatch.setattr(many, "configs_for", lambda *args: [])
 
-    def unwritable(result, path):
-        raise OutputError(f"{path}: cannot write statistics: No space left on device")
+    def unwritable(self, path, exclusive=False):
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(many_cli, "_write_json", unwritable)
+    monkeypatch.setattr(many.ManyResult, "write_json", unwritable)
     cfg = RunConfig(input="a.mp4", output="null", stats_json=str(tmp_path / "s.json"), quiet=True)
     err = Console(file=open(os.devnull, "w"))
     if worst == 0:
@@ -217,3 +219,72 @@ def test_a_summary_that_cannot_be_written_keeps_the_streams_worse_code(monkeypat
             many_cli.cmd_run_many(cfg, ["a.mp4"], None, err, lambda control: None)
     else:
         assert many_cli.cmd_run_many(cfg, ["a.mp4"], None, err, lambda control: None) == worst
+
+
+def test_stats_json_of_many_streams_never_replaces_their_files_or_one_without_y(clips, tmp_path):
+    import shutil
+
+    first = tmp_path / "first.mkv"
+    shutil.copy(clips[0], first)
+    before = first.read_bytes()
+    keep = tmp_path / "keep.json"
+    keep.write_text("mine\n")
+    for target, extra in ((first, ["-y"]), (keep, [])):
+        proc = run_cli("run", first, clips[1], "-o", "null", "--device", "cpu", "-q", "--stats-json", target, *extra)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "--stats-json" in proc.stderr and "Traceback" not in proc.stderr
+    assert first.read_bytes() == before and keep.read_text() == "mine\n"
+    proc = run_cli("run", first, clips[1], "-o", "null", "--device", "cpu", "-q", "--stats-json", keep, "-y")
+    assert proc.returncode == 0, proc.stderr
+    assert read_json(keep)["totals"]["streams"] == 2
+
+
+@pytest.mark.parametrize("entry", ['device = "cpu"', 'stats_json = "x.json"', "pinned_cap_mib = 64"])
+def test_a_setting_of_the_whole_run_in_one_streams_entry_is_refused(clips, tmp_path, entry):
+    config = tmp_path / "streams.toml"
+    config.write_text(f'codec = "ffv1"\n[[streams]]\ninput = "{clips[0]}"\n{entry}\n'
+                      f'[[streams]]\ninput = "{clips[1]}"\n')
+    proc = run_cli("run", "--config", config, "-o", "null", "--device", "cpu", "-q")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "whole run" in proc.stderr
+    with pytest.raises(ConfigError, match="whole run"):
+        configs_for(RunConfig(device="cpu"), [str(clips[0])], "null", [{entry.split()[0]: 1}])
+
+
+def test_two_streams_on_one_pipe_are_refused(clips):
+    proc = run_cli("run", "-", "-", "-o", "null", "--device", "cpu", "-q", input=clips[0].read_bytes(), text=False)
+    assert proc.returncode == 2 and b"both read stdin" in proc.stderr, proc.stderr
+
+
+def test_names_in_a_directory_for_urls_pipes_fifos_and_clashing_stems():
+    taken: set[str] = set()
+    names = [Path(output_for(s, "/o/", i, taken)).name for i, s in enumerate(
+        ["udp://127.0.0.1:5999", "rtsp://user:pw@cam1/main?x=1", "live.fifo", "-", "a_2.mp4", "a.mp4", "x/a.mp4"])]
+    assert names == ["127.0.0.1_5999_processed.mkv", "cam1_main_processed.mkv", "live_processed.mkv",
+                     "stdin_processed.mkv", "a_2_processed.mp4", "a_processed.mp4", "a_6_processed.mp4"]
+    assert output_for("a.mp4", "null", 0, set()) == "null"
+
+
+def test_streams_stopped_early_keep_the_statistics_of_the_frames_they_did(clips, tmp_path):
+    from pipeline.control import RunControl
+
+    out = tmp_path / "out"
+    out.mkdir()
+    control = RunControl()
+
+    def stop_at_the_fourth(frame) -> None:
+        if frame.index == 3:
+            control.stop(2)
+
+    base = RunConfig(device="cpu", codec="ffv1", quiet=True, realtime=True)
+    result = run_many(configs_for(base, [str(c) for c in clips[:2]], str(out)), control=control,
+                      stage=stop_at_the_fourth)
+    assert [s.exit_code for s in result.streams] == [130, 130]
+    for stream in result.streams:
+        assert 4 <= stream.stats["frames_out"] < 12
+        assert len(decode(stream.output).frames) == stream.stats["frames_out"]
+
+
+def test_run_many_takes_a_list_of_sources_not_one(clips):
+    with pytest.raises(ConfigError, match="list of sources"):
+        pipeline.run_many(str(clips[0]), "null", device="cpu")

@@ -640,7 +640,7 @@ def test_pinned_cap_frees_idle_buffers_then_names_the_cap():
     pool.ring(2, 8192).close()  # two idle 8 KiB buffers
     ring = pool.ring(2, 12 * 1024)  # 24 KiB more would pass the cap: idle ones are freed first
     assert host.freed == [8192, 8192] and pool.counters()["host_frees"] == 2
-    with pytest.raises(GPUError, match=r"cap.*max_bytes") as e:
+    with pytest.raises(GPUError, match=r"cap.*--pinned-cap-mib") as e:
         pool.ring(1, 8192)
     assert "pinned host memory cap" in str(e.value)
     assert pool.counters()["bytes_reserved"] <= 3 * 8192

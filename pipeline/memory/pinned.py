@@ -150,7 +150,8 @@ class PinnedPool:
                 raise GPUError(
                     f"pinned host memory cap reached: a {_mib(need)} buffer would make {_mib(self.reserved + need)} "
                     f"pinned, over the {_mib(self.max_bytes)} cap ({_mib(self.in_use)} in use by host rings); "
-                    f"raise PinnedPool(max_bytes=...) or run fewer streams or smaller rings"
+                    f"raise the cap (--pinned-cap-mib, pinned_cap_mib=), or run fewer streams or smaller rings "
+                    f"(--ring-size)"
                 )
         buffer = self._allocate(need)
         self.host_allocs += 1
