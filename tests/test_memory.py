@@ -135,6 +135,36 @@ def test_alloc_is_aligned():
     assert arena.in_use == 1536 and arena.hits == 5
 
 
+def test_fragmentation_is_the_free_memory_a_frame_of_all_of_it_could_not_use():
+    """Checked against the free bytes counted cell by cell (every 256-byte cell marked in use or free)."""
+    rng = np.random.default_rng(3)
+    arena = ArenaAllocator(64 * ALIGN)
+    assert arena.fragmentation == 0.0 == arena.fragmentation_peak
+    held, worst = [], 0.0
+    for _ in range(300):
+        if held and (rng.random() < 0.45 or arena.in_use > 48 * ALIGN):
+            arena.free([held.pop(int(rng.integers(len(held))))])
+            continue
+        held.append(arena.alloc(int(rng.integers(1, 6)) * ALIGN))
+        cells = np.ones(64, bool)  # free
+        for b in held:
+            cells[b.offset // ALIGN:(b.offset + b.size) // ALIGN] = False
+        runs = [len(r) for r in "".join("f" if c else "u" for c in cells).split("u") if r]
+        expected = 1 - max(runs) / sum(runs) if runs else 0.0
+        assert arena.fragmentation == pytest.approx(expected)
+        worst = max(worst, expected)
+    assert worst > 0.3 and arena.fragmentation_peak == pytest.approx(worst)
+    for b in held:
+        arena.free([b])
+    assert arena.fragmentation == 0.0  # coalesced back into one block
+    pool = DevicePool(4096, NumpyBacking(4096))
+    frames = [pool.alloc_frame([BufferSpec((256,), np.uint8)]) for _ in range(3)]
+    pool.free_frame(frames[1], None)
+    pool.alloc_frame([BufferSpec((256,), np.uint8)] * 2)  # 512 bytes: not in the 256-byte hole
+    counters = pool.counters()
+    assert counters["fragmentation"] == counters["fragmentation_peak"] == pytest.approx(1 - 2816 / (2816 + 256), abs=1e-4)
+
+
 def test_first_fit():
     arena = ArenaAllocator(2048)
     a, b, c, d = (arena.alloc(256) for _ in range(4))

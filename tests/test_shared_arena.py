@@ -356,8 +356,12 @@ def test_fragmentation_of_a_hand_built_layout():
     assert arena.fragmentation == 1 - 768 / 1536 == 0.5
     c = arena.counters()
     assert (c["fragmentation"], c["largest_free"], c["free_bytes"], c["chunks"]) == (0.5, 768, 1536, 1)
-    lease.free([blocks[2], blocks[4]])  # the holes coalesce into one
-    assert arena.largest_free == 2048 and arena.fragmentation == 0.0
+    assert c["fragmentation_peak"] == 0.0  # no allocation has left the holes yet
+    lease.alloc(256)  # into the 256-byte hole (best fit): 512 and 768 left
+    assert arena.counters()["fragmentation_peak"] == 1 - 768 / 1280
+    lease.free([blocks[2], blocks[4]])  # holes coalesce on either side of the new block: 768 and 1024
+    assert arena.largest_free == 1024 and arena.fragmentation == 1 - 1024 / 1792
+    assert arena.counters()["fragmentation_peak"] == 1 - 768 / 1280  # what allocations left; frees do not count
     arena.check()
 
 

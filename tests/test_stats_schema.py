@@ -38,3 +38,20 @@ def test_stats_json_is_versioned_ascii_and_documented(tmp_path):
     documented = set(re.findall(r"`([a-z0-9_]+)`", DOC.read_text()))
     missing = sorted(set(_keys(stats)) - documented)
     assert not missing, f"keys missing from {DOC.name}: {missing}"
+
+
+def test_stats_json_of_several_inputs_is_documented(tmp_path):
+    from pipeline.many import configs_for, run_many
+    from pipeline.config import RunConfig
+
+    clip = make_clip(tmp_path / "in.mp4", width=96, height=64, frames=4, audio=False)
+    result = run_many(configs_for(RunConfig(device="cpu", quiet=True), [str(clip), str(clip)], "null"))
+    result.write_json(tmp_path / "many.json")
+    stats = read_json(tmp_path / "many.json")
+    keys = set(_keys(stats))
+    keys |= {k.split("_", 1)[1] for k in stats["totals"]["shared"]}  # documented as arena_<key>, pinned_<key>
+    keys -= set(stats["totals"]["shared"])
+    documented = set(re.findall(r"`([a-z0-9_]+)`", DOC.read_text()))
+    missing = sorted(keys - documented)
+    assert not missing, f"keys missing from {DOC.name}: {missing}"
+    assert stats["schema_version"] == 1 and stats["totals"]["streams"] == 2

@@ -166,7 +166,7 @@ def _gpu_scope(args, cfg: RunConfig, chain, result: dict, say) -> list[dict]:
         latency = [ms for r in runs for ms in r.latency_ms]
         fps = statistics.median(r.fps for r in runs)
         rows.append(_row(strategy, [r.fps for r in runs], latency, statistics.median(r.allocs_per_frame for r in runs),
-                         fps * fmt.nbytes / 1e9))
+                         fps * fmt.nbytes / 1e9) | memory_figures(runs[-1].memory_after))
     return rows
 
 
@@ -188,6 +188,7 @@ def _e2e_scope(args, cfg: RunConfig, say) -> list[dict]:
                 in_bytes = runs[0].width * runs[0].height * 3 // 2 if decode == "cpu" else 0
                 label = strategy if decode == "cpu" else f"{strategy}, nvdec"
                 row = _row(label, fps, latency, allocs, statistics.median(fps) * in_bytes / 1e9)
+                row |= memory_figures(runs[-1].to_dict(per_frame=False)["memory"])
                 row["whole_run_fps"] = round(statistics.median(r.fps for r in runs), 2)
                 rows.append(row)
     return rows
@@ -207,6 +208,13 @@ def _row(strategy: str, fps_runs: list[float], latency: list[float], allocs: flo
         "h2d_gbps": round(h2d_gbps, 2),
         "latency_ms": [round(float(x), 3) for x in lat[:: max(1, len(lat) // 2000)]],
     }
+
+
+def memory_figures(counters: dict) -> dict:
+    """What a strategy's device memory came to: reserved against the most in use at once, and the worst
+    fragmentation of its arena (None where the strategy has no arena of its own to fragment)."""
+    return {"bytes_reserved": counters.get("bytes_reserved", 0), "bytes_peak": counters.get("bytes_peak", 0),
+            "fragmentation_peak": counters.get("fragmentation_peak")}
 
 
 def _relative_to_pooled(result: dict) -> None:

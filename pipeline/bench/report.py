@@ -20,12 +20,16 @@ SCOPE_TITLES = {
 def strategy_table(scope: str, rows: list[dict]) -> Table:
     t = Table(title=SCOPE_TITLES.get(scope, scope), title_justify="left")
     for name, justify in (("strategy", "left"), ("fps", "right"), ("x pooled", "right"), ("p50 ms", "right"),
-                          ("p99 ms", "right"), ("device allocs/frame", "right"), ("H2D GB/s", "right")):
+                          ("p99 ms", "right"), ("device allocs/frame", "right"), ("H2D GB/s", "right"),
+                          ("reserved / peak MiB", "right"), ("fragmentation", "right")):
         t.add_column(name, justify=justify)
     for r in rows:
         x = f"{r['x_pooled']:.2f}" if r.get("x_pooled") else "-"
+        frag = r.get("fragmentation_peak")
         t.add_row(r["strategy"], f"{r['fps']:.1f}", x, f"{r['latency_p50_ms']:.2f}", f"{r['latency_p99_ms']:.2f}",
-                  f"{r['device_allocs_per_frame']:g}", f"{r['h2d_gbps']:.2f}")
+                  f"{r['device_allocs_per_frame']:g}", f"{r['h2d_gbps']:.2f}",
+                  f"{r.get('bytes_reserved', 0) / 2**20:.0f} / {r.get('bytes_peak', 0) / 2**20:.0f}",
+                  "-" if frag is None else f"{frag:.2f}")
     return t
 
 

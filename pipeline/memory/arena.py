@@ -41,6 +41,12 @@ class ArenaAllocator:
         self.peak = 0
         self.hits = 0
         self.waits = 0
+        self.fragmentation_peak = 0.0  # the worst :attr:`fragmentation` any allocation left
+
+    @property
+    def fragmentation(self) -> float:
+        """1 - largest free block / free bytes: 0 when the free space is one block (or none)."""
+        return fragmentation(self._free)
 
     def alloc(self, nbytes: int) -> Block:
         size = align_up(max(nbytes, 1))
@@ -57,6 +63,8 @@ class ArenaAllocator:
         self.hits += 1
         self.in_use += size
         self.peak = max(self.peak, self.in_use)
+        if len(self._free) > 1:  # one free block (or none) is no fragmentation: the common case costs nothing
+            self.fragmentation_peak = max(self.fragmentation_peak, fragmentation(self._free))
         return block
 
     def free(self, blocks: list[Block], after: Event | None = None) -> None:
@@ -109,6 +117,13 @@ class ArenaAllocator:
             event, blocks = self._pending.popleft()
             event.synchronize()
             self._insert_all(blocks)
+
+
+def fragmentation(free: list[tuple[int, int]]) -> float:
+    """1 - largest / total of the free blocks ``(offset, size)``: how much of the free memory a frame as
+    large as all of it could not use."""
+    total = sum(size for _, size in free)
+    return 0.0 if total == 0 else 1.0 - max(size for _, size in free) / total
 
 
 def size_class(nbytes: int, unit: int = ALIGN) -> int:

@@ -106,6 +106,8 @@ class DevicePool:
             "bytes_reserved": a.capacity,
             "bytes_in_use": a.in_use,
             "bytes_peak": a.peak,
+            "fragmentation": round(a.fragmentation, 4),
+            "fragmentation_peak": round(a.fragmentation_peak, 4),
         }
 
 

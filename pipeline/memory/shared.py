@@ -120,6 +120,7 @@ class SharedArena:
         self.device_allocs = 0
         self.device_frees = 0
         self.view_misses = 0
+        self.fragmentation_peak = 0.0  # the worst fragmentation any allocation left
         self.closed = False
         self._refused = ""  # the device's last refusal to grow, for the out-of-memory message
 
@@ -162,6 +163,7 @@ class SharedArena:
                 "bytes_in_use": t.in_use,
                 "bytes_peak": t.peak,
                 "fragmentation": self._fragmentation(),
+                "fragmentation_peak": self.fragmentation_peak,
                 "largest_free": self._space.largest,
                 "free_bytes": self._space.total,
                 "chunks": len(self._chunks),
@@ -244,6 +246,7 @@ class SharedArena:
                 tally.allocs += 1
                 tally.in_use += size
                 tally.peak = max(tally.peak, tally.in_use)
+            self.fragmentation_peak = max(self.fragmentation_peak, self._fragmentation())
             return block, self._views_at(block, specs) if specs else []
 
     def _views_at(self, block: Block, specs: tuple[BufferSpec, ...]) -> list[Any]:
@@ -497,6 +500,7 @@ class ArenaLease:
             "arena_device_allocs": a.device_allocs,
             "arena_bytes_in_use": a.in_use,
             "arena_fragmentation": a.fragmentation,
+            "arena_fragmentation_peak": a.fragmentation_peak,
         }
 
     def _ensure_open(self) -> None:
