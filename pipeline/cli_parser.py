@@ -203,9 +203,12 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     if single:
         p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
                        help="input video file, stream URL, capture device or - (stdin); then, optionally, the "
-                            "output (as -o)")
+                            "output (as -o). Several inputs with -o DIR/ or -o null run side by side in this "
+                            "process, sharing the GPU's memory (also: [[streams]] in a --config file)")
         p.add_argument("-o", "--output", help="output file, stream URL or - (stdout, with -f) (default: <input "
-                                              "stem>_processed<ext> in the current directory; a URL input needs -o)")
+                                              "stem>_processed<ext> in the current directory; a URL input needs -o); "
+                                              "with several inputs, a directory (DIR/: each writes "
+                                              "DIR/<stem>_processed<ext>) or null")
     add_overwrite_arguments(p)
     if single:
         add_ffmpeg_arguments(p)

@@ -82,10 +82,11 @@ def resolve_paths(args: argparse.Namespace) -> None:
         if not given:
             raise ConfigError("run: an input is needed: pipeline run IN [OUT], or pipeline run -i IN [OUT]")
         inputs.append(given.pop(0))
+    several = "; several inputs need -o DIR/ (an existing directory) or -o null"
     if len(given) > 1:
-        raise ConfigError(f"run: one input and one output; got {' '.join([*inputs, *given])}")
+        raise ConfigError(f"run: one input and one output; got {' '.join([*inputs, *given])}{several}")
     if given and args.output is not None:
-        raise ConfigError(f"run: two outputs: {given[0]} and -o {args.output}")
+        raise ConfigError(f"run: two outputs: {given[0]} and -o {args.output}{several}")
     args.input = inputs[0]
     if given:
         args.output = given[0]

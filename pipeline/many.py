@@ -264,7 +264,11 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
         if wide := sorted(set(overrides) & set(RUN_WIDE)):
             raise ConfigError(f"stream {i + 1}: {', '.join(wide)} set for one stream; the streams share one GPU "
                               "and one statistics file, so it is a setting of the whole run")
-        out = overrides.pop("output", None) or output_for(source, output, i, taken)
+        out = overrides.pop("output", None)
+        if out is None and output is None:
+            raise ConfigError(f"stream {i + 1} ({source}) has no output: give it output = \"...\" in its "
+                              "[[streams]] entry, or -o DIR/ or -o null for every stream")
+        out = out or output_for(source, output, i, taken)
         configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
     if output not in (None, "null") and not os.path.isdir(output):
         from .errors import OutputError

@@ -539,6 +539,9 @@ def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, 
     for path, what in ((clip, "an input"), (listing, "an input list"), (out / "clip0_processed.mkv", "an output")):
         assert f"--json is {what}" in refused(capsys, 2, f"@{listing}", "-o", str(out), "-y", "--json", str(path))
     assert listing.read_text() == f"{clip}\n" and not (out / "clip0_processed.mkv").exists()
+    new = tmp_path / "new"  # the directory the batch would make: refused before any file runs
+    assert "--json is the output directory" in refused(capsys, 2, str(clip), "-o", str(new), "--json", str(new))
+    assert not new.exists()
 
 
 def test_cli_json_may_go_into_the_output_directory_it_creates(clips, tmp_path):

@@ -168,6 +168,14 @@ def test_a_stream_that_would_write_what_another_reads_or_writes_is_refused(clips
 def test_cli_several_inputs_need_a_directory(clips, tmp_path):
     proc = run_cli("run", *clips[:3], "--device", "cpu", "-q")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "several inputs need -o DIR/" in proc.stderr
+    proc = run_cli("run", *clips[:2], "-o", tmp_path / "missing", "--device", "cpu", "-q")
+    assert proc.returncode == 2 and "several inputs need -o DIR/" in proc.stderr, proc.stderr
+    config = tmp_path / "streams.toml"  # [[streams]] without an output and no -o: not a silent null
+    config.write_text(f'[[streams]]\ninput = "{clips[0]}"\n[[streams]]\ninput = "{clips[1]}"\n')
+    proc = run_cli("run", "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 2 and "stream 1" in proc.stderr and "has no output" in proc.stderr, proc.stderr
+    assert "-o DIR/" in run_cli("run", "--help").stdout
 
 
 @pytest.mark.gpu

@@ -78,6 +78,8 @@ def main(args: argparse.Namespace, err: Console) -> int:
     sources = expand_inputs(args.inputs)
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
+        if out_dir is not None and Path(args.results_json).resolve() == out_dir.resolve():  # made by the batch
+            raise ConfigError(f"{args.results_json}: --json is the output directory; choose a file")
         check_report_path(args.results_json, "--json", _users_files(args.inputs, sources, batch), cfg.overwrite,
                           made_by_run=out_dir)
     stop = StopRequest()
