@@ -23,7 +23,7 @@ from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUSta
                      PipelineError, stop_signals)
 from .ffmpeg_args import resolve_paths
 from .log import LEVELS
-from .log import install as install_log
+from .log import install as install_log, uninstall as uninstall_log
 from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
 from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, silence, stdout_errors
 
@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None, *, process_ends: bool = False) -> int:
     """The command line, run in this process; its exit code. ``process_ends``: the process ends right after
     (:func:`entry`), so what its exit frees anyway may be left to it."""
     GPUStalled.happened = False
-    code = _main(sys.argv[1:] if argv is None else argv, process_ends)
+    try:
+        code = _main(sys.argv[1:] if argv is None else argv, process_ends)
+    finally:
+        if not process_ends:
+            uninstall_log()
     if GPUStalled.happened:  # threads are stuck in CUDA calls: the interpreter's own exit would wait on them
         sys.stdout.flush()
         sys.stderr.flush()

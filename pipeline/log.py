@@ -47,11 +47,19 @@ class LineHandler(logging.Handler):
 
 def install(write: Callable[[str], None], level: int) -> LineHandler:
     """Route the ``pipeline`` logger to ``write`` at ``level`` (replacing an earlier CLI handler)."""
-    for handler in list(log.handlers):
-        if isinstance(handler, LineHandler):
-            log.removeHandler(handler)
+    uninstall()
     handler = LineHandler(write, level)
     log.addHandler(handler)
     log.setLevel(min(level, logging.INFO) if level <= logging.CRITICAL else level)
     log.propagate = False  # the CLI owns stderr: no second copy through the root logger
     return handler
+
+
+def uninstall() -> None:
+    """Give the ``pipeline`` logger back as a library user finds it (the command line run in a process that
+    goes on: its console may write to a stream that is gone by the next message)."""
+    for handler in list(log.handlers):
+        if isinstance(handler, LineHandler):
+            log.removeHandler(handler)
+    log.setLevel(logging.NOTSET)
+    log.propagate = True

@@ -288,9 +288,10 @@ def test_streams_stopped_early_keep_the_statistics_of_the_frames_they_did(clips,
     result = run_many(configs_for(base, [str(c) for c in clips[:2]], str(out)), control=control,
                       stage=stop_at_the_fourth)
     assert [s.exit_code for s in result.streams] == [130, 130]
-    for stream in result.streams:
-        assert 4 <= stream.stats["frames_out"] < 12
+    for stream in result.streams:  # the stream that asked: its first four at least; the other: what it had done
+        assert 1 <= stream.stats["frames_out"] < 12
         assert len(decode(stream.output).frames) == stream.stats["frames_out"]
+    assert max(s.stats["frames_out"] for s in result.streams) >= 4
 
 
 def test_run_many_takes_a_list_of_sources_not_one(clips):

@@ -722,3 +722,17 @@ def test_an_encoder_this_machine_lacks_is_refused_before_the_run(tmp_path, clips
         pytest.skip("this machine has NVENC")
     assert_failed(result, 2, out, "h264_nvenc")
     assert "libx264" in result.stderr
+
+
+def test_the_command_run_in_a_process_that_goes_on_gives_the_logger_back(tmp_path, capsys):
+    """Its console writes to the stderr of that moment: a message after it returned (another run's, in a
+    library or a test) must not go to a stream that may be gone by then."""
+    import logging
+
+    from pipeline import cli
+    from pipeline.log import LineHandler
+
+    assert cli.main(["run", str(tmp_path / "missing.mp4"), "-o", "null", "--device", "cpu", "-q"]) == 3
+    logger = logging.getLogger("pipeline")
+    assert not any(isinstance(h, LineHandler) for h in logger.handlers)
+    assert logger.propagate and logger.level == logging.NOTSET
