@@ -87,9 +87,13 @@ def check_streams_stats(path: str, streams: list[tuple[str, str | None]], overwr
     and output."""
     theirs = []
     for source, output in streams:
-        written = local_path(output, dash=False) if output not in (None, "null", "-") else None
+        written = _written(output)
         theirs += local_files(input=source, output=written) + _linked(written)
     check_report_path(path, "--stats-json", theirs, overwrite)
+    report = _node(lambda: os.stat(path))  # /dev/stdout while a stream writes its video there
+    if report is not None and (i := next((i for i, (_, o) in enumerate(streams) if report in _endpoints(o, 1)),
+                                         None)) is not None:
+        raise ConfigError(f"{path}: --stats-json is where stream {i + 1} writes its video; choose another path")
 
 
 def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
@@ -188,13 +192,50 @@ def check_name_length(target: Path, what: str = "output") -> None:
         raise OutputError(f"{target}: {what} file name too long ({length} bytes; this filesystem takes {limit})")
 
 
-def _check_pipes(fds: list[int | None], verb: str) -> None:
+def _written(output: str | None) -> Path | None:
+    """The local file an output writes: a path, a ``file://`` URL, or the file behind ``-``/``pipe:N`` (stdout
+    redirected to a file); None for null, a stream URL or a pipe."""
+    if output in (None, "null"):
+        return None
+    fd = pipe_fd(output, 1)
+    return local_path(f"pipe:{fd}") if fd is not None else local_path(output, dash=False)
+
+
+def _endpoints(name: str | None, fd_default: int) -> set[tuple]:
+    """What a stream reads or writes that no other stream may share: its file descriptor (stdin, stdout),
+    and a pipe, FIFO, socket or terminal by identity, however it is named (``-``, ``/dev/stdin``, a FIFO's
+    path). A regular file is for the file checks; the null device is shared harmlessly."""
+    if name in (None, "null"):
+        return set()
+    fd = pipe_fd(name, fd_default)
+    path = local_path(name, dash=False) if fd is None else None
+    node = _node(lambda: os.fstat(fd)) if fd is not None else _node(lambda: os.stat(path)) if path else None
+    return {key for key in (("fd", fd) if fd is not None else None, node) if key is not None}
+
+
+def _node(stat_of) -> tuple | None:
+    """("node", device, inode) of a pipe, FIFO, socket or terminal; None for a regular file, a directory,
+    the null device, or what cannot be seen."""
+    try:
+        st = stat_of()
+        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or os.path.samestat(st, os.stat(os.devnull)):
+            return None
+    except (OSError, ValueError):
+        return None
+    return ("node", st.st_dev, st.st_ino)
+
+
+def _check_pipes(names: list[str | None], fd_default: int, verb: str) -> None:
     """Two streams on one pipe would each get part of its bytes."""
-    for i, fd in enumerate(fds):
-        if fd is not None and fd in fds[i + 1:]:
-            name = {0: "stdin", 1: "stdout"}.get(fd, f"file descriptor {fd}")
-            raise ConfigError(f"streams {i + 1} and {fds.index(fd, i + 1) + 1} both {verb} {name}; "
-                              f"one stream at most may {verb} a pipe")
+    seen: dict[tuple, int] = {}
+    for i, name in enumerate(names):
+        for key in _endpoints(name, fd_default):
+            if key in seen:
+                fds = {pipe_fd(n, fd_default) for n in (names[seen[key]], name)} - {None}
+                what = {0: "stdin", 1: "stdout"}.get(min(fds, default=-1), f"the same pipe ({name})")
+                raise ConfigError(f"streams {seen[key] + 1} and {i + 1} both {verb} {what}; "
+                                  f"one stream at most may {verb} a pipe")
+            seen[key] = i
 
 
 def check_streams(streams: list[tuple[str, str | None]]) -> None:
@@ -203,10 +244,10 @@ def check_streams(streams: list[tuple[str, str | None]]) -> None:
     and no two read one pipe (stdin) or write one."""
     from .sequence import is_frame_of
 
-    _check_pipes([pipe_fd(source, 0) for source, _ in streams], "read")
-    _check_pipes([pipe_fd(output, 1) if output not in (None, "null") else None for _, output in streams], "write")
+    _check_pipes([source for source, _ in streams], 0, "read")
+    _check_pipes([output for _, output in streams], 1, "write")
     def writes(output: str | None) -> list[Path]:
-        path = local_path(output, dash=False) if output not in (None, "null", "-") else None
+        path = _written(output)
         return [] if path is None else [path, *_links_of(path)]
 
     written = [writes(output) for _, output in streams]

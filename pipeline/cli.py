@@ -35,7 +35,9 @@ __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_p
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     file_values = load_toml(args.config) if args.config else {}
     args.stream_list = file_values.pop(STREAM_LIST, None)
-    if args.stream_list and not (getattr(args, "paths", None) or getattr(args, "input", None)):
+    if args.stream_list and (getattr(args, "paths", None) or getattr(args, "input", None)):
+        raise ConfigError("give the inputs on the command line or as [[streams]] in the config, not both")
+    if args.stream_list:
         args.input, args.inputs, args.paths = args.stream_list[0]["input"], None, None  # [[streams]] in the config
     elif hasattr(args, "paths"):  # pipeline run (pipeline batch names its inputs itself)
         resolve_paths(args)

@@ -45,9 +45,14 @@ class LineHandler(logging.Handler):
             self.handleError(record)
 
 
+_before: tuple[int, bool] | None = None  # the logger's level and propagation before install()
+
+
 def install(write: Callable[[str], None], level: int) -> LineHandler:
     """Route the ``pipeline`` logger to ``write`` at ``level`` (replacing an earlier CLI handler)."""
+    global _before
     uninstall()
+    _before = (log.level, log.propagate)
     handler = LineHandler(write, level)
     log.addHandler(handler)
     log.setLevel(min(level, logging.INFO) if level <= logging.CRITICAL else level)
@@ -56,10 +61,13 @@ def install(write: Callable[[str], None], level: int) -> LineHandler:
 
 
 def uninstall() -> None:
-    """Give the ``pipeline`` logger back as a library user finds it (the command line run in a process that
-    goes on: its console may write to a stream that is gone by the next message)."""
+    """Give the ``pipeline`` logger back as it was before :func:`install` (the command line run in a process
+    that goes on: its console may write to a stream that is gone by the next message)."""
+    global _before
     for handler in list(log.handlers):
         if isinstance(handler, LineHandler):
             log.removeHandler(handler)
-    log.setLevel(logging.NOTSET)
-    log.propagate = True
+    if _before is not None:
+        log.setLevel(_before[0])
+        log.propagate = _before[1]
+        _before = None

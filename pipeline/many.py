@@ -166,10 +166,12 @@ def _name_of(source: str, index: int) -> tuple[str, str]:
     its host and path (``rtsp://cam1/main`` -> ``cam1_main``) in Matroska, which takes any codec. So is an
     input whose extension names no format FFmpeg writes (a FIFO named ``cam.fifo``)."""
     from .avlib import muxer_extensions
-    from .config import is_url, pipe_fd
+    from .config import is_url, local_path, pipe_fd
 
     if pipe_fd(source) is not None:
         return "stdin", ".mkv"
+    if source.lower().startswith("file:") and (path := local_path(source)) is not None:
+        source = str(path)  # a file:// URL names a file
     if is_url(source):
         where = source.split("://", 1)[1].split("?")[0].split("#")[0].rsplit("@", 1)[-1]
         stem = re.sub(r"[^\w.-]+", "_", where).strip("._") or f"stream{index}"
@@ -255,10 +257,11 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
 def configs_for(base: RunConfig, inputs: list[str], output: str | None,
                 per_stream: list[dict[str, Any]] | None = None) -> list[RunConfig]:
     """One config per input: the base settings, each stream's own overrides, its output."""
-    taken: set[str] = set()
-    configs = []
     from .config import RUN_WIDE
 
+    # Names chosen for the others step aside from the outputs given explicitly.
+    taken = {os.path.basename(o) for o in (s.get("output") for s in per_stream or []) if o}
+    configs = []
     for i, source in enumerate(inputs):
         overrides = dict((per_stream or [{}] * len(inputs))[i])
         if wide := sorted(set(overrides) & set(RUN_WIDE)):

@@ -217,14 +217,22 @@ def test_chosen_gpus_are_checked_and_device_cuda_n_is_that_gpus_worker(monkeypat
             plan_workers(bad, None, "auto")
     with pytest.raises(GPUError, match=r"--gpus 0,2: no GPU 2 here; the GPUs are 0, 1"):
         plan_workers("0,2", None, "auto")
-    with pytest.raises(GPUError, match=r"--device cuda:7: no GPU 7 here"):
+    with pytest.raises(GPUError, match=r"--device cuda:7: no such GPU here; the GPUs are cuda:0 to cuda:1"):
         plan_workers(None, None, "cuda:7")
     assert [(s.name, s.env) for s in plan_workers(None, None, "cuda:1")] == [("gpu1", {"CUDA_VISIBLE_DEVICES": "1"})]
     with pytest.raises(ConfigError, match="choose one"):
         plan_workers("0", None, "cuda:1")
+    monkeypatch.setattr(cluster, "gpu_uuids", lambda: {"GPU-aaaa", "GPU-bbbb"})
+    assert [s.env for s in plan_workers("GPU-bbbb", None, "auto")] == [{"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}]
+    with pytest.raises(GPUError, match="no GPU GPU-cccc here"):
+        plan_workers("GPU-cccc", None, "auto")
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: ["2", "3"])  # CUDA_VISIBLE_DEVICES=2,3
+    assert [s.env for s in plan_workers(None, None, "cuda:0")] == [{"CUDA_VISIBLE_DEVICES": "2"}]  # as run counts
     monkeypatch.setattr(cluster, "visible_gpus", lambda: [])
     with pytest.raises(GPUError, match="--gpus 0: no GPU visible"):
         plan_workers("0", None, "auto")
+    with pytest.raises(GPUError, match="none is visible"):
+        plan_workers(None, None, "cuda:0")
 
 
 def test_at_most_one_worker_per_core_or_one_per_gpu(monkeypatch):

@@ -297,3 +297,67 @@ def test_streams_stopped_early_keep_the_statistics_of_the_frames_they_did(clips,
 def test_run_many_takes_a_list_of_sources_not_one(clips):
     with pytest.raises(ConfigError, match="list of sources"):
         pipeline.run_many(str(clips[0]), "null", device="cpu")
+
+
+def _streams_config(tmp_path, *entries: str) -> Path:
+    config = tmp_path / "streams.toml"
+    config.write_text("".join(f"[[streams]]\n{entry}\n" for entry in entries))
+    return config
+
+
+def test_a_stream_writing_stdout_keeps_it_for_its_video(clips, tmp_path):
+    """With stdout redirected to a file: --stats-json may not name that file, and the summary goes to stderr."""
+    import subprocess
+
+    from utils import cli_command
+
+    config = _streams_config(tmp_path, f'input = "{clips[0]}"\noutput = "-"\noutput_format = "matroska"',
+                             f'input = "{clips[1]}"\noutput = "null"')
+    video = tmp_path / "v.mkv"
+    for stats, code in ((video, 2), (tmp_path / "s.json", 0)):
+        with open(video, "wb") as stdout:
+            proc = subprocess.run([str(c) for c in cli_command("run", "--config", config, "--device", "cpu", "-c",
+                                                               "ffv1", "--stats-json", stats, "-y")],
+                                  stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert proc.returncode == code, proc.stderr
+    assert "is where stream 1 writes its video" not in proc.stderr and "2 streams" in proc.stderr
+    assert len(decode(video).frames) == 12  # the whole file is the video: no table after it
+    assert read_json(tmp_path / "s.json")["totals"]["streams"] == 2
+
+
+@pytest.mark.parametrize("names", [("-", "/dev/stdin"), ("pipe:0", "/dev/fd/0")])
+def test_one_pipe_named_two_ways_is_still_one_pipe(clips, names):
+    proc = run_cli("run", *names, "-o", "null", "--device", "cpu", "-q", "-f", "matroska",
+                   input=clips[0].read_bytes(), text=False)
+    assert proc.returncode == 2 and b"both read stdin" in proc.stderr, proc.stderr
+
+
+def test_two_streams_writing_stdout_by_two_names_are_refused(clips, tmp_path):
+    config = _streams_config(tmp_path, f'input = "{clips[0]}"\noutput = "-"\noutput_format = "matroska"',
+                             f'input = "{clips[1]}"\noutput = "/dev/stdout"\noutput_format = "matroska"')
+    proc = run_cli("run", "--config", config, "--device", "cpu", "-q", "-y")
+    assert proc.returncode == 2 and "both write stdout" in proc.stderr, proc.stderr
+
+
+def test_an_input_on_the_command_line_beside_streams_in_the_config_is_refused(clips, tmp_path):
+    config = _streams_config(tmp_path, f'input = "{clips[0]}"\noutput = "null"')
+    proc = run_cli("run", clips[1], "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 2 and "not both" in proc.stderr, proc.stderr
+
+
+def test_chosen_names_step_aside_from_outputs_given_and_file_urls_are_files(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    configs = configs_for(RunConfig(device="cpu"), ["d/a.mp4", "b.mp4", f"file://{tmp_path}/c.mov"], f"{out}/",
+                          [{}, {"output": str(out / "a_processed.mp4")}, {}])
+    assert [Path(c.output).name for c in configs] == ["a_0_processed.mp4", "a_processed.mp4", "c_processed.mov"]
+
+
+def test_a_fifo_read_by_two_streams_is_refused_a_file_is_not(clips, tmp_path):
+    from pipeline.checks import check_streams
+
+    fifo = tmp_path / "cam.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="both read the same pipe"):
+        check_streams([(str(fifo), "null"), (str(fifo), "null")])  # stat only: nothing opens the FIFO
+    check_streams([(str(clips[0]), "null"), (str(clips[0]), "null"), ("/dev/null", "null")])

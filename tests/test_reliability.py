@@ -732,7 +732,12 @@ def test_the_command_run_in_a_process_that_goes_on_gives_the_logger_back(tmp_pat
     from pipeline import cli
     from pipeline.log import LineHandler
 
-    assert cli.main(["run", str(tmp_path / "missing.mp4"), "-o", "null", "--device", "cpu", "-q"]) == 3
     logger = logging.getLogger("pipeline")
-    assert not any(isinstance(h, LineHandler) for h in logger.handlers)
-    assert logger.propagate and logger.level == logging.NOTSET
+    before = (logger.level, logger.propagate)
+    logger.setLevel(logging.ERROR)  # the program's own choice, kept
+    try:
+        assert cli.main(["run", str(tmp_path / "missing.mp4"), "-o", "null", "--device", "cpu", "-q"]) == 3
+        assert not any(isinstance(h, LineHandler) for h in logger.handlers)
+        assert logger.propagate and logger.level == logging.ERROR
+    finally:
+        logger.setLevel(before[0])

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from ..config import device_index
 from ..errors import ConfigError, GPUError
 
 
@@ -69,11 +70,16 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
         raise ConfigError(f"Invalid --workers ({workers}). Supported values are integers >= 1.")
     if device == "cpu" and gpus is not None:
         raise ConfigError("--gpus with --device cpu: choose one")
-    asked = f"--gpus {gpus}"
-    if index := device.partition(":")[2]:  # a worker sees only its own GPU: cuda:N is the worker on GPU N
+    if (index := device_index(device)) is not None:
+        # A worker sees only its own GPU: cuda:N is the worker on the Nth GPU this process may use, as
+        # `pipeline run --device cuda:N` counts them.
         if gpus is not None:
-            raise ConfigError(f"--device {device} with --gpus: choose one (--gpus {index} runs on that GPU)")
-        gpus, device, asked = index, "cuda", f"--device {device}"
+            raise ConfigError(f"--device {device} with --gpus: choose one")
+        visible = visible_gpus()
+        if index >= len(visible):
+            there = f"the GPUs are cuda:0 to cuda:{len(visible) - 1}" if visible else "none is visible"
+            raise GPUError(f"--device {device}: no such GPU here; {there}")
+        return gpu_workers([visible[index]])
     if workers is not None:
         if device == "cuda":
             raise ConfigError("--workers starts CPU workers; for --device cuda choose GPUs with --gpus")
@@ -81,7 +87,7 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
         return cpu_workers(workers)
     if device == "cpu":
         return cpu_workers(default_cpu_workers())
-    ids = _chosen_gpus(gpus, asked)
+    ids = _chosen_gpus(gpus)
     if ids:
         check_worker_count(len(ids), len(set(ids)), f"--gpus {gpus or 'all'}")
         return gpu_workers(ids)
@@ -90,7 +96,7 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
     return cpu_workers(default_cpu_workers())
 
 
-def _chosen_gpus(gpus: str | None, asked: str) -> list[str]:
+def _chosen_gpus(gpus: str | None) -> list[str]:
     """The GPUs of ``--gpus`` (all visible ones for None or ``all``); ids as nvidia-smi numbers them, or
     UUIDs (``GPU-...``, ``MIG-...``), which CUDA_VISIBLE_DEVICES also takes."""
     if gpus is None or gpus == "all":
@@ -103,9 +109,10 @@ def _chosen_gpus(gpus: str | None, asked: str) -> list[str]:
         raise ConfigError(f"Invalid --gpus ({gpus!r}). Supported values are 'all' or device ids, e.g. 0,1.")
     visible = visible_gpus()
     if not visible:
-        raise GPUError(f"{asked}: no GPU visible (nvidia-smi and CuPy found none)")
-    if missing := [g for g in dict.fromkeys(ids) if g not in visible]:
-        raise GPUError(f"{asked}: no GPU {', '.join(missing)} here; the GPUs are {', '.join(visible)}")
+        raise GPUError(f"--gpus {gpus}: no GPU visible (nvidia-smi and CuPy found none)")
+    known = set(visible) | (gpu_uuids() if any(not g.isdigit() for g in ids) else set())
+    if missing := [g for g in dict.fromkeys(ids) if g not in known]:
+        raise GPUError(f"--gpus {gpus}: no GPU {', '.join(missing)} here; the GPUs are {', '.join(visible)}")
     return ids
 
 
@@ -122,20 +129,32 @@ def gpu_workers(ids: list[str]) -> list[WorkerSpec]:
     return specs
 
 
+def gpu_uuids() -> set[str]:
+    """The GPUs' UUIDs as nvidia-smi lists them (CUDA_VISIBLE_DEVICES takes them too); none without it."""
+    return set(_smi("uuid") or [])
+
+
+def _smi(field: str) -> list[str] | None:
+    """One ``--query-gpu`` field of every GPU; None where nvidia-smi is missing or fails."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def visible_gpus() -> list[str]:
     """Device ids this process may use: those in CUDA_VISIBLE_DEVICES when it is set, else the GPUs
     ``nvidia-smi`` lists, else the count CuPy sees (asked last: it starts CUDA in this process)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
-    smi = shutil.which("nvidia-smi")
-    if smi is not None:
-        try:
-            out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                                 text=True, timeout=20, check=True).stdout
-            return [line.strip() for line in out.splitlines() if line.strip()]
-        except (OSError, subprocess.SubprocessError):
-            pass
+    if (indices := _smi("index")) is not None:
+        return indices
     from ..gpu.cuda import cupy, gpu_status
 
     ok, _ = gpu_status()
