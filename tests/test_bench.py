@@ -160,6 +160,21 @@ def test_bench_whole_runs_times_every_row_and_reports_a_missing_peer(tmp_path):
     assert "| ours | 30 |" in (tmp_path / "whole_runs.md").read_text()
 
 
+def test_bench_warm_runs_alternates_strategies_in_one_process(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_warm_runs.py"), "--clips", "tiny",
+                           "--runs", "2", "--device", "cpu", "--decode", "cpu", "--out-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = read_json(tmp_path / "warm_runs.json")["clips"]["tiny"]
+    assert [(r["run"], r["alloc"]) for r in result["rows"]] == [(1, "pool"), (1, "naive"), (2, "naive"), (2, "pool")]
+    assert all(r["frames"] == 30 and 0 < r["run_over_steady"] and r["first_frame_ms"] > 0 for r in result["rows"])
+    assert set(result["summary"]) == {"warm_pool_over_naive", "warm_pool_run_over_steady", "warm_naive_run_over_steady"}
+    assert "| 2 | pool | 30 |" in (tmp_path / "warm_runs.md").read_text()
+
+
 def test_a_runs_start_is_in_its_statistics_on_the_wall_clock(tmp_path):
     import time
 
