@@ -24,7 +24,7 @@ from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUSta
 from .ffmpeg_args import resolve_paths
 from .log import LEVELS
 from .log import install as install_log, uninstall as uninstall_log
-from .startup import PROCESS_STARTED, create_cuda_context_early, steady_malloc
+from .startup import PROCESS_STARTED, create_cuda_context_early
 from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, silence, stdout_errors
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
@@ -91,7 +91,8 @@ def entry() -> None:
 
 
 def _main(argv: list[str], process_ends: bool = False) -> int:
-    steady_malloc()
+    # Not steady_malloc(): a command runs once, and the naive strategy it compares against pays for each
+    # frame's host buffer what an application's allocator would make it pay (see that function).
     hold_closed_descriptors()
     # A closed terminal must not end the run; a stderr closed from the start is rich's null file.
     err = Console(file=Unfailing(sys.stderr) if sys.stderr is not None else None, stderr=True, highlight=False)

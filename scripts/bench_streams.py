@@ -37,7 +37,6 @@ from pipeline.bench.report import script_heading, script_run, write_script_repor
 from pipeline.config import RunConfig  # noqa: E402
 from pipeline.many import run_many  # noqa: E402
 from pipeline.sample import make_clip  # noqa: E402
-from pipeline.startup import steady_malloc  # noqa: E402
 
 
 def counts(text: str) -> list[int]:
@@ -268,7 +267,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.in_flight is not None:
         SETTINGS["in_flight"] = args.in_flight
-    steady_malloc()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     frames = args.frames or int(args.seconds * 30)
     if args.one:  # a worker process of --processes: its clip is the parent's
