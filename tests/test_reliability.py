@@ -741,3 +741,22 @@ def test_the_command_run_in_a_process_that_goes_on_gives_the_logger_back(tmp_pat
         assert logger.propagate and logger.level == logging.ERROR
     finally:
         logger.setLevel(before[0])
+
+
+def test_the_command_leaves_malloc_as_an_application_has_it(tmp_path, monkeypatch):
+    """A fixed mmap threshold makes every frame-sized host buffer allocated after a free a fresh mapping: a cost
+    only the naive strategy's per-frame buffers pay, so a command that compares strategies must not set it."""
+    from pipeline import cli, startup
+
+    class Libc:
+        def mallopt(self, *args) -> int:
+            raise AssertionError("the command set a malloc parameter")
+
+        def malloc_trim(self, pad: int) -> int:  # giving free memory back after a run is fine
+            return 0
+
+    monkeypatch.setattr(startup, "libc", lambda: Libc())
+    clip = tmp_path / "in.mp4"
+    make_clip(clip, width=96, height=64, frames=3, audio=False)
+    for alloc in ("pool", "naive"):
+        assert cli.main(["run", str(clip), "-o", "null", "--device", "cpu", "--alloc", alloc, "-q"]) == 0
