@@ -73,8 +73,9 @@ def steady_malloc() -> bool:
 
     The price: a frame-sized buffer allocated again after a free is a fresh mapping, its pages faulted in
     and zeroed (a 1080p I420 buffer allocated, filled and freed: 0.94 ms against 0.24 ms on the CPU machine).
-    The pooled strategies allocate no such buffer per frame, the naive one does, so a process that compares
-    them must not call this: ``pipeline run`` and ``pipeline bench`` leave malloc as an application has it."""
+    The pooled strategies' host buffers are allocated once, the naive one's every frame, so a process that
+    compares them must not call this (nor should a single run pay it for whatever else allocates per frame):
+    ``pipeline run`` and ``pipeline bench`` leave malloc as an application has it."""
     try:
         lib = libc()
         return bool(lib is not None and lib.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
