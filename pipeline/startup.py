@@ -64,8 +64,8 @@ def trim_heap() -> None:
 
 
 def steady_malloc() -> bool:
-    """Keep glibc's malloc from growing a long-lived process run after run (the batch workers and the soak
-    scripts call this; a library user may too). glibc raises its mmap threshold each time a large block is
+    """Keep glibc's malloc from growing a long-lived process run after run (the soak scripts call this; a
+    library user may too). glibc raises its mmap threshold each time a large block is
     freed, up to 32 MiB, after which frame-sized buffers (host slots, decoded frames) come from the heap
     instead of their own mappings, and the heap fragments: a process running one clip after another grew
     about 0.2 MiB per run for hundreds of runs. Fixing the threshold (which also turns the adjustment off)

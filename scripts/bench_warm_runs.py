@@ -7,8 +7,8 @@ second and later files, against the first; pooled against naive.
 One process runs each clip ``--runs`` times with each strategy, pool and naive alternating, to ``null``.
 Reported per run: the run's fps (set-up included: the statistics' ``fps``), its steady fps (after the first
 frames), the one over the other, and the time from the run's start to its first frame out. The process's
-first run pays CuPy's import, the CUDA context and the kernels' load; the later ones only what a run opens
-itself (the decoder, the ring and the arena). Clips as ``scripts/bench_whole_runs.py`` makes them
+first run pays CuPy's import, the CUDA context and the kernels' load; the later ones, "warm" in the
+summary, only what a run opens itself (the decoder, the ring and the arena). Clips as ``scripts/bench_whole_runs.py`` makes them
 (``tiny`` checks the script on any machine). Writes warm_runs.json and warm_runs.md.
 """
 
@@ -37,33 +37,40 @@ def parse_args(argv):
     p.add_argument("--clips", default="1080p,4k")
     p.add_argument("--decode", default="auto", help="as pipeline run's --decode (default: auto)")
     p.add_argument("--device", default="auto")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if unknown := [c for c in args.clips.split(",") if c not in CLIPS]:
+        p.error(f"unknown clip {', '.join(unknown)}; the clips are {', '.join(CLIPS)}")
+    if args.runs < 1:
+        p.error("--runs: at least 1")
+    return args
 
 
 def one_run(clip: Path, alloc: str, decode: str, device: str) -> dict:
     import pipeline
 
     stats = pipeline.run(str(clip), "null", alloc=alloc, decode=decode, device=device, quiet=True)
-    steady = round(float(stats["steady_fps"] or stats["fps"]), 1)
+    steady = round(float(stats["steady_fps"]), 1) if stats["steady_fps"] else None  # too few frames to tell
     return {"alloc": alloc, "frames": stats["frames_out"], "fps": round(stats["fps"], 1), "steady_fps": steady,
             "run_over_steady": round(stats["fps"] / steady, 3) if steady else None,
             "first_frame_ms": stats["time_to_first_frame_ms"], "decode": stats["decode"], "device": stats["device"]}
 
 
-def measure(clip: Path, runs: int, decode: str, device: str, say) -> dict:
+def measure(clip: Path, runs: int, decode: str, device: str, first: bool, say) -> dict:
+    """``first``: this clip's first run is the process's first (cold), left out of the summary."""
     rows = []
     for i in range(runs):
         for alloc in STRATEGIES if i % 2 == 0 else reversed(STRATEGIES):
-            row = {"run": i + 1, **one_run(clip, alloc, decode, device)}
+            row = {"run": i + 1, "warm": not (first and not rows), **one_run(clip, alloc, decode, device)}
             say(str(row))
             rows.append(row)
-    warm = {a: [r for r in rows if r["alloc"] == a and r["run"] > 1] for a in STRATEGIES}
+    warm = {a: [r for r in rows if r["alloc"] == a and r["warm"]] for a in STRATEGIES}
     summary = {}
     if all(warm.values()):
         fps = {a: statistics.median(r["fps"] for r in warm[a]) for a in STRATEGIES}
+        ratios = {a: [r["run_over_steady"] for r in warm[a] if r["run_over_steady"] is not None] for a in STRATEGIES}
         summary = {"warm_pool_over_naive": round(fps["pool"] / fps["naive"], 2),
-                   **{f"warm_{a}_run_over_steady": round(statistics.median(r["run_over_steady"] for r in warm[a]), 3)
-                      for a in STRATEGIES}}
+                   **{f"warm_{a}_run_over_steady": round(statistics.median(ratios[a]), 3)
+                      for a in STRATEGIES if ratios[a]}}
     return {"rows": rows, "summary": summary}
 
 
@@ -78,8 +85,8 @@ def markdown(report: dict) -> str:
                                  lambda r: [r["run"], r["alloc"]],
                                  lambda r: [r["frames"], r["fps"], r["steady_fps"], r["run_over_steady"],
                                             r["first_frame_ms"], r["decode"]]), ""]
-        if result["summary"]:
-            lines += [", ".join(f"{k}: {v}" for k, v in result["summary"].items()), ""]
+        lines += [", ".join(f"{k}: {v}" for k, v in result["summary"].items()) if result["summary"]
+                  else "(no warm run of both strategies: the summary needs --runs 2 or a second clip)", ""]
     return "\n".join(lines)
 
 
@@ -92,8 +99,9 @@ def main(argv=None) -> int:
     def say(m: str) -> None:
         print(f"bench_warm_runs: {m}", flush=True)
 
-    clips = {name: measure(clip_for(name, args.out_dir), args.runs, args.decode, args.device, say)
-             for name in args.clips.split(",") if name in CLIPS}
+    names = args.clips.split(",")
+    clips = {name: measure(clip_for(name, args.out_dir), args.runs, args.decode, args.device, i == 0, say)
+             for i, name in enumerate(names)}
     from pipeline.gpu.cuda import cupy, gpu_status
     from pipeline.gpu.probe import device_info
 

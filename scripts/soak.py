@@ -174,7 +174,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    steady_malloc()  # as the batch workers do
+    steady_malloc()
     w, h = (int(v) for v in args.size.lower().split("x"))
     with tempfile.TemporaryDirectory(prefix="soak-") as d:
         d = Path(d)

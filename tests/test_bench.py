@@ -169,7 +169,8 @@ def test_bench_warm_runs_alternates_strategies_in_one_process(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = read_json(tmp_path / "warm_runs.json")["clips"]["tiny"]
-    assert [(r["run"], r["alloc"]) for r in result["rows"]] == [(1, "pool"), (1, "naive"), (2, "naive"), (2, "pool")]
+    assert [(r["run"], r["alloc"], r["warm"]) for r in result["rows"]] == [
+        (1, "pool", False), (1, "naive", True), (2, "naive", True), (2, "pool", True)]  # only the process's first is cold
     assert all(r["frames"] == 30 and 0 < r["run_over_steady"] and r["first_frame_ms"] > 0 for r in result["rows"])
     assert set(result["summary"]) == {"warm_pool_over_naive", "warm_pool_run_over_steady", "warm_naive_run_over_steady"}
     assert "| 2 | pool | 30 |" in (tmp_path / "warm_runs.md").read_text()

@@ -22,7 +22,6 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..engine import Pipeline, RunControl
 from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupted, PipelineError
 from ..log import log
-from ..startup import steady_malloc
 from .cluster import LEFT_TO_THE_BATCH
 from .jobs import FileResult, Job
 from .resume import forget, input_identity, write_marker
@@ -112,8 +111,6 @@ class BatchPlugin(WorkerPlugin):
     def setup(self, worker) -> None:
         self.state = WorkerState(str(worker.name))
         log.addHandler(self.state.handler)
-        if threading.current_thread() is threading.main_thread():  # a worker process of its own, not a thread
-            steady_malloc()  # it runs file after file: its memory must stay flat
         if self.ignore_sigint and threading.current_thread() is threading.main_thread():
             # A worker of the batch's own cluster leaves Ctrl-C and SIGHUP to the batch process (see
             # cluster.py), also when its Nanny restarted it after a crash, with the batch's own handler in place.
