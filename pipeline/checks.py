@@ -246,6 +246,7 @@ def check_streams(streams: list[tuple[str, str | None]]) -> None:
 
     _check_pipes([source for source, _ in streams], 0, "read")
     _check_pipes([output for _, output in streams], 1, "write")
+
     def writes(output: str | None) -> list[Path]:
         path = _written(output)
         return [] if path is None else [path, *_links_of(path)]

@@ -133,11 +133,12 @@ class ManyResult:
         replace a file that exists by now (a FIFO or a device is written into)."""
         import json
 
+        from .stats import open_report
+
         body = {"schema_version": 1, "totals": self.totals(),
                 "streams": [{"input": s.input, "output": s.output, "exit_code": s.exit_code, "error": s.error,
                              "stats": s.stats} for s in self.streams]}
-        special = Path(path).exists() and not Path(path).is_file()
-        with open(path, "x" if exclusive and not special else "w") as f:
+        with open_report(path, exclusive) as f:
             f.write(json.dumps(body, indent=2) + "\n")
 
     def totals(self) -> dict[str, Any]:
@@ -257,16 +258,11 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
 def configs_for(base: RunConfig, inputs: list[str], output: str | None,
                 per_stream: list[dict[str, Any]] | None = None) -> list[RunConfig]:
     """One config per input: the base settings, each stream's own overrides, its output."""
-    from .config import RUN_WIDE
-
     # Names chosen for the others step aside from the outputs given explicitly.
     taken = {os.path.basename(o) for o in (s.get("output") for s in per_stream or []) if o}
     configs = []
     for i, source in enumerate(inputs):
         overrides = dict((per_stream or [{}] * len(inputs))[i])
-        if wide := sorted(set(overrides) & set(RUN_WIDE)):
-            raise ConfigError(f"stream {i + 1}: {', '.join(wide)} set for one stream; the streams share one GPU "
-                              "and one statistics file, so it is a setting of the whole run")
         out = overrides.pop("output", None)
         if out is None and output is None:
             raise ConfigError(f"stream {i + 1} ({source}) has no output: give it output = \"...\" in its "

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .config import RunConfig, pipe_fd
+from .config import RunConfig
 from .errors import ConfigError
 from .stdio import StdoutConsole, stdout_errors
 
@@ -17,7 +17,7 @@ from .stdio import StdoutConsole, stdout_errors
 def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dict[str, Any]] | None,
                  err: Console, install_signal_handlers: Callable, process_ends: bool = False) -> int:
     from .checks import check_streams_stats
-    from .cli import write_stats
+    from .cli import write_stats, writes_stdout
     from .engine import RunControl
     from .many import configs_for, run_many
 
@@ -38,7 +38,7 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     if cfg.stats_json:  # on a failed run a write error is a notice: the streams' own worst code says more
         write_stats(result, cfg.stats_json, err, failing=result.exit_code != 0, overwrite=cfg.overwrite)
     if not cfg.quiet:
-        if any(c.output not in (None, "null") and pipe_fd(c.output, 1) == 1 for c in configs):
+        if any(writes_stdout(c) for c in configs):
             err.print(table(result))  # stdout carries a stream's video: nothing else goes there
         else:
             with stdout_errors("; the streams' runs are complete"):

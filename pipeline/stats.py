@@ -27,6 +27,13 @@ DROP_STAGES = ("decode", "submit")
 SCHEMA_VERSION = 1
 
 
+def open_report(path: str | Path, exclusive: bool = False):
+    """A statistics file opened for writing; ``exclusive``: fail (FileExistsError) rather than replace a
+    file that exists by now. A FIFO or a device is written into either way."""
+    special = Path(path).exists() and not Path(path).is_file()
+    return open(path, "x" if exclusive and not special else "w")
+
+
 @dataclass
 class RunStats:
     device: str = "cpu"
@@ -191,8 +198,7 @@ class RunStats:
         series = self.latency.series() if self.latency else {}
         columns = ",\n".join(f"    {json.dumps(name)}: {json.dumps(values)}" for name, values in series.items())
         body = body[:-2] + ',\n  "per_frame": {' + (f"\n{columns}\n  " if columns else "") + "}\n}"
-        special = Path(path).exists() and not Path(path).is_file()  # a FIFO or device: written into
-        with open(path, "x" if exclusive and not special else "w") as f:
+        with open_report(path, exclusive) as f:
             f.write(body + "\n")
 
     def table(self) -> Table:
