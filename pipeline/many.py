@@ -153,11 +153,17 @@ def output_for(source: str, output: str | None, index: int, taken: set[str]) -> 
     """``DIR/<stem>_processed<ext>`` for a directory (``-o DIR/``), ``null`` as it is."""
     if output in (None, "null"):
         return "null"
+    from .outfile import fit_name, name_max
+
     stem, suffix = _name_of(source, index)
-    name = f"{stem}_processed{suffix}"
-    n = index
+    limit = name_max(Path(output))  # a name chosen here must fit, however long the input's
+
+    def named(tail: str) -> str:
+        return fit_name(stem, limit - len(os.fsencode(f"{tail}{suffix}"))) + tail + suffix
+
+    name, n = named("_processed"), index
     while name in taken:  # two inputs of one name in different folders (and a_2.mp4 beside a second a.mp4)
-        name, n = f"{stem}_{n}_processed{suffix}", n + 1
+        name, n = named(f"_{n}_processed"), n + 1
     taken.add(name)
     return str(Path(output) / name)
 

@@ -48,11 +48,16 @@ def partial_prefix(target: Path) -> str:
     would pass the limit: a 250-byte output name must still get a temporary file."""
     stem, suffix = target.stem, target.suffix
     room = name_max(target.parent) - len(os.fsencode(f".{PARTIAL}{suffix}")) - _PID_DIGITS
+    return f".{fit_name(stem, room)}{PARTIAL}"
+
+
+def fit_name(stem: str, room: int) -> str:
+    """``stem``, or where it is longer than ``room`` bytes, its start (whole characters) and a digest of
+    all of it, so that two long names cut alike stay apart."""
     if len(os.fsencode(stem)) <= room:
-        return f".{stem}{PARTIAL}"
+        return stem
     digest = "~" + hashlib.sha1(os.fsencode(stem)).hexdigest()[:10]
-    keep = os.fsencode(stem)[: max(0, room - len(digest))].decode(errors="ignore")  # whole characters only
-    return f".{keep}{digest}{PARTIAL}"
+    return os.fsencode(stem)[: max(0, room - len(digest))].decode(errors="ignore") + digest
 
 
 def final_path(target: Path) -> Path:

@@ -271,6 +271,16 @@ def test_names_in_a_directory_for_urls_pipes_fifos_and_clashing_stems():
     assert output_for("a.mp4", "null", 0, set()) == "null"
 
 
+def test_a_name_chosen_from_a_long_input_fits_the_filesystem(tmp_path):
+    from pipeline.outfile import name_max
+
+    taken: set[str] = set()
+    long = "é" * 120 + ".mp4"  # 240 bytes: with "_processed" past the usual 255
+    names = [Path(output_for(f"{d}/{long}", str(tmp_path), i, taken)).name for i, d in enumerate("xy")]
+    assert len(set(names)) == 2 and all(n.endswith("_processed.mp4") for n in names)
+    assert all(len(os.fsencode(n)) <= name_max(tmp_path) for n in names) and names[0].startswith("é" * 100)
+
+
 def test_streams_stopped_early_keep_the_statistics_of_the_frames_they_did(clips, tmp_path):
     from pipeline.control import RunControl
 
