@@ -9,7 +9,9 @@ sigma 1.5 on luma, half that on the half-size chroma), the I420 result is downlo
 buffers and a second thread encodes it with libx264 ultrafast into MP4. ``pipeline run`` runs the same clip
 with ``--filters gblur=sigma=1.5 --encoder-opt preset=ultrafast``, once leaving through the command's own exit
 (:func:`pipeline.cli.entry`) and once through the interpreter's normal exit with everything closed
-(``pipeline.cli.main``), and with ``-o null`` both ways. Every row is a fresh process, rows alternate in order;
+(``pipeline.cli.main``), and with ``-o null`` both ways. The two "from open" rows time the peer and
+``pipeline.run`` on PEERS.md's clock instead: CuPy imported and the CUDA context made before it starts, from
+the open (the call) to the output closed. Every row is a fresh process, rows alternate in order;
 reported: frames over the process's wall time (interpreter start to exit), steady fps (after the first 8
 frames), and "whole run": from the run's set-up to the output closed (the peer's own clock from just after
 NumPy's and PyAV's imports to its output closed; ours ``wall_s`` + ``finish_ms``), so that both count CuPy's
@@ -41,7 +43,9 @@ if str(ROOT) not in sys.path:
 CLIPS = {"4k": (3840, 2160, 30, 120), "1080p": (1920, 1080, 60, 300), "tiny": (320, 240, 30, 30)}  # w, h, fps, frames
 SIGMA = 1.5
 INTERPRETER_EXIT = "import sys; from pipeline.cli import main; sys.exit(main(sys.argv[1:]))"
-ROWS = ("peer", "ours", "ours, interpreter exit", "ours -o null", "ours -o null, interpreter exit")
+ROWS = ("peer", "ours", "ours, interpreter exit", "ours -o null", "ours -o null, interpreter exit",
+        "peer, from open", "ours, from open")
+FROM_OPEN = ("peer, from open", "ours, from open")  # PEERS.md's clock: CuPy imported and the context made first
 
 
 def parse_args(argv):
@@ -50,15 +54,32 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--clips", default="4k,1080p")
     p.add_argument("--peer-once", nargs=2, metavar=("CLIP", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument("--ours-once", nargs=2, metavar=("CLIP", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument("--from-open", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
-def peer_once(clip: str, out: str) -> dict:
+def context_first() -> None:
+    """CuPy imported and the CUDA context made, which PEERS.md's "whole run" (open to output closed) leaves
+    out; nothing where there is no CuPy (the CPU backend's check of this script)."""
+    try:
+        import cupy
+    except ImportError:
+        return
+    cupy.cuda.Device(0).use()
+    cupy.empty(1)  # the context, current on this thread
+
+
+def peer_once(clip: str, out: str, from_open: bool = False) -> dict:
     """The peer pipeline, once; its figures as JSON on stdout."""
     imported = time.perf_counter()
     import av
     import numpy as np
 
+    if from_open:
+        import cupyx.scipy.ndimage  # noqa: F401
+        import PyNvVideoCodec  # noqa: F401
+        context_first()
     t0 = time.perf_counter()  # as for ours: NumPy and PyAV before, CuPy's import and the context in the run
     import cupy
     import cupyx
@@ -68,8 +89,7 @@ def peer_once(clip: str, out: str) -> dict:
     with av.open(clip) as probe:
         v = probe.streams.video[0]
         w, h, rate = v.codec_context.width, v.codec_context.height, v.average_rate
-    cupy.cuda.Device(0).use()
-    cupy.empty(1)  # the context, current on this thread
+    context_first()
     stream = cupy.cuda.Stream(non_blocking=True)
     dmx = nvc.CreateDemuxer(filename=clip)
     dec = nvc.CreateDecoder(gpuid=0, codec=dmx.GetNvCodecId(), cudacontext=cupy.cuda.driver.ctxGetCurrent(),
@@ -132,6 +152,23 @@ def peer_once(clip: str, out: str) -> dict:
             "ttff_ms": (first_packet[0] - t0) * 1e3 if first_packet else None}
 
 
+def ours_once(clip: str, out: str) -> dict:
+    """``pipeline.run`` once in a process whose CuPy and context were made before the clock, as the peer's
+    "from open" row: from the call to the output closed; its figures as JSON on stdout."""
+    imported = time.perf_counter()
+    context_first()
+    import pipeline
+    import pipeline.build  # noqa: F401  what the command imports before its run's clock starts
+    import pipeline.engine  # noqa: F401
+
+    t0 = time.perf_counter()
+    stats = pipeline.run(clip, out, filters=f"gblur=sigma={SIGMA}", encoder_opts={"preset": "ultrafast"},
+                         overwrite=True, quiet=True)
+    done = time.perf_counter()
+    return {"frames": stats["frames_out"], "whole_s": done - t0, "imports_s": t0 - imported,
+            "steady_fps": stats.get("steady_fps"), "ttff_ms": stats.get("time_to_first_frame_ms")}
+
+
 def steady_fps(times: list[float], skip: int = 8) -> float | None:
     """Frames per second after the first ``skip``, as ``RunStats.steady_fps`` counts ours."""
     return (len(times) - 1 - skip) / (times[-1] - times[skip]) if len(times) > skip + 1 else None
@@ -140,8 +177,10 @@ def steady_fps(times: list[float], skip: int = 8) -> float | None:
 def run_row(row: str, clip: Path, out_dir: Path) -> dict:
     out = out_dir / "out.mp4"
     stats = out_dir / "stats.json"
-    if row == "peer":
-        cmd = [sys.executable, __file__, "--peer-once", str(clip), str(out)]
+    if row.startswith("peer"):
+        cmd = [sys.executable, __file__, "--peer-once", str(clip), str(out), *(["--from-open"] if row in FROM_OPEN else [])]
+    elif row in FROM_OPEN:
+        cmd = [sys.executable, __file__, "--ours-once", str(clip), str(out)]
     else:
         entry = ["-c", INTERPRETER_EXIT] if "interpreter exit" in row else ["-m", "pipeline"]
         target = "null" if "null" in row else str(out)
@@ -152,18 +191,19 @@ def run_row(row: str, clip: Path, out_dir: Path) -> dict:
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1][:300]}
-    if row == "peer":
+    own_clock = row.startswith("peer") or row in FROM_OPEN  # figures printed by the child, not --stats-json
+    if own_clock:
         data = json.loads(proc.stdout.strip().splitlines()[-1])
         frames, whole = data["frames"], data["whole_s"]
     else:
         data = json.loads(stats.read_text())
         frames, whole = data["frames_out"], data["wall_s"] + (data.get("finish_ms") or 0.0) / 1e3
-    detail = {"ttff_ms": data["ttff_ms"]} if row == "peer" else {
+    detail = {"ttff_ms": data["ttff_ms"]} if own_clock else {
         k: data.get(k) for k in ("time_to_first_frame_ms", "startup_ms", "finish_ms", "steady_fps", "decode")}
     return {"detail": detail, "frames": frames, "process_s": wall, "process_fps": frames / wall, "whole_fps": frames / whole,
             "steady_fps": data.get("steady_fps") or 0.0,
-            "after_run_s": wall - whole - (data.get("startup_ms", {}).get("imports", 0.0) / 1e3
-                                           if row != "peer" else data["imports_s"])}
+            "after_run_s": wall - whole - (data["imports_s"] if own_clock
+                                           else data.get("startup_ms", {}).get("imports", 0.0) / 1e3)}
 
 
 def measure(clip: Path, out_dir: Path, repeats: int, say) -> list[dict]:
@@ -218,7 +258,10 @@ def clip_for(name: str, out_dir: Path) -> Path:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.peer_once:
-        print(json.dumps(peer_once(*args.peer_once)))
+        print(json.dumps(peer_once(*args.peer_once, from_open=args.from_open)))
+        return 0
+    if args.ours_once:
+        print(json.dumps(ours_once(*args.ours_once)))
         return 0
     from pipeline.bench.report import script_run, write_script_report
 

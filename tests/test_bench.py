@@ -144,7 +144,8 @@ def test_bench_streams_counts_a_stream_behind_its_schedule(monkeypatch):
 
 def test_bench_whole_runs_times_every_row_and_reports_a_missing_peer(tmp_path):
     """scripts/bench_whole_runs.py on its smallest clip: each of our rows runs (the command's own exit and the
-    interpreter's), and a peer that cannot run (no PyNvVideoCodec or CuPy here) is its row's error."""
+    interpreter's, and `pipeline.run` on PEERS.md's clock), and a peer that cannot run (no PyNvVideoCodec or CuPy
+    here) is its row's error."""
     import subprocess
     import sys
 
@@ -152,11 +153,13 @@ def test_bench_whole_runs_times_every_row_and_reports_a_missing_peer(tmp_path):
                            "--repeats", "1", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = {r["row"]: r for r in read_json(tmp_path / "whole_runs.json")["clips"]["tiny"]}
-    assert set(rows) == {"peer", "ours", "ours, interpreter exit", "ours -o null", "ours -o null, interpreter exit"}
+    assert set(rows) == {"peer", "ours", "ours, interpreter exit", "ours -o null", "ours -o null, interpreter exit",
+                         "peer, from open", "ours, from open"}
     for name, row in rows.items():
-        if name != "peer":
+        if not name.startswith("peer"):
             assert row["frames"] == 30 and row["whole_fps"] > 0 and row["process_s"] > row["after_run_s"] > -0.05
     assert "error" in rows["peer"] or rows["peer"]["frames"] == 30
+    assert "error" in rows["peer, from open"] or rows["peer, from open"]["frames"] == 30
     assert "| ours | 30 |" in (tmp_path / "whole_runs.md").read_text()
 
 
