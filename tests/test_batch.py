@@ -32,7 +32,7 @@ CHAIN = "gblur=sigma=1,eq=contrast=1.1"
 FRAMES = 6
 FILE_FIELDS = {"input", "output", "status", "exit_code", "error", "frames", "fps", "seconds", "worker", "gpu",
                "warm", "notices", "submitted", "started", "ended", "received", "task_s", "start_gap_s",
-               "end_gap_s", "overhead_s", "overhead_fraction"}
+               "end_gap_s", "overhead_s", "overhead_fraction", "device_allocs", "pinned_allocs"}
 
 
 @pytest.fixture(scope="module")
@@ -450,6 +450,19 @@ def test_workers_stay_warm_across_files(clips, tmp_path, scheduler):
     run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)
     report = run_batch(inputs, "null", filters=CHAIN, device="cpu", scheduler=scheduler)
     assert all(r.warm for r in report.results)  # same worker processes: nothing set up again
+
+
+def test_a_workers_files_share_its_memory_once_it_has_run_one(clips, tmp_path):
+    """The worker's first pooled file allocates its arena chunk and host buffers; files of the same size
+    after it borrow them (no new allocation, counted), and a naive file reports none of its own here."""
+    report = run_batch([str(p) for p in good(clips)], "null", filters=CHAIN, device="cpu", workers=1,
+                       processes=False)
+    first, *later = sorted(report.results, key=lambda r: r.started)
+    assert first.status == "done" and first.device_allocs > 0 and first.pinned_allocs > 0
+    assert [(r.status, r.device_allocs, r.pinned_allocs) for r in later] == [("done", 0, 0)] * 2
+    naive = run_batch([str(good(clips)[0])], "null", filters=CHAIN, device="cpu", workers=1, processes=False,
+                      alloc="naive")
+    assert (naive.results[0].status, naive.results[0].device_allocs, naive.results[0].pinned_allocs) == ("done", None, None)
 
 
 def test_no_more_workers_start_than_files_to_run(clips, tmp_path):

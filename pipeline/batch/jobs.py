@@ -47,6 +47,10 @@ class FileResult:
     gpu: str = ""  # what the worker is bound to: "cuda <CUDA_VISIBLE_DEVICES> <PCI bus id>", or "cpu"
     warm: bool = False  # the worker had processed a file before: process, CUDA context and kernels reused
     notices: list[str] = field(default_factory=list)  # the run's warnings (damaged packets, conversions)
+    # A pooled run's new device and page-locked allocations in the worker's shared memory (0 once the
+    # worker has run a file of that size); None for other strategies, whose memory is their own.
+    device_allocs: int | None = None
+    pinned_allocs: int | None = None
     submitted: float | None = None
     started: float | None = None  # the task began on the worker
     ended: float | None = None  # the task returned on the worker

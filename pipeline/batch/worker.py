@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -22,6 +23,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..engine import Pipeline, RunControl
 from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupted, PipelineError
 from ..log import log
+from ..many import SharedBackend, SharedMemory
 from .cluster import LEFT_TO_THE_BATCH
 from .jobs import FileResult, Job
 from .resume import forget, input_identity, write_marker
@@ -32,14 +34,15 @@ MAX_NOTICES = 20  # per file: a damaged input can warn on every packet; the firs
 
 class WorkerState:
     """What a worker keeps between files: how many it ran, the device it is bound to, the run in
-    progress (so the client can stop it) and the batches stopped. ``arena`` is where a device arena
-    shared by the worker's runs is to be attached; each run builds its own for now."""
+    progress (so the client can stop it), the batches stopped, and the memory its pooled runs share
+    (a device arena and a pinned pool per backend, as several inputs of one process share them): a
+    file of a size the worker has run takes its frames from there without a cudaMalloc or cudaHostAlloc."""
 
     def __init__(self, name: str):
         self.name = name
         self.files = 0
         self.gpu: str | None = None
-        self.arena = None
+        self._memory: dict[str, SharedMemory] = {}  # backend name: what its pooled runs borrow from
         self._stopped: dict[str, int] = {}  # batch id: the signal that stopped it
         self._current: tuple[Job, RunControl] | None = None
         self._lock = threading.Lock()
@@ -78,6 +81,24 @@ class WorkerState:
         if self.gpu is None:
             self.gpu = _cuda_label()
         return self.gpu
+
+    def memory_for(self, backend: str, cfg) -> SharedMemory:
+        """The memory this worker's pooled runs on ``backend`` share, made by the first of them."""
+        with self._lock:
+            memory = self._memory.get(backend)
+            if memory is None:
+                cap = cfg.pinned_cap_mib * 2**20 if cfg.pinned_cap_mib else None
+                memory = self._memory[backend] = SharedMemory(backend, pinned_cap=cap)
+            return memory
+
+    def close_memory(self) -> None:
+        """Give the shared memory back (the worker is going away); not after a stall, whose frames are
+        still on the device (freeing would wait on them)."""
+        with self._lock:
+            memories, self._memory = list(self._memory.values()), {}
+        if self.stalled is None:
+            for memory in memories:
+                memory.close()
 
     def binding(self) -> str:
         """What the worker is pinned to, before any run told which device it used."""
@@ -119,6 +140,7 @@ class BatchPlugin(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         log.removeHandler(self.state.handler)
+        self.state.close_memory()
 
 
 _UNPLUGGED: dict[str, WorkerState] = {}
@@ -164,7 +186,8 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         forget(out)
     t0 = time.perf_counter()
     try:
-        stats = Pipeline.from_config(job.config, control=control).run()
+        pipeline, allocations = _pipeline(job, control, state)
+        stats = pipeline.run()
     except BaseException as e:
         result.seconds = time.perf_counter() - t0
         _drop_new_output(out, before)
@@ -176,12 +199,36 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         result.seconds = time.perf_counter() - t0
         result.status, result.frames, result.fps = "done", stats.frames_out, round(stats.fps, 2)
         result.gpu = state.device_label(stats.device)
+        result.device_allocs, result.pinned_allocs = allocations()
         if out is not None:
             _mark_complete(out, identity, job, result)
     finally:
         result.warm = state.files > 0
         result.notices = list(state.notices)
         state.files += 1
+
+
+def _pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[Pipeline, Callable[[], tuple]]:
+    """The file's pipeline, a pooled one borrowing the worker's shared memory; and what tells, once it
+    has run, the device and pinned allocations that memory made for it (None, None when not pooled)."""
+    from ..build import build_parts, make_backend
+
+    cfg = job.config
+    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    if backend.strategy.name != "pool":
+        allocations = lambda: (None, None)  # noqa: E731
+    else:
+        shared = state.memory_for(backend.name, cfg)
+        backend = SharedBackend(backend, shared)
+        start = shared.counters()
+
+        def allocations() -> tuple[int, int]:
+            now = shared.counters()
+            return tuple(now[k] - start[k] for k in ("arena_device_allocs", "pinned_host_allocs"))
+    parts = build_parts(cfg, control=control, backend=backend)
+    pipeline = Pipeline(parts.source, parts.sink, parts.chain, backend, cfg, control=control, memory=parts.memory,
+                        owns_memory=True, phases=parts.phases)
+    return pipeline, allocations
 
 
 def _mark_complete(out: Path, identity: tuple[int, int] | None, job: Job, result: FileResult) -> None:
