@@ -465,6 +465,15 @@ def test_a_workers_files_share_its_memory_once_it_has_run_one(clips, tmp_path):
     assert (naive.results[0].status, naive.results[0].device_allocs, naive.results[0].pinned_allocs) == ("done", None, None)
 
 
+@pytest.mark.gpu
+def test_a_gpu_workers_files_share_its_device_arena_and_pinned_pool(clips):
+    report = run_batch([str(p) for p in good(clips)], "null", filters=CHAIN, device="cuda", gpus="0")
+    first, *later = sorted(report.results, key=lambda r: r.started)
+    assert first.status == "done" and first.gpu.startswith("cuda:0"), first.error
+    assert first.device_allocs > 0 and first.pinned_allocs > 0
+    assert [(r.status, r.device_allocs, r.pinned_allocs) for r in later] == [("done", 0, 0)] * 2
+
+
 def test_no_more_workers_start_than_files_to_run(clips, tmp_path):
     report = run_batch([str(good(clips)[0])], "null", filters=CHAIN, device="cpu", workers=2, processes=False)
     assert report.results[0].status == "done" and [w["name"] for w in report.workers] == ["cpu0"]

@@ -188,6 +188,7 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
     try:
         pipeline, allocations = _pipeline(job, control, state)
         stats = pipeline.run()
+        del pipeline  # its parts let go now, in the file's time (NVDEC's sessions free their surfaces)
     except BaseException as e:
         result.seconds = time.perf_counter() - t0
         _drop_new_output(out, before)
