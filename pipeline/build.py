@@ -213,10 +213,12 @@ class Parts:
     phases: Phases = field(default_factory=Phases)
 
 
-def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=None) -> Parts:
+def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=None,
+                wrap_backend: Callable[[Any], Any] | None = None) -> Parts:
     """Every part of a run of ``cfg``; ``control`` stops a live source's open. ``source``: one already
     built (frames from arrays); by default ``cfg.input`` is opened. ``backend``: one already made (runs
-    sharing memory); by default it is made here.
+    sharing memory); by default it is made here. ``wrap_backend``: given the backend once made, the one the
+    run's memory comes from (a batch worker's files borrow the worker's shared memory).
 
     What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
     load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
@@ -239,6 +241,8 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-setup") as pool:
         source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool, backend)
         try:
+            if wrap_backend is not None:
+                backend = wrap_backend(backend)
             sink, memory = _sink_and_memory(cfg, chain, stage, source, backend, null, target, phases, pool, control)
         except BaseException:
             source.close()

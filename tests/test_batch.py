@@ -465,6 +465,52 @@ def test_a_workers_files_share_its_memory_once_it_has_run_one(clips, tmp_path):
     assert (naive.results[0].status, naive.results[0].device_allocs, naive.results[0].pinned_allocs) == ("done", None, None)
 
 
+def test_a_workers_memory_is_one_per_gpu_takes_each_files_cap_and_outlives_no_run(monkeypatch):
+    """Keyed by backend and GPU; the pinned cap is the current file's (a later batch on a long-lived cluster
+    may set another); a worker closing while a file runs (Dask tears plugins down first) leaves it be."""
+    import types
+
+    from pipeline.batch import worker
+
+    made, closed = [], []
+
+    class Shared:
+        def __init__(self, device):
+            self.pinned = types.SimpleNamespace(max_bytes=None)
+            made.append(device)
+
+        def close(self):
+            closed.append(self)
+
+    monkeypatch.setattr(worker, "SharedMemory", Shared)
+    state = worker.WorkerState("w")
+    gpu0, gpu1 = (types.SimpleNamespace(name="cuda", device_id=i) for i in (0, 1))
+    first = state.memory_for(gpu0, RunConfig(pinned_cap_mib=64))
+    assert first.pinned.max_bytes == 64 * 2**20
+    assert state.memory_for(gpu0, RunConfig(pinned_cap_mib=4096)) is first and first.pinned.max_bytes == 4096 * 2**20
+    assert state.memory_for(gpu1, RunConfig()) is not first and made == ["cuda", "cuda"]
+    job = types.SimpleNamespace(batch_id="b", index=0)
+    state.begin(job, object())
+    state.close_memory()
+    assert closed == []  # a file is running: its blocks stay where they are
+    state.end()
+    state.close_memory()
+    assert len(closed) == 2 and state.memory_for(gpu0, RunConfig()) is not first
+
+
+def test_a_files_own_error_comes_before_its_devices_as_in_pipeline_run(tmp_path):
+    """A missing input on a worker whose GPU cannot be used (or can) fails with exit 3, as `pipeline run`
+    says it: the file is checked and opened beside the backend's making, not after it."""
+    from pipeline.batch import worker
+    from pipeline.batch.jobs import Job
+    from pipeline.engine import RunControl
+
+    cfg = RunConfig(input=str(tmp_path / "missing.mkv"), output="null", device="cuda")
+    result = FileResult(0, cfg.input, None)
+    worker._run(Job(0, "b", cfg.input, None, cfg, "h"), RunControl(), worker.WorkerState("w"), result)
+    assert (result.status, result.exit_code) == ("failed", 3), result.error
+
+
 @pytest.mark.gpu
 def test_a_gpu_workers_files_share_its_device_arena_and_pinned_pool(clips):
     report = run_batch([str(p) for p in good(clips)], "null", filters=CHAIN, device="cuda", gpus="0")

@@ -42,7 +42,7 @@ class WorkerState:
         self.name = name
         self.files = 0
         self.gpu: str | None = None
-        self._memory: dict[str, SharedMemory] = {}  # backend name: what its pooled runs borrow from
+        self._memory: dict[tuple[str, int], SharedMemory] = {}  # (backend, GPU): what its pooled runs borrow
         self._stopped: dict[str, int] = {}  # batch id: the signal that stopped it
         self._current: tuple[Job, RunControl] | None = None
         self._lock = threading.Lock()
@@ -82,23 +82,31 @@ class WorkerState:
             self.gpu = _cuda_label()
         return self.gpu
 
-    def memory_for(self, backend: str, cfg) -> SharedMemory:
-        """The memory this worker's pooled runs on ``backend`` share, made by the first of them."""
+    def memory_for(self, backend, cfg) -> SharedMemory:
+        """The memory this worker's pooled runs on ``backend`` (and its GPU) share, made by the first of
+        them; the pinned cap is the current file's (a later batch on a long-lived cluster may set another)."""
+        from ..memory.shared import default_pinned_cap
+
+        key = (backend.name, getattr(backend, "device_id", 0))
         with self._lock:
-            memory = self._memory.get(backend)
+            memory = self._memory.get(key)
             if memory is None:
-                cap = cfg.pinned_cap_mib * 2**20 if cfg.pinned_cap_mib else None
-                memory = self._memory[backend] = SharedMemory(backend, pinned_cap=cap)
+                memory = self._memory[key] = SharedMemory(backend.name)
+            if backend.name == "cuda":
+                memory.pinned.max_bytes = cfg.pinned_cap_mib * 2**20 if cfg.pinned_cap_mib else default_pinned_cap()
             return memory
 
     def close_memory(self) -> None:
-        """Give the shared memory back (the worker is going away); not after a stall, whose frames are
-        still on the device (freeing would wait on them)."""
+        """Give the shared memory back (the worker is going away). Not while a file runs (Dask tears its
+        plugins down before the task ends; that run still holds blocks) nor after a stall, whose frames
+        are still on the device: freeing would pull memory from under them, or wait on them for good. The
+        process's exit frees it then."""
         with self._lock:
+            if self._current is not None or self.stalled is not None:
+                return
             memories, self._memory = list(self._memory.values()), {}
-        if self.stalled is None:
-            for memory in memories:
-                memory.close()
+        for memory in memories:
+            memory.close()
 
     def binding(self) -> str:
         """What the worker is pinned to, before any run told which device it used."""
@@ -209,26 +217,34 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         state.files += 1
 
 
+ALLOCATIONS = ("arena_device_allocs", "pinned_host_allocs")
+
+
 def _pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[Pipeline, Callable[[], tuple]]:
-    """The file's pipeline, a pooled one borrowing the worker's shared memory; and what tells, once it
-    has run, the device and pinned allocations that memory made for it (None, None when not pooled)."""
-    from ..build import build_parts, make_backend
+    """The file's pipeline, built as ``pipeline run`` builds it (checks first, the backend beside the
+    decoder's open), a pooled one borrowing the worker's shared memory; and what tells, once it has run,
+    the device and pinned allocations that memory made for it (None, None when not pooled)."""
+    from ..build import build_parts
 
-    cfg = job.config
-    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
-    if backend.strategy.name != "pool":
-        allocations = lambda: (None, None)  # noqa: E731
-    else:
-        shared = state.memory_for(backend.name, cfg)
-        backend = SharedBackend(backend, shared)
-        start = shared.counters()
+    counted: list = []  # the shared memory and its counters before the file's memory was taken
 
-        def allocations() -> tuple[int, int]:
-            now = shared.counters()
-            return tuple(now[k] - start[k] for k in ("arena_device_allocs", "pinned_host_allocs"))
-    parts = build_parts(cfg, control=control, backend=backend)
-    pipeline = Pipeline(parts.source, parts.sink, parts.chain, backend, cfg, control=control, memory=parts.memory,
-                        owns_memory=True, phases=parts.phases)
+    def share(backend):
+        if backend.strategy.name != "pool":
+            return backend
+        shared = state.memory_for(backend, job.config)
+        counted[:] = [shared, shared.counters()]
+        return SharedBackend(backend, shared)
+
+    def allocations() -> tuple:
+        if not counted:
+            return None, None
+        shared, start = counted
+        now = shared.counters()
+        return tuple(now[k] - start[k] for k in ALLOCATIONS)
+
+    parts = build_parts(job.config, control=control, wrap_backend=share)
+    pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, job.config, control=control,
+                        memory=parts.memory, owns_memory=True, phases=parts.phases)
     return pipeline, allocations
 
 
