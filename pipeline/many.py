@@ -65,6 +65,7 @@ class SharedMemory:
         with self._lock:
             self._count += 1
             name = f"stream {self._count}"
+        self.pinned.check_room(request.ring_size, request.in_bytes, request.out_bytes)
         lease = self.arena.lease(name)
         rings = []
         try:

@@ -651,6 +651,18 @@ def test_pinned_cap_frees_idle_buffers_then_names_the_cap():
     ring.close()
 
 
+def test_rings_that_cannot_fit_beside_the_others_are_refused_before_pinning_anything():
+    host = HostAllocs()
+    pool = PinnedPool(host.allocate, free=host.free, max_bytes=4 * 4096)
+    held = pool.ring(2, 4096)  # 8 KiB in use by another stream
+    pool.ring(1, 4096).close()  # an idle buffer: it may be freed for a new ring, so it leaves room
+    pool.check_room(2, 4096)  # exactly what is left
+    with pytest.raises(GPUError, match=r"host rings need 0\.0 MiB.*\(0\.0 MiB in use by other rings\)") as e:
+        pool.check_room(1, 4096, 8192)
+    assert "--pinned-cap-mib" in str(e.value) and len(host.sizes) == 3  # nothing more was pinned
+    held.close()
+
+
 def test_a_ring_that_cannot_be_built_leaves_nothing_lent():
     pool = PinnedPool(HostAllocs().allocate, max_bytes=2 * 4096)
     with pytest.raises(GPUError):

@@ -97,6 +97,17 @@ class PinnedPool:
                 bisect.insort(self._idle_sizes, buffer.nbytes)
             self._idle.setdefault(buffer.nbytes, []).append(buffer)
 
+    def check_room(self, size: int, *nbytes: int) -> None:
+        """Refuse, before pinning anything, rings of ``size`` buffers of each of ``nbytes`` that cannot fit
+        under the cap beside what other rings hold (idle buffers can be freed for them)."""
+        need = size * sum(size_class(n, PAGE) for n in nbytes if n)
+        with self._lock:
+            room = None if self.max_bytes is None else self.max_bytes - self.in_use
+        if room is not None and need > room:
+            raise GPUError(f"pinned host memory: the host rings need {_mib(need)}, over what the cap of "
+                           f"{_mib(self.max_bytes)} leaves ({_mib(self.in_use)} in use by other rings); raise the "
+                           f"cap (--pinned-cap-mib, pinned_cap_mib=), or run fewer streams or smaller rings (--ring-size)")
+
     def ring(self, size: int, nbytes: int) -> HostRing:
         """A host ring whose buffers come from this pool and go back to it on ``close()``."""
         got: list[np.ndarray] = []
