@@ -48,6 +48,17 @@ class _OutputFormat(ctypes.Structure):
                 ("priv_class", ctypes.c_void_p)]
 
 
+class _InputFormat(ctypes.Structure):
+    """The public head of FFmpeg's AVInputFormat (the same since libavformat 56): enough to reach priv_class."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("long_name", ctypes.c_char_p), ("flags", ctypes.c_int),
+                ("extensions", ctypes.c_char_p), ("codec_tag", ctypes.c_void_p), ("priv_class", ctypes.c_void_p)]
+
+
+# Options every protocol's context takes (FFmpeg's ffurl_context_class, which its API does not expose).
+_URL_CONTEXT_OPTIONS = frozenset({"protocol_whitelist", "protocol_blacklist", "rw_timeout"})
+
+
 def _library(stem: str) -> ctypes.CDLL | None:
     """The copy of ``lib<stem>`` that PyAV's wheel bundles (the one already loaded), if there is one."""
     bundled = os.path.join(os.path.dirname(av.__file__), os.pardir, "av.libs", f"lib{stem}*.so*")
@@ -66,6 +77,10 @@ def _functions():
     fmt.avformat_get_class.restype = ctypes.c_void_p
     fmt.av_guess_format.restype = ctypes.c_void_p
     fmt.av_guess_format.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+    fmt.av_find_input_format.restype = ctypes.c_void_p
+    fmt.av_find_input_format.argtypes = [ctypes.c_char_p]
+    fmt.avio_protocol_get_class.restype = ctypes.c_void_p
+    fmt.avio_protocol_get_class.argtypes = [ctypes.c_char_p]
     util.av_opt_find.restype = ctypes.c_void_p
     util.av_opt_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
     return fmt, util
@@ -92,6 +107,24 @@ def unused_muxer_options(muxer: str, keys) -> list[str] | None:
     generic = fmt.avformat_get_class()
     return [k for k in keys
             if not _has_option(generic, k, 0) and not _has_option(private, k, _AV_OPT_SEARCH_CHILDREN)]
+
+
+def unused_demuxer_options(demuxer: str, protocol: str | None, keys) -> list[str] | None:
+    """The ``keys`` that neither the demuxer named ``demuxer`` (generic or private options) nor the
+    ``protocol`` it reads through (None: a device, no protocol) would use, as FFmpeg's
+    ``avformat_open_input`` would leave them unused; None when this cannot be told here."""
+    functions = _functions()
+    if functions is None:
+        return None
+    fmt, _ = functions
+    pointer = fmt.av_find_input_format(demuxer.split(",")[0].encode())
+    if not pointer:
+        return None
+    classes = [(fmt.avformat_get_class(), 0), (_InputFormat.from_address(pointer).priv_class, _AV_OPT_SEARCH_CHILDREN)]
+    if protocol is not None:
+        classes.append((fmt.avio_protocol_get_class(protocol.encode()), _AV_OPT_SEARCH_CHILDREN))
+    return [k for k in keys if k not in _URL_CONTEXT_OPTIONS and
+            not any(_has_option(cls, k, flags) for cls, flags in classes)]
 
 
 class _ToPipelineLog(logging.Handler):

@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 import av
 import numpy as np
 
-from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log
+from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log, unused_demuxer_options
 from .config import is_url, pipe_fd
 from .damage import DamageLog
 from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameReturns, _Clock, _frame_step, _stream_desc, _ticks
@@ -422,6 +422,7 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         raise InputError(f"{path}: cannot open as video: {e}") from e
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open: {e}") from e
+    _check_input_options(container, path, input_format, options, local)
     if not local:
         return container
     if container.format.name.endswith("_pipe") or container.format.name == "image2":
@@ -433,6 +434,25 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
 
 # What FFmpeg logs when an option's value does not parse or is out of range (PyAV appends the last log line).
 _REFUSED_OPTION = re.compile(r"Error setting option (\S+) to value ")
+
+
+def _check_input_options(container, path: str, input_format: str | None, options: dict[str, str],
+                         local: bool) -> None:
+    """An --input-opt that the demuxer and the protocol under it would not use is refused, as ffmpeg
+    refuses it ("Option ... not found"), rather than left unused (a typo such as probsize=32 ran with exit
+    0 at the defaults). Checked for files, devices and pipes; a URL's protocols may nest (https over tls)
+    and take their own options, so its keys are left to them."""
+    if not options or not (local or path.startswith("pipe:")):
+        return
+    no_file = input_format is not None and av.format.ContainerFormat(input_format, "r").no_file
+    protocol = None if local and no_file else "file" if local else "pipe"
+    unused = unused_demuxer_options(container.format.name, protocol, options)
+    if unused:
+        container.close()
+        listed = ", ".join(f"{k}={options[k]}" for k in unused)
+        demuxer = container.format.name.split(",")[0]
+        raise ConfigError(f"Invalid --input-opt {listed}: the {demuxer} demuxer does not use it (misspelled? "
+                          f"`ffmpeg -h demuxer={demuxer}` lists its options; decoder options are not input options)")
 
 
 def _check_local(path: str) -> None:

@@ -19,7 +19,9 @@ from pipeline.sample import make_clip
     (("--encoder-opt", "cfr=18"), ("libx264 encoder does not use cfr=18",)),
     (("-c", "mpeg4", "--encoder-opt", "crf=18"), ("mpeg4 encoder does not use crf=18",)),
     (("--output-opt", "movflag=+faststart"), ("mp4 muxer does not use movflag=+faststart",)),
-], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo"])
+    (("--input-opt", "probsize=32"), ("--input-opt probsize=32", "mov demuxer does not use it")),
+    (("--input-opt", "threads=4"), ("--input-opt threads=4", "decoder options are not input options")),
+], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo", "demuxer-typo", "decoder-option"])
 def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
     out = tmp_path / "out.mp4"
     one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
@@ -29,7 +31,10 @@ def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
 def test_options_that_are_used_pass(tmp_path, clip):
     out = tmp_path / "out.mp4"
     result = run_pipeline(clip, "-o", out, "--encoder-opt", "crf=30", "--encoder-opt", "g=12",
-                          "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact", cwd=tmp_path)
+                          "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact",
+                          # the demuxer's generic and private options, the file protocol's, every protocol's
+                          "--input-opt", "probesize=5000000", "--input-opt", "ignore_editlist=1",
+                          "--input-opt", "blocksize=65536", "--input-opt", "rw_timeout=5000000", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = out.read_bytes()
     assert data.find(b"moov") < data.find(b"mdat")  # faststart was applied
@@ -40,6 +45,27 @@ def test_muxer_option_lookup():
 
     assert unused_muxer_options("matroska", ["cluster_size_limit", "fflags", "movflags"]) == ["movflags"]
     assert unused_muxer_options("mpegts", ["mpegts_flags", "pkt_size"]) == ["pkt_size"]
+
+
+def test_demuxer_option_lookup():
+    from pipeline.avlib import unused_demuxer_options
+
+    assert unused_demuxer_options("mov,mp4,m4a,3gp,3g2,mj2", "file",
+                                  ["probesize", "ignore_editlist", "follow", "rw_timeout", "zzz", "threads"]) == [
+        "zzz", "threads"]
+    assert unused_demuxer_options("rawvideo", "pipe", ["video_size", "pixel_format", "fd", "seekable"]) == ["seekable"]
+    assert unused_demuxer_options("v4l2", None, ["input_format", "blocksize"]) == ["blocksize"]  # a device: no protocol
+    assert unused_demuxer_options("no-such-demuxer", "file", ["x"]) is None  # cannot tell: nothing refused
+
+
+def test_an_input_option_nobody_uses_on_a_pipe_exits_2(tmp_path, clip):
+    mkv = tmp_path / "in.mkv"
+    make_clip(mkv, width=64, height=48, frames=6, codec="ffv1", audio=False)
+    result = run_pipeline("-", "-o", "null", "--input-opt", "probsize=32", input=mkv.read_bytes(), text=False,
+                          cwd=tmp_path)
+    err = result.stderr.decode().strip()
+    assert result.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "--input-opt probsize=32" in err and "matroska demuxer does not use it" in err
 
 
 # -- 19. libraries' own log lines -------------------------------------------------------------------------
