@@ -213,12 +213,12 @@ class Parts:
     phases: Phases = field(default_factory=Phases)
 
 
-def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=None,
+def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
                 wrap_backend: Callable[[Any], Any] | None = None) -> Parts:
     """Every part of a run of ``cfg``; ``control`` stops a live source's open. ``source``: one already
-    built (frames from arrays); by default ``cfg.input`` is opened. ``backend``: one already made (runs
-    sharing memory); by default it is made here. ``wrap_backend``: given the backend once made, the one the
-    run's memory comes from (a batch worker's files borrow the worker's shared memory).
+    built (frames from arrays); by default ``cfg.input`` is opened. ``wrap_backend``: given the backend
+    once made, the one the run's memory comes from (several inputs, or a batch worker's files, borrow
+    shared memory).
 
     What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
     load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
@@ -239,7 +239,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
         check_hardware_encoder(cfg.codec)
     check_stats_path(cfg.stats_json, cfg.input, target, cfg.overwrite)
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-setup") as pool:
-        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool, backend)
+        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool)
         try:
             if wrap_backend is not None:
                 backend = wrap_backend(backend)
@@ -250,23 +250,9 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None, backend=N
     return Parts(source, sink, chain, backend, memory, phases)
 
 
-def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool, backend=None):
+def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool):
     """The backend (context, kernels) and the source, side by side: NVDEC opens in the GPU's primary
     context through the driver while CuPy imports (:func:`_nvdec_beside_backend`)."""
-    if backend is not None:
-        opened = source is None
-        source = source if source is not None else _open_source(cfg, control, backend, phases)
-        if backend.name == "cuda":
-            from .processor import prepare_kernels
-
-            try:
-                with phases("kernels"):
-                    prepare_kernels(chain, source.layout, "i420", stage=stage is not None)
-            except BaseException:
-                if opened:
-                    source.close()
-                raise
-        return source, backend
     if source is None and cfg.decode != "cpu":
         gpu = _early_gpu(cfg.device)
         if gpu is not None:

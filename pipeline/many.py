@@ -209,7 +209,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     keep their per-frame series (as ``--stats-json`` writes them). ``stage``: the user's stage of every
     stream (called from each stream's own thread; ``frame.source`` tells them apart). A stream that would
     write another's input or output is a ConfigError before any starts."""
-    from .build import build_parts, make_backend
+    from .build import build_parts
     from .checks import check_streams
     from .engine import Pipeline, RunControl
 
@@ -223,10 +223,11 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     def one(index: int, cfg: RunConfig) -> None:
         result, pipeline = results[index], None
         try:
-            backend = SharedBackend(make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode), shared)
-            parts = build_parts(cfg, stage, control=control, backend=backend)
-            pipeline = Pipeline(parts.source, parts.sink, parts.chain, backend, cfg, stage=stage, control=control,
-                                memory=parts.memory, owns_memory=True, phases=parts.phases)
+            # Built as `pipeline run` builds a run (its checks first, the backend beside the decoder's open),
+            # its memory borrowed from the shared arena and pool.
+            parts = build_parts(cfg, stage, control=control, wrap_backend=lambda inner: SharedBackend(inner, shared))
+            pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage,
+                                control=control, memory=parts.memory, owns_memory=True, phases=parts.phases)
             pipelines.append(pipeline)
             stats = pipeline.run()
             result.stats = stats.to_dict(per_frame=per_frame)

@@ -369,3 +369,13 @@ def test_a_fifo_read_by_two_streams_is_refused_a_file_is_not(clips, tmp_path):
     with pytest.raises(ConfigError, match="both read the same pipe"):
         check_streams([(str(fifo), "null"), (str(fifo), "null")])  # stat only: nothing opens the FIFO
     check_streams([(str(clips[0]), "null"), (str(clips[0]), "null"), ("/dev/null", "null")])
+
+
+def test_a_streams_own_error_comes_before_its_devices_as_in_pipeline_run(tmp_path):
+    """A missing input fails with exit 3 whether or not its GPU can be used, as `pipeline run` says it:
+    each stream is checked and opened beside its backend's making, not after it."""
+    from pipeline.many import SharedMemory
+
+    cfg = RunConfig(input=str(tmp_path / "missing.mkv"), output="null", device="cuda", quiet=True)
+    result = run_many([cfg], shared=SharedMemory("cpu"))
+    assert result.streams[0].exit_code == 3, result.streams[0].error

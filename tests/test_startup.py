@@ -253,14 +253,16 @@ def test_a_stop_request_during_the_open_outranks_the_backends_failure(monkeypatc
         beside(monkeypatch, open_source, make_backend)
 
 
-def test_a_source_opened_for_a_given_backend_is_closed_when_its_kernels_fail(monkeypatch):
+def test_a_source_opened_beside_the_backend_is_closed_when_its_kernels_fail(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
     source = FakeSource()
     monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, backend: source)
 
     def broken(*args, **kwargs):
         raise GPUError("compiling the kernels: out of memory")
 
-    monkeypatch.setattr("pipeline.processor.prepare_kernels", broken)
-    with pytest.raises(GPUError):
-        build._source_and_backend(RunConfig(input="in.mp4"), [], None, None, None, Phases(), None, FakeBackend())
+    monkeypatch.setattr(build, "_backend", broken)
+    with ThreadPoolExecutor(1) as pool, pytest.raises(GPUError):
+        build._source_and_backend(RunConfig(input="in.mp4", decode="cpu"), [], None, None, None, Phases(), pool)
     assert source.closed
