@@ -67,8 +67,8 @@ def refuse_deep_surfaces(path: str, video) -> None:
     """NVDEC takes 8-bit (NV12 surfaces) and 10-bit (P010) input. Deeper streams (HEVC Main 12 would come as
     16-bit surfaces, which no kernel reads) are refused from the stream's header, before a packet is read,
     so ``--decode auto`` decodes them on the CPU (kept to 10 bits, as any deeper input). With the hardware
-    decoder attached the header may not say the depth: :func:`surface_layout` checks the first frame's
-    surfaces too."""
+    decoder the stream analysis reads headers only and seldom says the depth: :func:`surface_layout`
+    checks the first frame's surfaces."""
     fmt = header_format(video)
     if fmt is not None and not is_rgb_like(fmt) and depth_of(fmt) > MAX_SURFACE_DEPTH:
         raise _deep_refused(path, fmt)

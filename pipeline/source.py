@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import re
 import weakref
 from fractions import Fraction
@@ -388,6 +389,9 @@ def check_frame_size(path: str, width: int, height: int) -> None:
                          f"supported sizes are up to {MAX_SIDE}x{MAX_SIDE}")
 
 
+PROBE_HEADERS_ONLY = {"skip_frame": "all"}  # per-stream options of the stream analysis (PyAV's ``options``)
+
+
 def _open(path: str):
     return _open_input(path, None, {}, None, local=True)
 
@@ -403,6 +407,13 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     kwargs = {"timeout": (timeout, timeout)} if timeout else {}
     if hwaccel is not None:
         kwargs["hwaccel"] = hwaccel
+    if hwaccel is not None and local and os.path.isfile(path):
+        # The stream analysis would decode the first frame on one CPU core only to learn its pixel format
+        # (0.17-0.19 s at 4K on the H200's host), which NVDEC's first frame says anyway. Its probing
+        # decoders skip every frame, so it reads headers only (pix_fmt stays unset; FFmpeg says so in a
+        # warning, logged at debug); the stream's own decoder is not given the option. Not for pipes and
+        # FIFOs: the analysis then reads on to its limits (5 s of input), which a file serves at once.
+        kwargs["options"] = PROBE_HEADERS_ONLY
     try:
         container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
                             container_options=options, **kwargs)

@@ -266,3 +266,30 @@ def test_a_source_opened_beside_the_backend_is_closed_when_its_kernels_fail(monk
     with ThreadPoolExecutor(1) as pool, pytest.raises(GPUError):
         build._source_and_backend(RunConfig(input="in.mp4", decode="cpu"), [], None, None, None, Phases(), pool)
     assert source.closed
+
+
+def test_a_file_opened_for_nvdec_is_analysed_from_its_headers_and_still_decodes_whole(monkeypatch, tmp_path):
+    """The stream analysis of a file opened for NVDEC decodes no frame on the CPU (its probing decoders skip
+    them: the pixel format stays unknown until NVDEC's first frame); the stream's own decoder is not told to
+    skip, so every frame comes out. A pipe is analysed as before (skipping would read on to 5 s of it)."""
+    import av
+
+    from pipeline import sample as make_sample
+    from pipeline import source as src
+
+    clip = make_sample.make_clip(tmp_path / "c.mp4", width=160, height=96, frames=10, fps=30, seed=2)
+    real_open, given = av.open, []
+
+    def open_without_the_gpu(*args, hwaccel=None, **kwargs):  # this machine has no CUDA: the CPU decoder
+        given.append(kwargs.get("options"))
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(av, "open", open_without_the_gpu)
+    container = src._open_input(str(clip), None, {}, None, local=True, hwaccel=object())
+    video = container.streams.video[0]
+    assert given == [src.PROBE_HEADERS_ONLY] and video.codec_context.pix_fmt is None
+    assert sum(1 for _ in container.decode(video)) == 10
+    container.close()
+    with open(clip, "rb") as f:
+        src._open_input(f"pipe:{f.fileno()}", None, {}, None, local=False, hwaccel=object()).close()
+    assert given[1] is None
