@@ -68,9 +68,10 @@ def decoder_for(cfg: RunConfig, backend) -> str:
     return "cpu"
 
 
-def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None, backend=None):
+def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None, backend=None,
+                decoders=None):
     """The PyAV source for ``cfg.input``, decoded on the CPU or with NVDEC (``cfg.decode``); a live one
-    is opened in the background (Ctrl-C stays live)."""
+    is opened in the background (Ctrl-C stays live). ``decoders``: see :func:`build_parts`."""
     from .source import Source, is_live_input
     from .span import Span
 
@@ -89,7 +90,8 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
         sessions = cfg.nvdec_sessions if hwaccel is not None and not (live or cfg.realtime or cfg.strict) else 1
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
                       timeout=cfg.timeout, live=live, hwaccel=hwaccel, span=span, decode_sessions=sessions,
-                      make_current=backend.make_current if hwaccel is not None else None)
+                      make_current=backend.make_current if hwaccel is not None else None,
+                      decoders=decoders if hwaccel is not None else None)
 
     def opened() -> Any:
         if decode == "cpu":
@@ -214,11 +216,12 @@ class Parts:
 
 
 def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
-                wrap_backend: Callable[[Any], Any] | None = None) -> Parts:
+                wrap_backend: Callable[[Any], Any] | None = None, decoders=None) -> Parts:
     """Every part of a run of ``cfg``; ``control`` stops a live source's open. ``source``: one already
     built (frames from arrays); by default ``cfg.input`` is opened. ``wrap_backend``: given the backend
     once made, the one the run's memory comes from (several inputs, or a batch worker's files, borrow
-    shared memory).
+    shared memory). ``decoders``: a :class:`~pipeline.nvdec.DecoderPool` whose NVDEC decoders the run may
+    take and leave for the next (a batch worker's).
 
     What does not depend on each other runs side by side: the CUDA context (and the kernels' compile or
     load) beside the CPU decoder's open, and the pinned ring and arena beside the encoder's open."""
@@ -239,7 +242,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
         check_hardware_encoder(cfg.codec)
     check_stats_path(cfg.stats_json, cfg.input, target, cfg.overwrite)
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-setup") as pool:
-        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool)
+        source, backend = _source_and_backend(cfg, chain, stage, control, source, phases, pool, decoders)
         try:
             if wrap_backend is not None:
                 backend = wrap_backend(backend)
@@ -250,16 +253,16 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
     return Parts(source, sink, chain, backend, memory, phases)
 
 
-def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool):
+def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool, decoders=None):
     """The backend (context, kernels) and the source, side by side: NVDEC opens in the GPU's primary
     context through the driver while CuPy imports (:func:`_nvdec_beside_backend`)."""
     if source is None and cfg.decode != "cpu":
         gpu = _early_gpu(cfg.device)
         if gpu is not None:
-            return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu)
+            return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu, decoders)
         if cfg.decode == "nvdec":  # no GPU the driver knows: the backend says why (auto decodes on the CPU)
             backend = _backend(cfg, chain, stage, phases, None)
-            return _open_source(cfg, control, backend, phases), backend
+            return _open_source(cfg, control, backend, phases, decoders), backend
     future = pool.submit(_backend, cfg, chain, stage, phases, source.layout if source is not None else "i420")
     try:
         if source is None:
@@ -286,7 +289,7 @@ def _early_gpu(device: str):
     return EarlyDevice(index) if retain_primary_context(index) else None
 
 
-def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases, pool, gpu):
+def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases, pool, gpu, decoders=None):
     """NVDEC's open and first frame (the decoder in the primary context, made current through the driver)
     while CuPy imports and the backend and kernels are made: the two longest parts of a GPU run's start-up,
     side by side. The kernels wait for the source's layout. A failed backend's error is the one reported:
@@ -294,7 +297,7 @@ def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases,
     layout: Future = Future()
     future = pool.submit(_backend, cfg, chain, stage, phases, layout)
     try:
-        source = _open_source(cfg, control, gpu, phases)
+        source = _open_source(cfg, control, gpu, phases, decoders)
     except BaseException as e:
         layout.set_result(None)
         if not isinstance(e, (KeyboardInterrupt, Interrupted)):  # a stop request outranks what failed meanwhile
@@ -324,11 +327,11 @@ def _raise_failure(future: Future) -> None:
         raise error
 
 
-def _open_source(cfg: RunConfig, control, backend, phases: Phases):
+def _open_source(cfg: RunConfig, control, backend, phases: Phases, decoders=None):
     stop = control.stop_event if control is not None else None
     signum = (lambda: control.signum) if control is not None else (lambda: None)
     with phases("decoder_open"):
-        return open_source(cfg, stop, signum, backend)
+        return open_source(cfg, stop, signum, backend, decoders=decoders)
 
 
 def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | Future | None):

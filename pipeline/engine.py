@@ -84,6 +84,7 @@ class Pipeline(Stages, Tally):
         self.stats.device = backend.name
         self.stats.decode = "nvdec" if source.layout in DEVICE_LAYOUTS else "cpu"
         self.stats.decode_sessions = getattr(source, "decode_sessions", 1)
+        self.stats.decoders_reused = getattr(source, "decoders_reused", 0)
         self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=self.cfg.latency_budget)
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()

@@ -113,12 +113,19 @@ class _Session:
             self._stopped = True
             self._cv.notify_all()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """End the session's thread; True when no frame it decoded is still held elsewhere, so its decoder
+        (flushed here) can serve another run without a surface of its pool coming back on another thread."""
         self.ask_to_stop()
         self._thread.join()
         # The session's thread has ended, so nothing allocates from its pool any more: these may go anywhere.
         self._outbox.clear()
-        self._alive.clear()
+        alive, self._alive = self._alive, []
+        clean = not [f for f in alive if sys.getrefcount(f) > _SOLE]  # counted as _release counts them
+        del alive
+        if clean:
+            self.ctx.flush_buffers()  # stopped mid-segment: what it held is dropped, as after a seek
+        return clean
 
     # -- the session's own thread ------------------------------------------------------------------
 
@@ -249,9 +256,9 @@ class GopDecoders:
             self._session(self._segment).send(_END)
         yield from self._ready(block_until=self._segment + 1)
 
-    def close(self) -> None:
-        for session in self._sessions:
-            session.stop()
+    def close(self) -> list:
+        """Stop every session; the decoders that can serve another run (see :meth:`_Session.stop`)."""
+        return [session.ctx for session in self._sessions if session.stop()]
 
     # -- sending ---------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ decoding silently on the CPU into frames the device path cannot read.
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Callable
 
 from av.codec.hwaccel import HWAccel
@@ -48,3 +49,48 @@ def open_decoded(open_source: Callable, decode: str, device_id: int):
 def _first_line(error: BaseException) -> str:
     text = str(error).splitlines()
     return text[0] if text else type(error).__name__
+
+
+class DecoderPool:
+    """NVDEC decoders kept open from one run to the next in a long-lived process (a batch worker's files).
+
+    Making a decoder costs 60-110 ms at its first packet and freeing one 130-250 ms, holding the
+    interpreter's lock (H200, 1080p to 4K): more than a short clip's decoding. A run whose stream has the
+    codec and parameter sets (extradata) of the last one decodes with that run's decoders, flushed as after
+    a seek; a decoder a run still has frames of out in the pipeline is not kept. Only the last stream's
+    decoders stay (their surface pools are device memory), and nothing is freed while a run holds them.
+    """
+
+    def __init__(self):
+        self._key: tuple | None = None
+        self._idle: list = []
+        self._lock = threading.Lock()
+        self.reused = 0  # decoders handed out again
+
+    @staticmethod
+    def key(ctx, hwaccel) -> tuple:
+        """What a decoder serves: its GPU, codec and parameter sets."""
+        return getattr(hwaccel, "device_id", None), ctx.name, bytes(ctx.extradata or b"")
+
+    def take(self, key: tuple, count: int) -> list:
+        """Up to ``count`` idle decoders of ``key`` (fewer or none: the caller makes the rest)."""
+        with self._lock:
+            if key != self._key:
+                return []
+            taken, self._idle = self._idle[:count], self._idle[count:]
+            self.reused += len(taken)
+            return taken
+
+    def give(self, key: tuple, contexts: list) -> None:
+        """Decoders a run is done with (flushed, no frame of theirs held): kept for the next run of ``key``;
+        another stream's idle ones go."""
+        with self._lock:
+            dropped = self._idle if key != self._key else []
+            self._key = key
+            self._idle = ([] if dropped else self._idle) + list(contexts)
+        del dropped  # freed here, outside the lock
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle, self._key = self._idle, [], None
+        del idle

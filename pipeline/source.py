@@ -96,8 +96,10 @@ class Source(DecodeLoop):
     def __init__(self, path: str, *, strict: bool = False,
                  input_format: str | None = None, options: dict[str, str] | None = None,
                  timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None,
-                 decode_sessions: int = 1, make_current: Callable[[], None] | None = None):
+                 decode_sessions: int = 1, make_current: Callable[[], None] | None = None, decoders=None):
         self.path = path
+        self._decoders = decoders  # a DecoderPool: NVDEC decoders kept between runs (see _open_sessions)
+        self.decoders_reused = 0
         route_ffmpeg_log()
         self.hwaccel = hwaccel
         self.returns = FrameReturns() if hwaccel is not None else None  # see FrameReturns
@@ -159,13 +161,18 @@ class Source(DecodeLoop):
         return self._gops.sessions if self._gops is not None else 1
 
     def _open_sessions(self, sessions: int, make_current: Callable[[], None]) -> None:
-        """The other sessions' decoders, made from this stream's parameters (no second open or probe of the
-        file: the packets come from this container's demuxer). Fewer sessions if the GPU refuses more."""
+        """The sessions' decoders: this container's and others made from the stream's parameters (no second
+        open or probe of the file: the packets come from this container's demuxer), or with a pool of
+        decoders (:class:`~pipeline.nvdec.DecoderPool`) those a previous run of such a stream left, the
+        rest made. Fewer sessions if the GPU refuses more."""
         from .gops import GopDecoders
 
         first = self.video.codec_context
-        contexts = [first]
-        for _ in range(sessions - 1):
+        contexts = [] if self._decoders is not None else [first]
+        if self._decoders is not None:
+            contexts = self._decoders.take(self._decoders.key(first, self.hwaccel), sessions)
+            self.decoders_reused = len(contexts)
+        while len(contexts) < sessions:
             try:
                 ctx = av.CodecContext.create(first.name, "r", hwaccel=self.hwaccel)
                 ctx.extradata = first.extradata
@@ -175,14 +182,17 @@ class Source(DecodeLoop):
                 log.debug(f"{self.path}: {len(contexts)} NVDEC sessions, not {sessions}: {e}")
                 break
             contexts.append(ctx)
-        if len(contexts) > 1:
+        if len(contexts) > 1 or self._decoders is not None and contexts:
             self._gops = GopDecoders(contexts, lookahead=_lookahead(self.video), make_current=make_current)
             self.returns = self._gops.returns
 
     def _close_sessions(self) -> None:
         gops, self._gops = self._gops, None
-        if gops is not None:
-            gops.close()
+        if gops is None:
+            return
+        clean = gops.close()
+        if self._decoders is not None and clean:
+            self._decoders.give(self._decoders.key(self.video.codec_context, self.hwaccel), clean)
 
     def _open(self):
         fd = pipe_fd(self.path)

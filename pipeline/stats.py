@@ -39,6 +39,7 @@ class RunStats:
     device: str = "cpu"
     decode: str = "cpu"  # cpu or nvdec
     decode_sessions: int = 1  # NVDEC sessions sharing the input's GOPs (pipeline.gops)
+    decoders_reused: int = 0  # of them, decoders a previous run left open (pipeline.nvdec.DecoderPool)
     layouts: dict[str, str] = field(default_factory=dict)  # the frames' layout in and out (i420, i420p10, ...)
     pix_fmt: str | None = None  # the encoder's pixel format (None: no encoder)
     strategy: str = "pool"
@@ -150,6 +151,7 @@ class RunStats:
             "device": self.device,
             "decode": self.decode,
             "decode_sessions": self.decode_sessions,
+            "decoders_reused": self.decoders_reused,
             "alloc": self.strategy,
             "size": [self.width, self.height],
             "layouts": self.layouts,

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from utils import ROOT, cli_command, environment, partials, read_json, run_command, video_frames, wait_until
+from utils import (ROOT, cli_command, decode, environment, partials, read_json, run_cli, run_command, video_frames,
+                   wait_until)
 
 from pipeline import sample as make_sample
 from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
@@ -32,7 +33,7 @@ CHAIN = "gblur=sigma=1,eq=contrast=1.1"
 FRAMES = 6
 FILE_FIELDS = {"input", "output", "status", "exit_code", "error", "frames", "fps", "seconds", "worker", "gpu",
                "warm", "notices", "submitted", "started", "ended", "received", "task_s", "start_gap_s",
-               "end_gap_s", "overhead_s", "overhead_fraction", "device_allocs", "pinned_allocs"}
+               "end_gap_s", "overhead_s", "overhead_fraction", "device_allocs", "pinned_allocs", "decoders_reused"}
 
 
 @pytest.fixture(scope="module")
@@ -518,6 +519,32 @@ def test_a_gpu_workers_files_share_its_device_arena_and_pinned_pool(clips):
     assert first.status == "done" and first.gpu.startswith("cuda:0"), first.error
     assert first.device_allocs > 0 and first.pinned_allocs > 0
     assert [(r.status, r.device_allocs, r.pinned_allocs) for r in later] == [("done", 0, 0)] * 2
+
+
+@pytest.mark.gpu
+def test_a_gpu_workers_nvdec_files_reuse_its_decoders_and_give_what_single_runs_give(tmp_path):
+    import av
+
+    (tmp_path / "in").mkdir()
+    clips = [make_sample.make_clip(tmp_path / "in" / f"h{i}.mp4", width=320, height=180, frames=48, fps=30,
+                                   audio=False, seed=i, options={"g": "12"}) for i in range(3)]
+    extradata = set()
+    for c in clips:
+        with av.open(str(c)) as container:
+            extradata.add(bytes(container.streams.video[0].codec_context.extradata))
+    assert len(extradata) == 1  # one encoder's settings: the same parameter sets, other pictures
+    report = run_batch([str(c) for c in clips], tmp_path / "out", device="cuda", gpus="0", decode="nvdec",
+                       codec="ffv1")
+    first, *later = sorted(report.results, key=lambda r: r.started)
+    assert [r.status for r in report.results] == ["done"] * 3, [r.error for r in report.results]
+    assert first.decoders_reused == 0 and [r.decoders_reused for r in later] == [4, 4]
+    for result in report.results:
+        single = tmp_path / f"single_{Path(result.input).stem}.mkv"
+        proc = run_cli("run", result.input, "-o", single, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "ffv1")
+        assert proc.returncode == 0, proc.stderr
+        a, b = decode(result.output), decode(single)
+        assert len(a.frames) == 48 and a.pts == b.pts
+        assert all((x == y).all() for x, y in zip(a.frames, b.frames))
 
 
 def test_no_more_workers_start_than_files_to_run(clips, tmp_path):

@@ -271,3 +271,43 @@ def test_a_long_stretch_without_frames_does_not_stall_the_demuxer(tmp_path):
     room must not wait for a frame (it would wait for ever)."""
     one, many = through_sessions(clip(tmp_path, "long", 200, g=150, bf=0), 2, skip=10, wrap=Slow)
     assert many == one and len(one) == 50
+
+
+def test_decoders_a_run_let_go_cleanly_serve_the_next_file_exactly(tmp_path):
+    """A decoder pool (pipeline.nvdec.DecoderPool) hands one file's decoders to the next file of the same
+    parameter sets: its frames come out as a fresh decoder gives them. A session whose frame is still held
+    elsewhere does not give its decoder back."""
+    from pipeline.nvdec import DecoderPool
+
+    first, second = (make_sample.make_clip(tmp_path / f"{n}.mp4", width=160, height=96, frames=90, fps=30,
+                                           audio=False, seed=seed, options={"g": "20", "bf": "3"})
+                     for n, seed in (("a", 5), ("b", 9)))
+    pool, held = DecoderPool(), []
+
+    def through(path: Path, contexts: list, keep: bool) -> tuple[list, list]:
+        with av.open(str(path)) as c:
+            video = c.streams.video[0]
+            key = pool.key(video.codec_context, None)
+            contexts = contexts or [av.CodecContext.create(video.codec_context.name, "r") for _ in range(3)]
+            for ctx in contexts:
+                ctx.extradata = video.codec_context.extradata
+            decoders = gops.GopDecoders(contexts, lookahead=8, make_current=lambda: None)
+            out = []
+            for packet in c.demux(video):
+                for kind, frame, _ in decoders.finish() if packet.size == 0 else decoders.feed(packet):
+                    out.append(digest(frame))
+                    if keep and not held:
+                        held.append(frame)  # the pipeline still holds this one: its session is not clean
+                frame = None
+            pool.give(key, decoders.close())
+            return out, key
+
+    frames, key = through(first, [], keep=True)
+    assert frames == sequential(first)
+    assert len(pool.take(("other",), 3)) == 0
+    reused = pool.take(key, 3)
+    assert len(reused) == 2 and pool.reused == 2  # the session of the held frame kept its decoder out
+    frames, _ = through(second, reused + [av.CodecContext.create("h264", "r")], keep=False)
+    assert frames == sequential(second) and len({d for _, d in frames}) > 80
+    pool.give(("other",), [])
+    assert pool.take(key, 3) == []  # another stream's decoders replaced them

@@ -47,7 +47,7 @@ def kernels(monkeypatch):
 
 
 def beside(monkeypatch, open_source, make_backend):
-    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, gpu: open_source(gpu))
+    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, gpu, decoders=None: open_source(gpu))
     monkeypatch.setattr(build, "make_backend", lambda *args: make_backend())
     cfg = RunConfig(input="in.mp4", device="cuda", decode="nvdec")
     with ThreadPoolExecutor(1) as pool:
@@ -257,7 +257,7 @@ def test_a_source_opened_beside_the_backend_is_closed_when_its_kernels_fail(monk
     from concurrent.futures import ThreadPoolExecutor
 
     source = FakeSource()
-    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, backend: source)
+    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, backend, decoders=None: source)
 
     def broken(*args, **kwargs):
         raise GPUError("compiling the kernels: out of memory")

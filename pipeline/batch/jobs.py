@@ -51,6 +51,7 @@ class FileResult:
     # worker has run a file of that size); None for other strategies, whose memory is their own.
     device_allocs: int | None = None
     pinned_allocs: int | None = None
+    decoders_reused: int = 0  # NVDEC decoders an earlier file on the worker left open, used again
     submitted: float | None = None
     started: float | None = None  # the task began on the worker
     ended: float | None = None  # the task returned on the worker

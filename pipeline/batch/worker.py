@@ -24,6 +24,7 @@ from ..engine import Pipeline, RunControl
 from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupted, PipelineError
 from ..log import log
 from ..many import SharedBackend, SharedMemory
+from ..nvdec import DecoderPool
 from .cluster import LEFT_TO_THE_BATCH
 from .jobs import FileResult, Job
 from .resume import forget, input_identity, write_marker
@@ -36,13 +37,15 @@ class WorkerState:
     """What a worker keeps between files: how many it ran, the device it is bound to, the run in
     progress (so the client can stop it), the batches stopped, and the memory its pooled runs share
     (a device arena and a pinned pool per backend, as several inputs of one process share them): a
-    file of a size the worker has run takes its frames from there without a cudaMalloc or cudaHostAlloc."""
+    file of a size the worker has run takes its frames from there without a cudaMalloc or cudaHostAlloc.
+    Its NVDEC decoders stay open too, for the next file of the same codec and parameter sets."""
 
     def __init__(self, name: str):
         self.name = name
         self.files = 0
         self.gpu: str | None = None
         self._memory: dict[tuple[str, int], SharedMemory] = {}  # (backend, GPU): what its pooled runs borrow
+        self.decoders = DecoderPool()
         self._stopped: dict[str, int] = {}  # batch id: the signal that stopped it
         self._current: tuple[Job, RunControl] | None = None
         self._lock = threading.Lock()
@@ -105,6 +108,7 @@ class WorkerState:
             if self._current is not None or self.stalled is not None:
                 return
             memories, self._memory = list(self._memory.values()), {}
+        self.decoders.close()
         for memory in memories:
             memory.close()
 
@@ -209,6 +213,7 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         result.status, result.frames, result.fps = "done", stats.frames_out, round(stats.fps, 2)
         result.gpu = state.device_label(stats.device)
         result.device_allocs, result.pinned_allocs = allocations()
+        result.decoders_reused = stats.decoders_reused
         if out is not None:
             _mark_complete(out, identity, job, result)
     finally:
@@ -242,7 +247,7 @@ def _pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[Pipeli
         now = shared.counters()
         return tuple(now[k] - start[k] for k in ALLOCATIONS)
 
-    parts = build_parts(job.config, control=control, wrap_backend=share)
+    parts = build_parts(job.config, control=control, wrap_backend=share, decoders=state.decoders)
     pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, job.config, control=control,
                         memory=parts.memory, owns_memory=True, phases=parts.phases)
     return pipeline, allocations
