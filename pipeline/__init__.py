@@ -31,6 +31,7 @@ _LAZY = {
     "frames": "api",
     "run": "api",
     "run_many": "api",
+    "DecoderPool": "nvdec",
     "Frame": "api",
     "FrameIterator": "api",
     "StageFrame": "processor",
