@@ -6,6 +6,7 @@ any output file exists; a part built before a later one fails is closed again.
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -69,9 +70,12 @@ def decoder_for(cfg: RunConfig, backend) -> str:
 
 
 def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = lambda: None, backend=None,
-                decoders=None):
+                decoders=None, gpu_up: bool | None = None):
     """The PyAV source for ``cfg.input``, decoded on the CPU or with NVDEC (``cfg.decode``); a live one
-    is opened in the background (Ctrl-C stays live). ``decoders``: see :func:`build_parts`."""
+    is opened in the background (Ctrl-C stays live). ``decoders``: see :func:`build_parts`. ``gpu_up``:
+    CuPy was imported before this run began (default: it is now); NVDEC's stream analysis then reads
+    headers only (see ``pipeline.source._open_input``)."""
+    gpu_up = "cupy" in sys.modules if gpu_up is None else gpu_up
     from .source import Source, is_live_input
     from .span import Span
 
@@ -91,7 +95,7 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
                       timeout=cfg.timeout, live=live, hwaccel=hwaccel, span=span, decode_sessions=sessions,
                       make_current=backend.make_current if hwaccel is not None else None,
-                      decoders=decoders if hwaccel is not None else None)
+                      decoders=decoders if hwaccel is not None else None, headers_only=gpu_up)
 
     def opened() -> Any:
         if decode == "cpu":
@@ -256,10 +260,11 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
 def _source_and_backend(cfg, chain, stage, control, source, phases: Phases, pool, decoders=None):
     """The backend (context, kernels) and the source, side by side: NVDEC opens in the GPU's primary
     context through the driver while CuPy imports (:func:`_nvdec_beside_backend`)."""
+    gpu_up = "cupy" in sys.modules  # before the set-up thread starts importing it
     if source is None and cfg.decode != "cpu":
         gpu = _early_gpu(cfg.device)
         if gpu is not None:
-            return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu, decoders)
+            return _nvdec_beside_backend(cfg, chain, stage, control, phases, pool, gpu, decoders, gpu_up)
         if cfg.decode == "nvdec":  # no GPU the driver knows: the backend says why (auto decodes on the CPU)
             backend = _backend(cfg, chain, stage, phases, None)
             return _open_source(cfg, control, backend, phases, decoders), backend
@@ -289,7 +294,8 @@ def _early_gpu(device: str):
     return EarlyDevice(index) if retain_primary_context(index) else None
 
 
-def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases, pool, gpu, decoders=None):
+def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases, pool, gpu, decoders=None,
+                          gpu_up: bool = False):
     """NVDEC's open and first frame (the decoder in the primary context, made current through the driver)
     while CuPy imports and the backend and kernels are made: the two longest parts of a GPU run's start-up,
     side by side. The kernels wait for the source's layout. A failed backend's error is the one reported:
@@ -297,7 +303,7 @@ def _nvdec_beside_backend(cfg: RunConfig, chain, stage, control, phases: Phases,
     layout: Future = Future()
     future = pool.submit(_backend, cfg, chain, stage, phases, layout)
     try:
-        source = _open_source(cfg, control, gpu, phases, decoders)
+        source = _open_source(cfg, control, gpu, phases, decoders, gpu_up)
     except BaseException as e:
         layout.set_result(None)
         if not isinstance(e, (KeyboardInterrupt, Interrupted)):  # a stop request outranks what failed meanwhile
@@ -327,11 +333,11 @@ def _raise_failure(future: Future) -> None:
         raise error
 
 
-def _open_source(cfg: RunConfig, control, backend, phases: Phases, decoders=None):
+def _open_source(cfg: RunConfig, control, backend, phases: Phases, decoders=None, gpu_up: bool | None = None):
     stop = control.stop_event if control is not None else None
     signum = (lambda: control.signum) if control is not None else (lambda: None)
     with phases("decoder_open"):
-        return open_source(cfg, stop, signum, backend, decoders=decoders)
+        return open_source(cfg, stop, signum, backend, decoders=decoders, gpu_up=gpu_up)
 
 
 def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | Future | None):

@@ -67,6 +67,7 @@ class _Session:
         self._lookahead = lookahead
         self._cv = threading.Condition()
         self._stopped = False
+        self._failed = False  # its thread died: its decoder serves no other run
         self._make_current = make_current
         self._thread = threading.Thread(target=self._run, name=f"pipeline-nvdec{index}", daemon=True)
         self._thread.start()
@@ -121,7 +122,7 @@ class _Session:
         # The session's thread has ended, so nothing allocates from its pool any more: these may go anywhere.
         self._outbox.clear()
         alive, self._alive = self._alive, []
-        clean = not [f for f in alive if sys.getrefcount(f) > _SOLE]  # counted as _release counts them
+        clean = not self._failed and not [f for f in alive if sys.getrefcount(f) > _SOLE]  # as _release counts
         del alive
         if clean:
             self.ctx.flush_buffers()  # stopped mid-segment: what it held is dropped, as after a seek
@@ -134,6 +135,7 @@ class _Session:
             self._make_current()  # FFmpeg's calls run in CuPy's context, which this thread must hold
             self._decode_all()
         except BaseException as e:  # never leave the decode thread waiting for a session that has died
+            self._failed = True
             with self._cv:
                 self._outbox.append(("failed", e))
                 self._cv.notify_all()

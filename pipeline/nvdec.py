@@ -75,11 +75,14 @@ class DecoderPool:
     def take(self, key: tuple, count: int) -> list:
         """Up to ``count`` idle decoders of ``key`` (fewer or none: the caller makes the rest)."""
         with self._lock:
-            if key != self._key:
-                return []
-            taken, self._idle = self._idle[:count], self._idle[count:]
-            self.reused += len(taken)
-            return taken
+            if key != self._key:  # another stream's decoders will not serve: free them before this run's
+                stale, self._idle, self._key = self._idle, [], None
+                taken = []
+            else:
+                stale, taken, self._idle = [], self._idle[:count], self._idle[count:]
+                self.reused += len(taken)
+        del stale  # freed here, outside the lock
+        return taken
 
     def give(self, key: tuple, contexts: list) -> None:
         """Decoders a run is done with (flushed, no frame of theirs held): kept for the next run of ``key``;

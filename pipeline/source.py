@@ -96,8 +96,10 @@ class Source(DecodeLoop):
     def __init__(self, path: str, *, strict: bool = False,
                  input_format: str | None = None, options: dict[str, str] | None = None,
                  timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None,
-                 decode_sessions: int = 1, make_current: Callable[[], None] | None = None, decoders=None):
+                 decode_sessions: int = 1, make_current: Callable[[], None] | None = None, decoders=None,
+                 headers_only: bool = False):
         self.path = path
+        self._headers_only = headers_only  # see _open_input
         self._decoders = decoders  # a DecoderPool: NVDEC decoders kept between runs (see _open_sessions)
         self.decoders_reused = 0
         route_ffmpeg_log()
@@ -131,6 +133,7 @@ class Source(DecodeLoop):
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
+            self._decoders = None  # a source that failed to open (a stream NVDEC refused) leaves no decoder
             self.close()
             raise  # its one line says it all; the warnings held back would only repeat it
         held, self._held = self._held, None
@@ -202,7 +205,7 @@ class Source(DecodeLoop):
         if not (self.live or self.input_format or self.options or is_url(self.path) or self.hwaccel):
             return _open(self.path)
         return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
-                           hwaccel=self.hwaccel)
+                           hwaccel=self.hwaccel, headers_only=self._headers_only)
 
     def reopen(self) -> None:
         """Open a live input again after a stall (called by the reader thread, which owns the container).
@@ -399,7 +402,21 @@ def check_frame_size(path: str, width: int, height: int) -> None:
                          f"supported sizes are up to {MAX_SIDE}x{MAX_SIDE}")
 
 
-PROBE_HEADERS_ONLY = {"skip_frame": "all"}  # per-stream options of the stream analysis (PyAV's ``options``)
+# The stream analysis of an NVDEC file: its probing decoders' skip_frame, its length (microseconds).
+PROBE_HEADERS_ONLY = {"skip_frame": "all", "analyzeduration": "500000"}
+
+
+def _declares_its_streams(path: str) -> bool:
+    """A regular file in MP4/MOV or Matroska/WebM, whose header lists every stream with its parameters (a
+    pipe or FIFO is analysed as it comes; MPEG-TS and others may show streams only in their packets)."""
+    if not os.path.isfile(path):  # before opening: a FIFO's open waits for its writer
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return head[4:8] == b"ftyp" or head[:4] == b"\x1a\x45\xdf\xa3"
 
 
 def _open(path: str):
@@ -407,7 +424,7 @@ def _open(path: str):
 
 
 def _open_input(path: str, input_format: str | None, options: dict[str, str], timeout: float | None, *,
-                local: bool, hwaccel=None):
+                local: bool, hwaccel=None, headers_only: bool = False):
     """Open a file, URL or device. ``timeout`` bounds the open and the stream analysis (each) and
     then every read: without it a silent network source would block forever."""
     if local:
@@ -417,13 +434,17 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     kwargs = {"timeout": (timeout, timeout)} if timeout else {}
     if hwaccel is not None:
         kwargs["hwaccel"] = hwaccel
-    if hwaccel is not None and local and os.path.isfile(path):
+    if hwaccel is not None and local and headers_only and _declares_its_streams(path):
         # The stream analysis would decode the first frame on one CPU core only to learn its pixel format
         # (0.17-0.19 s at 4K on the H200's host), which NVDEC's first frame says anyway. Its probing
         # decoders skip every frame, so it reads headers only (pix_fmt stays unset; FFmpeg says so in a
-        # warning, logged at debug); the stream's own decoder is not given the option. Not for pipes and
-        # FIFOs: the analysis then reads on to its limits (5 s of input), which a file serves at once.
-        kwargs["options"] = PROBE_HEADERS_ONLY
+        # warning, logged at debug); the stream's own decoder is not given the option. Never complete, the
+        # analysis would read on to 5 s of input: half a second is enough for what it still measures, in
+        # a container whose header declares every stream (the user's own analyzeduration wins). Asked for
+        # (``headers_only``) where CuPy was up before the run (a later run, a batch worker's file): in a
+        # fresh process that decode runs beside CuPy's import at no cost, and skipping it moved NVDEC's
+        # own set-up into the import's way (the first frame 30-70 ms later at 1080p).
+        kwargs["options"] = {k: v for k, v in PROBE_HEADERS_ONLY.items() if k not in options}
     try:
         container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
                             container_options=options, **kwargs)

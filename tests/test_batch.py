@@ -526,8 +526,8 @@ def test_a_gpu_workers_nvdec_files_reuse_its_decoders_and_give_what_single_runs_
     import av
 
     (tmp_path / "in").mkdir()
-    clips = [make_sample.make_clip(tmp_path / "in" / f"h{i}.mp4", width=320, height=180, frames=48, fps=30,
-                                   audio=False, seed=i, options={"g": "12"}) for i in range(3)]
+    clips = [make_sample.make_clip(tmp_path / "in" / f"h{i}.mp4", width=320, height=180, frames=128, fps=30,
+                                   audio=False, seed=i, options={"g": "16"}) for i in range(3)]
     extradata = set()
     for c in clips:
         with av.open(str(c)) as container:
@@ -543,7 +543,7 @@ def test_a_gpu_workers_nvdec_files_reuse_its_decoders_and_give_what_single_runs_
         proc = run_cli("run", result.input, "-o", single, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "ffv1")
         assert proc.returncode == 0, proc.stderr
         a, b = decode(result.output), decode(single)
-        assert len(a.frames) == 48 and a.pts == b.pts
+        assert len(a.frames) == 128 and a.pts == b.pts
         assert all((x == y).all() for x, y in zip(a.frames, b.frames))
 
 

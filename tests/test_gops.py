@@ -275,8 +275,9 @@ def test_a_long_stretch_without_frames_does_not_stall_the_demuxer(tmp_path):
 
 def test_decoders_a_run_let_go_cleanly_serve_the_next_file_exactly(tmp_path):
     """A decoder pool (pipeline.nvdec.DecoderPool) hands one file's decoders to the next file of the same
-    parameter sets: its frames come out as a fresh decoder gives them. A session whose frame is still held
-    elsewhere does not give its decoder back."""
+    parameter sets: its frames come out as fresh decoders give them, also after a run stopped part-way
+    (the decoders are flushed as they stop). A session whose frame is still held elsewhere does not give
+    its decoder back."""
     from pipeline.nvdec import DecoderPool
 
     first, second = (make_sample.make_clip(tmp_path / f"{n}.mp4", width=160, height=96, frames=90, fps=30,
@@ -284,16 +285,18 @@ def test_decoders_a_run_let_go_cleanly_serve_the_next_file_exactly(tmp_path):
                      for n, seed in (("a", 5), ("b", 9)))
     pool, held = DecoderPool(), []
 
-    def through(path: Path, contexts: list, keep: bool) -> tuple[list, list]:
+    def through(path: Path, reused: list, keep: bool = False, packets: int | None = None) -> tuple[list, tuple]:
         with av.open(str(path)) as c:
             video = c.streams.video[0]
             key = pool.key(video.codec_context, None)
-            contexts = contexts or [av.CodecContext.create(video.codec_context.name, "r") for _ in range(3)]
-            for ctx in contexts:
+            made = [av.CodecContext.create(video.codec_context.name, "r") for _ in range(3 - len(reused))]
+            for ctx in made:
                 ctx.extradata = video.codec_context.extradata
-            decoders = gops.GopDecoders(contexts, lookahead=8, make_current=lambda: None)
+            decoders = gops.GopDecoders(reused + made, lookahead=8, make_current=lambda: None)
             out = []
-            for packet in c.demux(video):
+            for n, packet in enumerate(c.demux(video)):
+                if packets is not None and n == packets:
+                    break  # stopped mid-segment: the sessions hold undecoded packets and reordered pictures
                 for kind, frame, _ in decoders.finish() if packet.size == 0 else decoders.feed(packet):
                     out.append(digest(frame))
                     if keep and not held:
@@ -304,10 +307,12 @@ def test_decoders_a_run_let_go_cleanly_serve_the_next_file_exactly(tmp_path):
 
     frames, key = through(first, [], keep=True)
     assert frames == sequential(first)
-    assert len(pool.take(("other",), 3)) == 0
     reused = pool.take(key, 3)
     assert len(reused) == 2 and pool.reused == 2  # the session of the held frame kept its decoder out
-    frames, _ = through(second, reused + [av.CodecContext.create("h264", "r")], keep=False)
+    frames, _ = through(second, reused)
     assert frames == sequential(second) and len({d for _, d in frames}) > 80
-    pool.give(("other",), [])
-    assert pool.take(key, 3) == []  # another stream's decoders replaced them
+    for packets in (30, 65):  # part-way through a segment of the first, then the second file whole
+        through(first, pool.take(key, 3), packets=packets)
+        frames, _ = through(second, pool.take(key, 3))
+        assert frames == sequential(second)
+    assert pool.take(("other",), 3) == [] and pool.take(key, 3) == []  # another stream's run freed them

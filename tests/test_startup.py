@@ -47,7 +47,7 @@ def kernels(monkeypatch):
 
 
 def beside(monkeypatch, open_source, make_backend):
-    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, gpu, decoders=None: open_source(gpu))
+    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, gpu, **_: open_source(gpu))
     monkeypatch.setattr(build, "make_backend", lambda *args: make_backend())
     cfg = RunConfig(input="in.mp4", device="cuda", decode="nvdec")
     with ThreadPoolExecutor(1) as pool:
@@ -257,7 +257,7 @@ def test_a_source_opened_beside_the_backend_is_closed_when_its_kernels_fail(monk
     from concurrent.futures import ThreadPoolExecutor
 
     source = FakeSource()
-    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, backend, decoders=None: source)
+    monkeypatch.setattr(build, "open_source", lambda cfg, stop, signum, backend, **_: source)
 
     def broken(*args, **kwargs):
         raise GPUError("compiling the kernels: out of memory")
@@ -269,15 +269,17 @@ def test_a_source_opened_beside_the_backend_is_closed_when_its_kernels_fail(monk
 
 
 def test_a_file_opened_for_nvdec_is_analysed_from_its_headers_and_still_decodes_whole(monkeypatch, tmp_path):
-    """The stream analysis of a file opened for NVDEC decodes no frame on the CPU (its probing decoders skip
-    them: the pixel format stays unknown until NVDEC's first frame); the stream's own decoder is not told to
-    skip, so every frame comes out. A pipe is analysed as before (skipping would read on to 5 s of it)."""
+    """Asked for (CuPy up before the run), the stream analysis of an MP4 or Matroska file opened for NVDEC decodes no
+    frame on the CPU (its probing decoders skip them: the pixel format stays unknown until NVDEC's first
+    frame); the stream's own decoder is not told to skip, so every frame comes out. Not asked for (a fresh
+    process), a pipe, and a container that may show streams only in its packets are analysed as before."""
     import av
 
     from pipeline import sample as make_sample
     from pipeline import source as src
 
     clip = make_sample.make_clip(tmp_path / "c.mp4", width=160, height=96, frames=10, fps=30, seed=2)
+    ts = make_sample.make_clip(tmp_path / "c.ts", width=160, height=96, frames=10, fps=30, seed=2)
     real_open, given = av.open, []
 
     def open_without_the_gpu(*args, hwaccel=None, **kwargs):  # this machine has no CUDA: the CPU decoder
@@ -285,11 +287,16 @@ def test_a_file_opened_for_nvdec_is_analysed_from_its_headers_and_still_decodes_
         return real_open(*args, **kwargs)
 
     monkeypatch.setattr(av, "open", open_without_the_gpu)
-    container = src._open_input(str(clip), None, {}, None, local=True, hwaccel=object())
+    src._open_input(str(clip), None, {}, None, local=True, hwaccel=object()).close()
+    container = src._open_input(str(clip), None, {}, None, local=True, hwaccel=object(), headers_only=True)
     video = container.streams.video[0]
-    assert given == [src.PROBE_HEADERS_ONLY] and video.codec_context.pix_fmt is None
+    assert given == [None, src.PROBE_HEADERS_ONLY] and video.codec_context.pix_fmt is None
     assert sum(1 for _ in container.decode(video)) == 10
     container.close()
+    src._open_input(str(clip), None, {"analyzeduration": "2000000"}, None, local=True, hwaccel=object(),
+                    headers_only=True).close()
+    assert given[-1] == {"skip_frame": "all"}  # the user's analyzeduration is the one used
+    src._open_input(str(ts), None, {}, None, local=True, hwaccel=object(), headers_only=True).close()
     with open(clip, "rb") as f:
-        src._open_input(f"pipe:{f.fileno()}", None, {}, None, local=False, hwaccel=object()).close()
-    assert given[1] is None
+        src._open_input(f"pipe:{f.fileno()}", None, {}, None, local=False, hwaccel=object(), headers_only=True).close()
+    assert given[-2:] == [None, None]
