@@ -437,8 +437,9 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
     if hwaccel is not None and local and headers_only and _declares_its_streams(path):
         # The stream analysis would decode the first frame on one CPU core only to learn its pixel format
         # (0.17-0.19 s at 4K on the H200's host), which NVDEC's first frame says anyway. Its probing
-        # decoders skip every frame, so it reads headers only (pix_fmt stays unset; FFmpeg says so in a
-        # warning, logged at debug); the stream's own decoder is not given the option. Never complete, the
+        # decoders skip every frame, so it reads headers only (pix_fmt stays unset, so does the decoder's
+        # delay: Matroska's video packets then have dts = pts, which nothing here reads; FFmpeg warns, at
+        # debug); the stream's own decoder is not given the option. Never complete, the
         # analysis would read on to 5 s of input: half a second is enough for what it still measures, in
         # a container whose header declares every stream (the user's own analyzeduration wins). Asked for
         # (``headers_only``) where CuPy was up before the run (a later run, a batch worker's file): in a
