@@ -365,7 +365,11 @@ class Sink:
         hold a stream (PCM audio in MP4) or a bad encoder option is refused before any frame is done."""
         printed: list[str] = []
         cc = self.video.codec_context
-        said = watch({cc.name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
+        # Named before the open: after an encoder refused it, PyAV 19 reads its name through a codec pointer
+        # FFmpeg 8 has cleared (dnxhd at 64x48 crashed the process there).
+        name = cc.name
+        streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
+        said = watch({name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
         try:
             with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
                 self.container.start_encoding()
@@ -373,10 +377,9 @@ class Sink:
             if "avcodec_open2" in str(e):  # the encoder's refusal (a hardware one's absence is an OSError)
                 reasons = [m for _, level, m in said.take() if level >= 40] + [library_errors(printed)]
                 what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"
-                raise refusal(cc.name, e, "; ".join(r for r in reasons if r), what).with_target(self.target) from e
+                raise refusal(name, e, "; ".join(r for r in reasons if r), what).with_target(self.target) from e
             if isinstance(e, OSError):
                 raise OutputError(f"{self.target}: cannot create output: {e}") from e
-            streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
             raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
                               f"with these options ({e}); try another output extension (.mkv) or "
                               "--output-opt") from e

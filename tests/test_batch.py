@@ -533,14 +533,15 @@ def test_a_gpu_workers_nvdec_files_reuse_its_decoders_and_give_what_single_runs_
         with av.open(str(c)) as container:
             extradata.add(bytes(container.streams.video[0].codec_context.extradata))
     assert len(extradata) == 1  # one encoder's settings: the same parameter sets, other pictures
-    report = run_batch([str(c) for c in clips], tmp_path / "out", device="cuda", gpus="0", decode="nvdec",
-                       codec="ffv1")
+    report = run_batch([str(c) for c in clips], tmp_path / "out", filters=CHAIN, device="cuda", gpus="0",
+                       decode="nvdec", codec="ffv1")
     first, *later = sorted(report.results, key=lambda r: r.started)
     assert [r.status for r in report.results] == ["done"] * 3, [r.error for r in report.results]
     assert first.decoders_reused == 0 and [r.decoders_reused for r in later] == [4, 4]
     for result in report.results:
-        single = tmp_path / f"single_{Path(result.input).stem}.mkv"
-        proc = run_cli("run", result.input, "-o", single, "-q", "--device", "cuda", "--decode", "nvdec", "-c", "ffv1")
+        single = tmp_path / f"single_{Path(result.input).stem}{Path(result.output).suffix}"  # the same container
+        proc = run_cli("run", result.input, "-o", single, "-q", "-vf", CHAIN, "--device", "cuda", "--decode", "nvdec",
+                       "-c", "ffv1")
         assert proc.returncode == 0, proc.stderr
         a, b = decode(result.output), decode(single)
         assert len(a.frames) == 128 and a.pts == b.pts
