@@ -75,10 +75,10 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
     is opened in the background (Ctrl-C stays live). ``decoders``: see :func:`build_parts`. ``gpu_up``:
     CuPy was imported before this run began (default: it is now); NVDEC's stream analysis then reads
     headers only (see ``pipeline.source._open_input``)."""
-    gpu_up = "cupy" in sys.modules if gpu_up is None else gpu_up
     from .source import Source, is_live_input
     from .span import Span
 
+    gpu_up = "cupy" in sys.modules if gpu_up is None else gpu_up
     waits = waits_for_writer(cfg.input, cfg.input_format)
     live = waits or is_live_input(cfg.input, cfg.input_format)
     decode = decoder_for(cfg, backend)

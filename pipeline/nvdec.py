@@ -54,10 +54,10 @@ def _first_line(error: BaseException) -> str:
 class DecoderPool:
     """NVDEC decoders kept open from one run to the next in a long-lived process (a batch worker's files).
 
-    Making a decoder costs 60-110 ms at its first packet and freeing one 130-250 ms, holding the
+    Making a decoder costs 50-110 ms at its first packet and freeing one 130-250 ms, holding the
     interpreter's lock (H200, 1080p to 4K): more than a short clip's decoding. A run whose stream has the
     codec and parameter sets (extradata) of the last one decodes with that run's decoders, flushed as after
-    a seek; a decoder a run still has frames of out in the pipeline is not kept. Only the last stream's
+    a seek; a decoder whose frames are still held when its run ends is not kept. Only the last stream's
     decoders stay (their surface pools are device memory), and nothing is freed while a run holds them.
     """
 

@@ -133,7 +133,7 @@ class Source(DecodeLoop):
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
-            self._decoders = None  # a source that failed to open (a stream NVDEC refused) leaves no decoder
+            self._decoders = None  # a source that failed to open (a stream NVDEC refused) gives no decoder back
             self.close()
             raise  # its one line says it all; the warnings held back would only repeat it
         held, self._held = self._held, None
@@ -171,10 +171,11 @@ class Source(DecodeLoop):
         from .gops import GopDecoders
 
         first = self.video.codec_context
-        contexts = [] if self._decoders is not None else [first]
         if self._decoders is not None:
             contexts = self._decoders.take(self._decoders.key(first, self.hwaccel), sessions)
             self.decoders_reused = len(contexts)
+        else:
+            contexts = [first]
         while len(contexts) < sessions:
             try:
                 ctx = av.CodecContext.create(first.name, "r", hwaccel=self.hwaccel)
@@ -436,12 +437,12 @@ def _open_input(path: str, input_format: str | None, options: dict[str, str], ti
         kwargs["hwaccel"] = hwaccel
     if hwaccel is not None and local and headers_only and _declares_its_streams(path):
         # The stream analysis would decode the first frame on one CPU core only to learn its pixel format
-        # (0.17-0.19 s at 4K on the H200's host), which NVDEC's first frame says anyway. Its probing
+        # (0.14-0.19 s at 4K on the H200's host), which NVDEC's first frame says anyway. Its probing
         # decoders skip every frame, so it reads headers only (pix_fmt stays unset, so does the decoder's
         # delay: Matroska's video packets then have dts = pts, which nothing here reads; FFmpeg warns, at
-        # debug); the stream's own decoder is not given the option. Never complete, the
-        # analysis would read on to 5 s of input: half a second is enough for what it still measures, in
-        # a container whose header declares every stream (the user's own analyzeduration wins). Asked for
+        # debug); the stream's own decoder is not given the option. Never complete, the analysis would
+        # read on to 5 s of input: half a second is enough for what it still measures, in a container
+        # whose header declares every stream (the user's own analyzeduration wins). Asked for
         # (``headers_only``) where CuPy was up before the run (a later run, a batch worker's file): in a
         # fresh process that decode runs beside CuPy's import at no cost, and skipping it moved NVDEC's
         # own set-up into the import's way (the first frame 30-70 ms later at 1080p).
