@@ -129,7 +129,8 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
 
     ``decoders``: a :class:`~pipeline.nvdec.DecoderPool` you keep across runs. A file decoded with NVDEC
     whose codec and parameter sets are those of the run before takes the decoders that run left (making
-    and freeing them costs 0.2-0.35 s a run); they hold device memory until ``decoders.close()``.
+    and freeing them costs about 0.3 s a run); runs with one session (``nvdec_sessions=1``, a live or
+    paced input, ``strict``) make their own. They hold device memory until ``decoders.close()``.
     """
     from .build import build_parts
     from .engine import Pipeline

@@ -73,8 +73,9 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
                 decoders=None, gpu_up: bool | None = None):
     """The PyAV source for ``cfg.input``, decoded on the CPU or with NVDEC (``cfg.decode``); a live one
     is opened in the background (Ctrl-C stays live). ``decoders``: see :func:`build_parts`. ``gpu_up``:
-    CuPy was imported before this run began (default: it is now); NVDEC's stream analysis then reads
-    headers only (see ``pipeline.source._open_input``)."""
+    CuPy is not being imported beside this open (it was before the run, or the backend made first imported
+    it; default: it is imported now); NVDEC's stream analysis then reads headers only (see
+    ``pipeline.opening.open_input``)."""
     from .source import Source, is_live_input
     from .span import Span
 

@@ -59,6 +59,8 @@ class DecoderPool:
     codec and parameter sets (extradata) of the last one decodes with that run's decoders, flushed as after
     a seek; a decoder whose frames are still held when its run ends is not kept. Only the last stream's
     decoders stay (their surface pools are device memory), and nothing is freed while a run holds them.
+    One run at a time: runs side by side would each leave their decoders here. Used by runs with NVDEC
+    sessions (:mod:`pipeline.gops`); a run with one session makes its own.
     """
 
     def __init__(self):

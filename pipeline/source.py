@@ -29,25 +29,23 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
-import re
 import weakref
 from fractions import Fraction
-from pathlib import Path
 from typing import Callable, Iterator
 
 import av
 import numpy as np
 
-from .avlib import drain_decoder, ffmpeg_name, route_ffmpeg_log, unused_demuxer_options
+from .avlib import drain_decoder, route_ffmpeg_log
 from .config import is_url, pipe_fd
 from .damage import DamageLog
 from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameReturns, _Clock, _frame_step, _stream_desc, _ticks
-from .errors import ConfigError, DecoderRefused, GPUError, InputError
+from .errors import ConfigError, InputError
 from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read_hdr, refuse_deep_surfaces,
                      surface_layout)
 from .inputnotes import interlaced, other_video_streams
 from .log import log
+from .opening import open_file, open_input
 from .span import Span
 from .video import StreamInfo, VideoFormat
 
@@ -99,7 +97,7 @@ class Source(DecodeLoop):
                  decode_sessions: int = 1, make_current: Callable[[], None] | None = None, decoders=None,
                  headers_only: bool = False):
         self.path = path
-        self._headers_only = headers_only  # see _open_input
+        self._headers_only = headers_only  # see pipeline.opening.open_input
         self._decoders = decoders  # a DecoderPool: NVDEC decoders kept between runs (see _open_sessions)
         self.decoders_reused = 0
         route_ffmpeg_log()
@@ -201,11 +199,11 @@ class Source(DecodeLoop):
     def _open(self):
         fd = pipe_fd(self.path)
         if fd is not None:  # stdin: a stream, read as it comes; nothing on disk to check
-            return _open_input(f"pipe:{fd}", self.input_format, self.options, self.timeout, local=False,
+            return open_input(f"pipe:{fd}", self.input_format, self.options, self.timeout, local=False,
                                hwaccel=self.hwaccel)
         if not (self.live or self.input_format or self.options or is_url(self.path) or self.hwaccel):
-            return _open(self.path)
-        return _open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
+            return open_file(self.path)
+        return open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
                            hwaccel=self.hwaccel, headers_only=self._headers_only)
 
     def reopen(self) -> None:
@@ -402,121 +400,6 @@ def check_frame_size(path: str, width: int, height: int) -> None:
         raise InputError(f"{path}: frame size {width}x{height} is too large; "
                          f"supported sizes are up to {MAX_SIDE}x{MAX_SIDE}")
 
-
-# The stream analysis of an NVDEC file: its probing decoders' skip_frame, its length (microseconds).
-PROBE_HEADERS_ONLY = {"skip_frame": "all", "analyzeduration": "500000"}
-
-
-def _declares_its_streams(path: str) -> bool:
-    """A regular file in MP4/MOV or Matroska/WebM, whose header lists every stream with its parameters (a
-    pipe or FIFO is analysed as it comes; MPEG-TS and others may show streams only in their packets)."""
-    if not os.path.isfile(path):  # before opening: a FIFO's open waits for its writer
-        return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(12)
-    except OSError:
-        return False
-    return head[4:8] == b"ftyp" or head[:4] == b"\x1a\x45\xdf\xa3"
-
-
-def _open(path: str):
-    return _open_input(path, None, {}, None, local=True)
-
-
-def _open_input(path: str, input_format: str | None, options: dict[str, str], timeout: float | None, *,
-                local: bool, hwaccel=None, headers_only: bool = False):
-    """Open a file, URL or device. ``timeout`` bounds the open and the stream analysis (each) and
-    then every read: without it a silent network source would block forever."""
-    if local:
-        _check_local(path)
-    if input_format is not None:
-        _check_format(input_format)
-    kwargs = {"timeout": (timeout, timeout)} if timeout else {}
-    if hwaccel is not None:
-        kwargs["hwaccel"] = hwaccel
-    if hwaccel is not None and local and headers_only and _declares_its_streams(path):
-        # The stream analysis would decode the first frame on one CPU core only to learn its pixel format
-        # (0.14-0.19 s at 4K on the H200's host), which NVDEC's first frame says anyway. Its probing
-        # decoders skip every frame, so it reads headers only (pix_fmt stays unset, so does the decoder's
-        # delay: Matroska's video packets then have dts = pts, which nothing here reads; FFmpeg warns, at
-        # debug); the stream's own decoder is not given the option. Never complete, the analysis would
-        # read on to 5 s of input: half a second is enough for what it still measures, in a container
-        # whose header declares every stream (the user's own analyzeduration wins). Asked for
-        # (``headers_only``) where CuPy was up before the run (a later run, a batch worker's file): in a
-        # fresh process that decode runs beside CuPy's import at no cost, and skipping it moved NVDEC's
-        # own set-up into the import's way (the first frame 30-70 ms later at 1080p).
-        kwargs["options"] = {k: v for k, v in PROBE_HEADERS_ONLY.items() if k not in options}
-    try:
-        container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
-                            container_options=options, **kwargs)
-    except RuntimeError as e:  # "Hardware accelerated decode requested but no stream is compatible"
-        raise DecoderRefused(f"{path}: NVDEC cannot decode this stream: {e}") from e
-    except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
-        raise InputError(f"{path}: nothing received within {timeout:g} s while opening "
-                         "(is the source sending? --timeout sets the limit)") from e
-    except av.error.FFmpegError as e:
-        if hwaccel is not None and isinstance(e, OSError):  # no driver, or no device context: not the file
-            raise GPUError(f"{path}: cannot open NVDEC on this GPU: {e}") from e
-        refused = _REFUSED_OPTION.search(str(e))
-        if refused and refused.group(1) in options:  # the user's value, not the input's fault
-            key = refused.group(1)
-            raise ConfigError(f"Invalid --input-opt {key}={options[key]}: the demuxer refused the value "
-                              f"({e.strerror or 'out of range or malformed'})") from e
-        raise InputError(f"{path}: cannot open as video: {e}") from e
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot open: {e}") from e
-    _check_input_options(container, path, input_format, options, local)
-    if not local:
-        return container
-    if container.format.name.endswith("_pipe") or container.format.name == "image2":
-        # A still image decodes as a one-frame "video"; a video pipeline should say so, not "succeed".
-        container.close()
-        raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
-    return container
-
-
-# What FFmpeg logs when an option's value does not parse or is out of range (PyAV appends the last log line).
-_REFUSED_OPTION = re.compile(r"Error setting option (\S+) to value ")
-
-
-def _check_input_options(container, path: str, input_format: str | None, options: dict[str, str],
-                         local: bool) -> None:
-    """An --input-opt that the demuxer and the protocol under it would not use is refused, as ffmpeg
-    refuses it ("Option ... not found"), rather than left unused (a typo such as probsize=32 ran with exit
-    0 at the defaults). Checked for files, devices and pipes; a URL's protocols may nest (https over tls)
-    and take their own options, so its keys are left to them."""
-    if not options or not (local or path.startswith("pipe:")):
-        return
-    no_file = input_format is not None and av.format.ContainerFormat(input_format, "r").no_file
-    protocol = None if local and no_file else "file" if local else "pipe"
-    unused = unused_demuxer_options(container.format.name, protocol, options)
-    if unused:
-        container.close()
-        listed = ", ".join(f"{k}={options[k]}" for k in unused)
-        demuxer = container.format.name.split(",")[0]
-        raise ConfigError(f"Invalid --input-opt {listed}: the {demuxer} demuxer does not use it (misspelled? "
-                          f"`ffmpeg -h demuxer={demuxer}` lists its options; decoder options are not input options)")
-
-
-def _check_local(path: str) -> None:
-    p = Path(path)
-    try:
-        exists = p.exists()
-    except OSError as e:  # a name too long for the filesystem, a loop of links
-        raise InputError(f"{path}: cannot open: {e.strerror}") from None
-    if not exists:
-        raise InputError(f"{path}: no such file")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory")
-
-
-def _check_format(name: str) -> None:
-    try:
-        av.format.ContainerFormat(name, "r")
-    except ValueError:
-        raise ConfigError(f"Invalid input format ({name!r}): FFmpeg has no such demuxer or device "
-                          "(`ffmpeg -formats` lists them)") from None
 
 
 def _start_time(container) -> Fraction:

@@ -108,8 +108,12 @@ def main(argv=None) -> int:
     import pipeline
 
     decoders = pipeline.DecoderPool() if args.keep_decoders else None
-    clips = {name: measure(clip_for(name, args.out_dir), args.runs, args.decode, args.device, i == 0, say, decoders)
-             for i, name in enumerate(names)}
+    try:
+        clips = {name: measure(clip_for(name, args.out_dir), args.runs, args.decode, args.device, i == 0, say,
+                               decoders) for i, name in enumerate(names)}
+    finally:
+        if decoders is not None:
+            decoders.close()
     from pipeline.gpu.cuda import cupy, gpu_status
     from pipeline.gpu.probe import device_info
 

@@ -5,7 +5,7 @@
 
 For each clip, ``--repeats`` times: the container's open with the stream analysis as FFmpeg does it
 (``open``), and with its probing decoders skipping every frame (``open_headers``, what
-``pipeline.source`` asks for where CuPy was up before the run); the first frame and the next ten through
+``pipeline.opening`` asks for where CuPy was up before the run); the first frame and the next ten through
 NVDEC (the decoder is made at the first packet); the decoder's release (the container and its frames let
 go). Then the same decoder reused for the clip again after a flush (``first_frame_reused``): what a
 ``pipeline.DecoderPool`` saves. Milliseconds, one JSON line per repeat. Needs CuPy, PyAV and a GPU with
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     cupy.cuda.Device(0).use()
     cupy.empty(1)  # the context, as an application that has CuPy up has it
     from pipeline.nvdec import accel
-    from pipeline.source import PROBE_HEADERS_ONLY
+    from pipeline.opening import PROBE_HEADERS_ONLY
 
     for clip in args.clips:
         for _ in range(args.repeats):

@@ -239,8 +239,8 @@ class _ReadErrorAfter:
 def test_read_error_mid_file_ends_the_input(tmp_path, clips, monkeypatch, capsys, restore_signals, strict):
     from pipeline import source
 
-    real_open = source._open
-    monkeypatch.setattr(source, "_open", lambda path: _ReadErrorAfter(real_open(path), after=40))
+    real_open = source.open_file
+    monkeypatch.setattr(source, "open_file", lambda path: _ReadErrorAfter(real_open(path), after=40))
     out = tmp_path / "out.mp4"
     code = cli.main(["run", str(clips["video"]), "-o", str(out), "--device", "cpu", "-q"]
                     + ["--strict"] * strict)

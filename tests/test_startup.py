@@ -276,7 +276,7 @@ def test_a_file_opened_for_nvdec_is_analysed_from_its_headers_and_still_decodes_
     import av
 
     from pipeline import sample as make_sample
-    from pipeline import source as src
+    from pipeline import opening as src
 
     clip = make_sample.make_clip(tmp_path / "c.mp4", width=160, height=96, frames=10, fps=30, seed=2)
     ts = make_sample.make_clip(tmp_path / "c.ts", width=160, height=96, frames=10, fps=30, seed=2)
@@ -287,16 +287,44 @@ def test_a_file_opened_for_nvdec_is_analysed_from_its_headers_and_still_decodes_
         return real_open(*args, **kwargs)
 
     monkeypatch.setattr(av, "open", open_without_the_gpu)
-    src._open_input(str(clip), None, {}, None, local=True, hwaccel=object()).close()
-    container = src._open_input(str(clip), None, {}, None, local=True, hwaccel=object(), headers_only=True)
+    src.open_input(str(clip), None, {}, None, local=True, hwaccel=object()).close()
+    container = src.open_input(str(clip), None, {}, None, local=True, hwaccel=object(), headers_only=True)
     video = container.streams.video[0]
     assert given == [None, src.PROBE_HEADERS_ONLY] and video.codec_context.pix_fmt is None
     assert sum(1 for _ in container.decode(video)) == 10
     container.close()
-    src._open_input(str(clip), None, {"analyzeduration": "2000000"}, None, local=True, hwaccel=object(),
+    src.open_input(str(clip), None, {"analyzeduration": "2000000"}, None, local=True, hwaccel=object(),
                     headers_only=True).close()
     assert given[-1] == {"skip_frame": "all"}  # the user's analyzeduration is the one used
-    src._open_input(str(ts), None, {}, None, local=True, hwaccel=object(), headers_only=True).close()
+    src.open_input(str(ts), None, {}, None, local=True, hwaccel=object(), headers_only=True).close()
     with open(clip, "rb") as f:
-        src._open_input(f"pipe:{f.fileno()}", None, {}, None, local=False, hwaccel=object(), headers_only=True).close()
+        src.open_input(f"pipe:{f.fileno()}", None, {}, None, local=False, hwaccel=object(), headers_only=True).close()
     assert given[-2:] == [None, None]
+
+
+def test_whether_cupy_was_up_is_decided_before_the_set_up_thread_imports_it(monkeypatch, kernels):
+    """NVDEC's headers-only analysis is for runs where CuPy was imported before: the backend, imported
+    beside the decoder's open, must not make the open believe it was."""
+    import sys
+
+    seen, source, backend = [], FakeSource(), FakeBackend()
+    imported = threading.Event()
+
+    def make_backend(*args):
+        monkeypatch.setitem(sys.modules, "cupy", object())  # what the real backend's import does
+        imported.set()
+        return backend
+
+    def open_source(cfg, stop, signum, gpu, decoders=None, gpu_up=None):
+        assert imported.wait(5)  # the backend's import has happened by the time the decoder opens
+        seen.append(gpu_up)
+        return source
+
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setattr(build, "open_source", open_source)
+    monkeypatch.setattr(build, "make_backend", make_backend)
+    monkeypatch.setattr(build, "_early_gpu", lambda device: EarlyDevice(0))
+    cfg = RunConfig(input="in.mp4", device="cuda", decode="nvdec")
+    with ThreadPoolExecutor(1) as pool:
+        assert build._source_and_backend(cfg, [], None, None, None, Phases(), pool) == (source, backend)
+    assert seen == [False]
