@@ -100,12 +100,13 @@ class FrameIterator:
 
 
 def frames(source, *, filters: str | None = None, device: str = "auto", alloc: str = "pool",
-           **options: Any) -> FrameIterator:
+           decoders: DecoderPool | None = None, **options: Any) -> FrameIterator:
     """Decode ``source``, run ``filters`` on ``device``, and yield each frame as RGB (:class:`Frame`).
 
     ``filters`` is a chain in FFmpeg's syntax (``"gblur=sigma=2,eq=contrast=1.2"``; None: no filter).
     ``options`` are :class:`~pipeline.config.RunConfig` fields (ring_size, streams, in_flight, frames,
-    ...); an unknown one raises :class:`~pipeline.errors.ConfigError`.
+    ...); an unknown one raises :class:`~pipeline.errors.ConfigError`. ``decoders``: as for :func:`run`;
+    the iterator's decoders go back to the pool when it is closed.
     """
     from .build import make_backend, make_chain
     from .engine import Pipeline
@@ -113,7 +114,7 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     cfg = settings(source, None, filters, device, alloc, options)
     chain = make_chain(cfg.filters, cfg.plugins)
     backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
-    return FrameIterator(Pipeline(open_source(source, cfg, backend), None, chain, backend, cfg))
+    return FrameIterator(Pipeline(open_source(source, cfg, backend, decoders), None, chain, backend, cfg))
 
 
 def run(source, output, *, filters: str | None = None, stage: Callable[[StageFrame], None] | None = None,
@@ -177,16 +178,16 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
     return RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
 
 
-def open_source(source, cfg: RunConfig, backend):
-    """A source object for ``source``: a path or URL is opened with PyAV (``cfg.decode``), arrays are
-    wrapped."""
+def open_source(source, cfg: RunConfig, backend, decoders: DecoderPool | None = None):
+    """A source object for ``source``: a path or URL is opened with PyAV (``cfg.decode``, taking NVDEC's
+    decoders from ``decoders`` where it can), arrays are wrapped."""
     from .adapters import ArraySource
     from .interfaces import FrameSource
 
     if _is_location(source):
         from .build import open_source as open_av
 
-        return open_av(cfg, backend=backend)
+        return open_av(cfg, backend=backend, decoders=decoders)
     if isinstance(source, FrameSource):
         return source
     if isinstance(source, Iterable):

@@ -135,6 +135,35 @@ def test_pooled_frames_allocate_nothing_per_frame_cuda(clip):
         assert stats.memory["device_allocs"] == 1 and stats.steady_allocs_per_frame() == 0
 
 
+@pytest.mark.gpu
+def test_frames_take_the_decoders_an_earlier_iterator_left_and_give_what_fresh_ones_give(tmp_path):
+    """``frames(decoders=pool)``: NVDEC's decoders outlive an iterator, also one stopped part-way (flushed
+    as they stop), and the next file of the same parameter sets decodes through them exactly."""
+    import hashlib
+
+    first, second = (make_sample.make_clip(tmp_path / f"h{i}.mp4", width=320, height=180, frames=128, fps=30,
+                                           audio=False, seed=i, options={"g": "16"}) for i in range(2))
+
+    def digests(path, limit=None, **kwargs) -> tuple[list[str], int]:
+        out = []
+        with pipeline.frames(path, filters=CHAIN, device="cuda", decode="nvdec", **kwargs) as frames:
+            for frame in frames:
+                out.append(hashlib.sha1(as_numpy(frame.array).tobytes()).hexdigest())
+                if len(out) == limit:
+                    break
+        return out, frames.stats.decoders_reused
+
+    fresh, reused = digests(second)
+    assert len(fresh) == 128 and len(set(fresh)) > 100 and reused == 0
+    pool = pipeline.DecoderPool()
+    try:
+        assert digests(first, decoders=pool)[1] == 0
+        assert digests(first, limit=40, decoders=pool)[1] == 4  # stopped mid-segment
+        assert digests(second, decoders=pool) == (fresh, 4)
+    finally:
+        pool.close()
+
+
 # --- run() with a stage ------------------------------------------------------------------------------------
 
 
