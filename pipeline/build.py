@@ -200,7 +200,7 @@ def is_null_output(cfg: RunConfig) -> bool:
 def check_protocols(cfg: RunConfig) -> None:
     """A URL input or output whose protocol the installed FFmpeg lacks (srt:// in PyAV's wheel): exit 2 now,
     before the filters, the GPU or the input are touched."""
-    from .sink import check_protocol
+    from .protocols import check_protocol
 
     if cfg.input:
         check_protocol(cfg.input, output=False)

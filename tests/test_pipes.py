@@ -13,7 +13,7 @@ import pytest
 from utils import (count_audio_packets, one_error, pipeline_command, python_command, read_json, run_pipeline,
                    video_times)
 
-from pipeline import sink
+from pipeline import protocols
 from pipeline.config import pipe_fd
 from pipeline.sample import make_clip
 
@@ -175,14 +175,14 @@ def test_empty_stdin_is_a_bad_input(tmp_path):
 
 
 def test_the_wheels_protocols_are_listed():
-    inputs, outputs = sink.ffmpeg_protocols(False), sink.ffmpeg_protocols(True)
+    inputs, outputs = protocols.ffmpeg_protocols(False), protocols.ffmpeg_protocols(True)
     assert {"file", "tcp", "udp", "pipe", "rtmp", "http"} <= set(inputs)
     assert {"file", "tcp", "udp", "pipe"} <= set(outputs)
 
 
 @pytest.mark.parametrize("args", [("srt://127.0.0.1:9000", "-o", "out.ts"), ("{clip}", "-o", "srt://127.0.0.1:9000")])
 def test_a_missing_protocol_is_refused_before_anything_opens(clip, tmp_path, args):
-    if "srt" in (sink.ffmpeg_protocols(False) or ()):
+    if "srt" in (protocols.ffmpeg_protocols(False) or ()):
         pytest.skip("this FFmpeg has SRT")
     r = run(*(a.format(clip=clip) for a in args), cwd=tmp_path)
     err = r.stderr.decode().strip()
@@ -194,15 +194,15 @@ def test_a_missing_protocol_is_refused_before_anything_opens(clip, tmp_path, arg
 
 def test_known_protocols_and_demuxer_urls_pass():
     for name in ("udp://0.0.0.0:5000", "rtsp://cam.local/stream", "in.mp4", "meeting12:30.mp4", "-"):
-        sink.check_protocol(name)
-    sink.check_protocol("tcp://host:9000?listen=1", output=True)
+        protocols.check_protocol(name)
+    protocols.check_protocol("tcp://host:9000?listen=1", output=True)
 
 
 def test_without_the_list_nothing_is_refused(monkeypatch):
-    monkeypatch.setattr(sink, "_avformat_candidates", lambda: iter(()))
-    sink.ffmpeg_protocols.cache_clear()
+    monkeypatch.setattr(protocols, "_avformat_candidates", lambda: iter(()))
+    protocols.ffmpeg_protocols.cache_clear()
     try:
-        assert sink.ffmpeg_protocols() is None
-        sink.check_protocol("srt://127.0.0.1:9000")
+        assert protocols.ffmpeg_protocols() is None
+        protocols.check_protocol("srt://127.0.0.1:9000")
     finally:
-        sink.ffmpeg_protocols.cache_clear()
+        protocols.ffmpeg_protocols.cache_clear()

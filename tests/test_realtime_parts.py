@@ -13,7 +13,7 @@ from pipeline.config import PRESETS_DIR, RunConfig, build_config, load_toml
 from pipeline.errors import ConfigError
 from pipeline.latency import LatencyLog, Ring
 from pipeline.live import MAX_QUEUE, Pacer, queue_depth
-from pipeline.sink import url_muxer
+from pipeline.protocols import url_muxer
 from pipeline.source import is_live_input
 
 REALTIME = PRESETS_DIR / "realtime.toml"
