@@ -112,6 +112,7 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     from .engine import Pipeline
 
     cfg = settings(source, None, filters, device, alloc, options)
+    check_decoders(decoders)
     chain = make_chain(cfg.filters, cfg.plugins)
     backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
     return FrameIterator(Pipeline(open_source(source, cfg, backend, decoders), None, chain, backend, cfg))
@@ -137,6 +138,7 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     from .engine import Pipeline
 
     cfg = settings(source, output, filters, device, alloc, options)
+    check_decoders(decoders)
     given = None if _is_location(source) else open_source(source, cfg, None)
     parts = build_parts(cfg, stage, source=given, decoders=decoders)
     pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, memory=parts.memory,
@@ -176,6 +178,13 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
     name = os.fspath(source) if _is_location(source) else getattr(getattr(source, "info", None), "name", "<frames>")
     out = None if output is None else os.fspath(output)
     return RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
+
+
+def check_decoders(decoders) -> None:
+    from .nvdec import DecoderPool
+
+    if decoders is not None and not isinstance(decoders, DecoderPool):
+        raise ConfigError(f"decoders must be a pipeline.DecoderPool, not {type(decoders).__name__}")
 
 
 def open_source(source, cfg: RunConfig, backend, decoders: DecoderPool | None = None):

@@ -218,6 +218,13 @@ def test_unknown_options_name_the_valid_ones(clip):
         pipeline.frames(clip, in_flight=0)
 
 
+def test_decoders_that_are_no_decoder_pool_are_a_config_error(clip, tmp_path):
+    for call in (lambda: pipeline.run(clip, "null", device="cpu", decoders="pool"),
+                 lambda: pipeline.frames(clip, device="cpu", decoders=object())):
+        with pytest.raises(pipeline.ConfigError, match="must be a pipeline.DecoderPool"):
+            call()
+
+
 def test_run_returns_what_stats_json_holds(clip, tmp_path):
     stats = pipeline.run(clip, tmp_path / "out.mkv", device="cpu", codec="ffv1", filters=CHAIN)
     assert stats["frames_in"] == stats["frames_out"] == FRAMES
