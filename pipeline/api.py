@@ -106,7 +106,8 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     ``filters`` is a chain in FFmpeg's syntax (``"gblur=sigma=2,eq=contrast=1.2"``; None: no filter).
     ``options`` are :class:`~pipeline.config.RunConfig` fields (ring_size, streams, in_flight, frames,
     ...); an unknown one raises :class:`~pipeline.errors.ConfigError`. ``decoders``: as for :func:`run`;
-    the iterator's decoders go back to the pool when it is closed.
+    the iterator's decoders go back to the pool when it ends or is closed (one whose frame is still held
+    is not kept: see :class:`~pipeline.nvdec.DecoderPool`).
     """
     from .build import make_backend, make_chain
     from .engine import Pipeline
@@ -181,9 +182,12 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
 
 
 def check_decoders(decoders) -> None:
+    """``decoders`` is None or a :class:`~pipeline.nvdec.DecoderPool` (else ConfigError)."""
+    if decoders is None:
+        return
     from .nvdec import DecoderPool
 
-    if decoders is not None and not isinstance(decoders, DecoderPool):
+    if not isinstance(decoders, DecoderPool):
         raise ConfigError(f"decoders must be a pipeline.DecoderPool, not {type(decoders).__name__}")
 
 

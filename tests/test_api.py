@@ -221,7 +221,7 @@ def test_unknown_options_name_the_valid_ones(clip):
         pipeline.frames(clip, in_flight=0)
 
 
-def test_decoders_that_are_no_decoder_pool_are_a_config_error(clip, tmp_path):
+def test_decoders_that_are_no_decoder_pool_are_a_config_error(clip):
     for call in (lambda: pipeline.run(clip, "null", device="cpu", decoders="pool"),
                  lambda: pipeline.frames(clip, device="cpu", decoders=object())):
         with pytest.raises(pipeline.ConfigError, match="must be a pipeline.DecoderPool"):
