@@ -82,10 +82,14 @@ class DecodeLoop:
     ``_gops``: several NVDEC sessions decode the video packets (:mod:`pipeline.gops`), or None."""
 
     _gops = None
+    frame_threads = False  # the video decoder runs frame threads (set by the source)
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
-        for packet in self._packets():
+        packets = self._packets()
+        if self.frame_threads:
+            packets = self._without_cut_tail(packets, video)
+        for packet in packets:
             self._damage.packet(packet)
             if packet.stream is not video:
                 if packet.dts is not None and self._in_span(packet):  # flush packets carry nothing to copy
@@ -137,6 +141,33 @@ class DecodeLoop:
                 yield from self._drain_packet()
                 return
             yield packet
+
+    def _without_cut_tail(self, packets: Iterator[av.Packet], video) -> Iterator[av.Packet]:
+        """``packets`` without a last video packet the demuxer flagged corrupt (a file cut in the middle of
+        it). With frame threads its decoder's error comes out only while the decoder drains at the end,
+        and PyAV's drain stops there: the frames the other threads still held (as many as threads less one)
+        would be lost, where a decoder without frame threads refuses the packet and gives them all. So such
+        a packet is held back until the next video packet: decoded then if one follows, else dropped and
+        counted as a packet that could not be decoded."""
+        held = None
+        for packet in packets:
+            if packet.stream is video and held is not None:
+                if packet.size:
+                    yield held  # damage inside the stream: decoded (concealed or refused) as any other
+                else:
+                    self._cut_short(held)
+                held = None
+            if packet.stream is video and packet.size and packet.is_corrupt:
+                held = packet
+                continue
+            yield packet
+        if held is not None:
+            self._cut_short(held)
+
+    def _cut_short(self, packet: av.Packet) -> None:
+        self._damage.packet(packet)
+        self._bad_data(f"last packet cut short at pts {packet.pts}, not decoded")
+        self.decode_errors += 1
 
     def _loss(self, error: Exception) -> str:
         if isinstance(error, av.error.ExitError):  # our own interrupt: the read timeout expired

@@ -5,7 +5,8 @@ The only module besides the sink that imports ``av``.
 
 Damaged input is survived rather than refused, unless ``strict``: a packet the decoder rejects is
 counted (``decode_errors``) and skipped, a frame the decoder concealed is counted (``corrupt_frames``)
-and processed, a read error or early end of file ends the input with a warning. Timestamps are kept
+and processed, a read error or early end of file ends the input with a warning (a last video packet cut
+short by it is dropped, not decoded: see ``DecodeLoop._without_cut_tail``). Timestamps are kept
 as they are, except that a missing, non-increasing or wildly jumping one is moved (see ``_Clock``) so
 the encoder and muxer, which require strictly increasing timestamps, never fail on an input's fault.
 
@@ -151,7 +152,8 @@ class Source(DecodeLoop):
         # Frame threads hold back frames (latency a camera cannot afford), hardware decoding needs none
         # (the GPU decodes, the CPU only parses), and with --strict a decoder error must be the packet's
         # own, not a later one's.
-        video.thread_type = "SLICE" if self.live or self.hwaccel is not None or self.strict else "AUTO"
+        self.frame_threads = not (self.live or self.hwaccel is not None or self.strict)
+        video.thread_type = "AUTO" if self.frame_threads else "SLICE"
         if self.hwaccel is not None:
             video.thread_count = 1  # the GPU decodes: one parsing thread each, not one per core per stream
             refuse_deep_surfaces(self.path, video)

@@ -192,6 +192,24 @@ def test_faststart_mp4_truncated_in_media_keeps_every_decodable_frame(tmp_path, 
     assert read_json(tmp_path / "s.json")["frames_out"] == expected
 
 
+@pytest.mark.parametrize("which", [-1, -2, -3])
+def test_a_file_cut_inside_one_of_its_last_video_packets_keeps_every_decodable_frame(tmp_path, clips, which):
+    """Cut in the middle of a video packet near the end: the frame threads' decoder must not lose the frames
+    its other threads hold when that packet's error comes out at the end (decoded without frame threads,
+    the packet is refused and every other frame comes out)."""
+    fast = remux(clips["video"], tmp_path / "fast.mp4", {"movflags": "faststart"})
+    with av.open(str(fast)) as c:
+        spans = sorted((p.pos, p.size) for p in c.demux(video=0) if p.size and p.pos is not None)
+    pos, size = spans[which]
+    (src := tmp_path / "cut.mp4").write_bytes(fast.read_bytes()[: pos + size // 2])
+    out = tmp_path / "out.mp4"
+    result = run_pipeline(src, "-o", out, "--stats-json", tmp_path / "s.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    expected = decodable_frames(src)
+    assert 40 < expected < 60
+    assert len(video_frames(out)) == read_json(tmp_path / "s.json")["frames_out"] == expected
+
+
 # -- 3. corrupt packets -----------------------------------------------------------------------------
 
 
