@@ -63,7 +63,7 @@ def test_bench_runs_every_strategy_and_counts_allocations(tmp_path):
     """Consistency, not speed: frame counts and allocation counters per strategy."""
     out = tmp_path / "b.json"
     proc = run_cli("bench", ROOT / "samples" / "sample.mp4", "--scope", "gpu,e2e", "--repeats", "1", "--frames", "24",
-                   "--warmup", "4", "--json", out, "--chart", tmp_path / "b.png", timeout=600)
+                   "--warmup", "4", "--json", out, "--chart", tmp_path / "b.png", timeout=240)
     assert proc.returncode == 0, proc.stderr
     result = read_json(out)
     strategies = {"pool", "naive", "cupy", "async", "pinned-per-frame"}
@@ -84,7 +84,7 @@ def test_bench_run_scope_pairs_whole_processes(tmp_path):
     """The run scope: one `pipeline run` process per row, pooled against naive, per decoder and output."""
     out = tmp_path / "b.json"
     proc = run_cli("bench", ROOT / "samples" / "sample.mp4", "--scope", "run", "--repeats", "1", "--frames", "24",
-                   "--no-peers", "--no-chart", "--json", out, timeout=600)
+                   "--no-peers", "--no-chart", "--json", out, timeout=240)
     assert proc.returncode == 0, proc.stderr
     run = read_json(out)["run"]
     assert {(r["decode"], r["alloc"], r["output"]) for r in run} == {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -70,13 +71,35 @@ def pipeline_command(*args, device: str | None = "cpu", quiet: bool = True) -> l
     return cli_command("run", *args, *(["--device", device] if device else []), *(["-q"] if quiet else []))
 
 
+HANG_REPORT_WAIT_S = 10
+
+
 def run_command(cmd: list, *, cwd: str | Path | None = None, timeout: float | None = 120,
                 input: str | bytes | None = None, env: dict[str, str] | None = None,
                 text: bool = True) -> subprocess.CompletedProcess:
     """``cmd`` in a fresh process with its output captured, so a crash shows as a return code and a hang
-    as a ``TimeoutExpired`` after ``timeout`` seconds."""
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, input=input, env=env, capture_output=True, text=text,
-                          timeout=timeout)
+    as a failure after ``timeout`` seconds that ends with where each of its threads was: a Python child runs
+    with faulthandler on and is sent SIGABRT, which makes it print every thread's stack (a hang on the GPU
+    machine is then readable from one call's log)."""
+    argv = [str(c) for c in cmd]
+    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else None,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text) as proc:
+        try:
+            out, err = proc.communicate(input, timeout=timeout)
+            hung = False
+        except subprocess.TimeoutExpired:
+            hung = True
+            proc.send_signal(signal.SIGABRT)
+            try:
+                out, err = proc.communicate(timeout=HANG_REPORT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+    if hung:
+        tail = err[-6000:] if isinstance(err, str) else (err or b"")[-6000:].decode(errors="replace")
+        pytest.fail(f"{' '.join(argv)} did not end in {timeout} s; its stderr ends:\n{tail}", pytrace=False)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def run_python(*args, **options) -> subprocess.CompletedProcess:
