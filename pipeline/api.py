@@ -135,15 +135,12 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     and freeing them costs about 0.3 s a run); runs with one session (``nvdec_sessions=1``, a live or
     paced input, ``strict``) make their own. They hold device memory until ``decoders.close()``.
     """
-    from .build import build_parts
     from .engine import Pipeline
 
     cfg = settings(source, output, filters, device, alloc, options)
     check_decoders(decoders)
     given = None if _is_location(source) else open_source(source, cfg, None)
-    parts = build_parts(cfg, stage, source=given, decoders=decoders)
-    pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, memory=parts.memory,
-                        owns_memory=True, phases=parts.phases)
+    pipeline = Pipeline.from_config(cfg, stage=stage, source=given, decoders=decoders)
     return pipeline.run().to_dict(per_frame=False)
 
 

@@ -103,13 +103,14 @@ class Pipeline(Stages, Tally):
 
     @classmethod
     def from_config(cls, cfg: RunConfig, *, stage: Callable[[Any], None] | None = None,
-                    control: RunControl | None = None) -> Pipeline:
+                    control: RunControl | None = None, **build: Any) -> Pipeline:
         """Build every part from a config, as ``pipeline run`` does. Everything that can be refused
-        (options, GPU, output path, input) is checked before any output file exists."""
+        (options, GPU, output path, input) is checked before any output file exists. ``build``: what
+        :func:`~pipeline.build.build_parts` takes besides (``source``, ``wrap_backend``, ``decoders``)."""
         from .build import build_parts
 
         control = control or RunControl()
-        parts = build_parts(cfg, stage, control)
+        parts = build_parts(cfg, stage, control, **build)
         return cls(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, control=control,
                    memory=parts.memory, owns_memory=True, phases=parts.phases)
 

@@ -209,7 +209,6 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     keep their per-frame series (as ``--stats-json`` writes them). ``stage``: the user's stage of every
     stream (called from each stream's own thread; ``frame.source`` tells them apart). A stream that would
     write another's input or output is a ConfigError before any starts."""
-    from .build import build_parts
     from .checks import check_streams
     from .engine import Pipeline, RunControl
 
@@ -225,9 +224,8 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
         try:
             # Built as `pipeline run` builds a run (its checks first, the backend beside the decoder's open),
             # its memory borrowed from the shared arena and pool.
-            parts = build_parts(cfg, stage, control=control, wrap_backend=lambda inner: SharedBackend(inner, shared))
-            pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage,
-                                control=control, memory=parts.memory, owns_memory=True, phases=parts.phases)
+            pipeline = Pipeline.from_config(cfg, stage=stage, control=control,
+                                            wrap_backend=lambda inner: SharedBackend(inner, shared))
             pipelines.append(pipeline)
             stats = pipeline.run()
             result.stats = stats.to_dict(per_frame=per_frame)

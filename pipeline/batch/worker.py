@@ -229,8 +229,6 @@ def _pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[Pipeli
     """The file's pipeline, built as ``pipeline run`` builds it (checks first, the backend beside the
     decoder's open), a pooled one borrowing the worker's shared memory; and what tells, once it has run,
     the device and pinned allocations that memory made for it (None, None when not pooled)."""
-    from ..build import build_parts
-
     counted: list = []  # the shared memory and its counters before the file's memory was taken
 
     def share(backend):
@@ -247,9 +245,7 @@ def _pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[Pipeli
         now = shared.counters()
         return tuple(now[k] - start[k] for k in ALLOCATIONS)
 
-    parts = build_parts(job.config, control=control, wrap_backend=share, decoders=state.decoders)
-    pipeline = Pipeline(parts.source, parts.sink, parts.chain, parts.backend, job.config, control=control,
-                        memory=parts.memory, owns_memory=True, phases=parts.phases)
+    pipeline = Pipeline.from_config(job.config, control=control, wrap_backend=share, decoders=state.decoders)
     return pipeline, allocations
 
 
