@@ -89,10 +89,11 @@ class DecoderPool:
     def give(self, key: tuple, contexts: list) -> None:
         """Decoders a run is done with (flushed, no frame of theirs held): kept for the next run of ``key``;
         another stream's idle ones go."""
+        dropped: list = []
         with self._lock:
-            dropped = self._idle if key != self._key else []
-            self._key = key
-            self._idle = ([] if dropped else self._idle) + list(contexts)
+            if key != self._key:
+                dropped, self._idle, self._key = self._idle, [], key
+            self._idle = self._idle + list(contexts)
         del dropped  # freed here, outside the lock
 
     def close(self) -> None:

@@ -202,11 +202,11 @@ class Source(DecodeLoop):
         fd = pipe_fd(self.path)
         if fd is not None:  # stdin: a stream, read as it comes; nothing on disk to check
             return open_input(f"pipe:{fd}", self.input_format, self.options, self.timeout, local=False,
-                               hwaccel=self.hwaccel)
+                              hwaccel=self.hwaccel)
         if not (self.live or self.input_format or self.options or is_url(self.path) or self.hwaccel):
             return open_file(self.path)
         return open_input(self.path, self.input_format, self.options, self.timeout, local=not is_url(self.path),
-                           hwaccel=self.hwaccel, headers_only=self._headers_only)
+                          hwaccel=self.hwaccel, headers_only=self._headers_only)
 
     def reopen(self) -> None:
         """Open a live input again after a stall (called by the reader thread, which owns the container).
@@ -401,7 +401,6 @@ def check_frame_size(path: str, width: int, height: int) -> None:
     if width > MAX_SIDE or height > MAX_SIDE:
         raise InputError(f"{path}: frame size {width}x{height} is too large; "
                          f"supported sizes are up to {MAX_SIDE}x{MAX_SIDE}")
-
 
 
 def _start_time(container) -> Fraction:
