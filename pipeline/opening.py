@@ -38,7 +38,7 @@ def open_file(path: str):
 
 
 def open_input(path: str, input_format: str | None, options: dict[str, str], timeout: float | None, *,
-                local: bool, hwaccel=None, headers_only: bool = False):
+               local: bool, hwaccel=None, headers_only: bool = False):
     """Open a file, URL or device. ``timeout`` bounds the open and the stream analysis (each) and
     then every read: without it a silent network source would block forever."""
     if local:

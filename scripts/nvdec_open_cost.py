@@ -5,8 +5,8 @@
 
 For each clip, ``--repeats`` times: the container's open with the stream analysis as FFmpeg does it
 (``open``), and with its probing decoders skipping every frame (``open_headers``, what
-``pipeline.opening`` asks for where CuPy was up before the run); the first frame and the next ten through
-NVDEC (the decoder is made at the first packet); the decoder's release (the container and its frames let
+``pipeline.opening`` asks for where CuPy was up before the run); the first frame through NVDEC (the
+decoder is made at the first packet); the decoder's release (the container and its frames let
 go). Then the same decoder reused for the clip again after a flush (``first_frame_reused``): what a
 ``pipeline.DecoderPool`` saves. Milliseconds, one JSON line per repeat. Needs CuPy, PyAV and a GPU with
 NVDEC.
