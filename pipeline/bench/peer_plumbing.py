@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 import av
 
+from ..avlib import drain_decoder
 from ..errors import ConfigError, InputError
 
 QUEUE_DEPTH = 8  # frames between the decode and the encode thread
@@ -224,6 +225,19 @@ def _open_input(path):
     stream = container.streams.video[0]
     stream.thread_type = "AUTO"
     return container, stream
+
+
+@contextmanager
+def _input(path) -> Iterator[tuple[Any, Any]]:
+    """The input's container and first video stream (frame threads); closed at the end, its decoder drained
+    first: PyAV frees a decoder holding the GIL and joins its frame threads, and one logging meanwhile would
+    wait for the GIL for ever (avlib.drain_decoder)."""
+    container, stream = _open_input(path)
+    try:
+        yield container, stream
+    finally:
+        drain_decoder(stream)
+        container.close()
 
 
 def _decoded(container, stream, path, limit) -> Iterator[av.VideoFrame]:

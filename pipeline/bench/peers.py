@@ -46,7 +46,7 @@ from .peer_plumbing import (
     _check_limit,
     _decoded,
     _Encoder,
-    _open_input,
+    _input,
     _pipe,
     _rate,
     _require_frames,
@@ -70,8 +70,7 @@ __all__ = [
 
 def video_info(path: str | os.PathLike) -> dict:
     """Size, rate, time base and declared frame count of the first video stream (for :func:`encode_fps`)."""
-    container, stream = _open_input(path)
-    try:
+    with _input(path) as (container, stream):
         cc = stream.codec_context
         return {
             "width": cc.width,
@@ -82,23 +81,18 @@ def video_info(path: str | os.PathLike) -> dict:
             "codec": cc.name,
             "pix_fmt": cc.format.name if cc.format is not None else None,
         }
-    finally:
-        container.close()
 
 
 def decode_fps(path: str | os.PathLike, *, frames: int | None = None) -> dict:
     """Demux and decode the first video stream (codec frame threads), touching each frame, converting nothing."""
     _check_limit(frames)
-    container, stream = _open_input(path)
-    try:
+    with _input(path) as (container, stream):
         count = 0
         t0 = time.perf_counter()
         for _frame in _decoded(container, stream, path, frames):
             count += 1  # the frame object is all we touch: no plane access, no conversion
         seconds = time.perf_counter() - t0
         threads = stream.codec_context.thread_count
-    finally:
-        container.close()
     _require_frames(count, path)
     return _result(count, seconds, decoder_threads=threads)
 
@@ -109,16 +103,13 @@ def load_frames(path: str | os.PathLike, *, frames: int | None = None) -> list[a
     Memory is the caller's business: 600 frames of 1080p are about 1.9 GB.
     """
     _check_limit(frames)
-    container, stream = _open_input(path)
     out = []
-    try:
+    with _input(path) as (container, stream):
         for frame in _decoded(container, stream, path, frames):
             w, h = frame.width & ~1, frame.height & ~1
             if frame.format.name != "yuv420p" or (w, h) != (frame.width, frame.height):
                 frame = frame.reformat(width=w, height=h, format="yuv420p")
             out.append(frame)
-    finally:
-        container.close()
     _require_frames(len(out), path)
     return out
 
@@ -167,8 +158,7 @@ def transcode_fps(
     clock, as in the pipeline). The end-to-end ceiling the GPU pipeline is compared against.
     """
     _check_limit(frames)
-    container, stream = _open_input(path)
-    try:
+    with _input(path) as (container, stream):
         rate, time_base = _rate(stream), stream.time_base
 
         def produce(put):
@@ -182,8 +172,6 @@ def transcode_fps(
             seconds = time.perf_counter() - t0
             _require_frames(enc.frames, path)
             return _result(enc.frames, seconds, **enc.describe())
-    finally:
-        container.close()
 
 
 # --------------------------------------------------------------------------
@@ -215,9 +203,8 @@ def ffmpeg_filters_fps(
     full_desc = ",".join(name if args is None else f"{name}={_escape(args)}" for name, args in nodes)
     _build_graph(nodes, None, threads, graph_desc)  # fails fast on unknown filters and bad options
 
-    container, stream = _open_input(path)
     stats = {"input_frames": 0, "filter_threads": None}
-    try:
+    with _input(path) as (container, stream):
         rate = _rate(stream)
 
         def produce(put):
@@ -244,5 +231,3 @@ def ffmpeg_filters_fps(
             if not enc.frames:
                 raise ConfigError(f"filter graph {graph_desc!r} produced no frames")
             return _result(enc.frames, seconds, graph=full_desc, **stats, **enc.describe())
-    finally:
-        container.close()
