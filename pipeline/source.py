@@ -346,8 +346,11 @@ class Source(DecodeLoop):
         return self
 
     def close(self) -> None:
-        self._close_sessions()  # first: session 0 decodes with this container's decoder
+        # The decode generator first: stopped part-way, it still holds the last frame it yielded, which would
+        # keep that frame's session from giving its decoder back. Then the sessions, before the container's
+        # decoder is drained: session 0 decodes with it.
         self._close_frames()
+        self._close_sessions()
         # Frame threads (probing may have left them at work) may still take surfaces from the pool: frames
         # handed back are held till then. A source that failed before finding its stream has no decoder.
         drain_decoder(getattr(self, "video", None))
