@@ -60,6 +60,28 @@ def test_transcode_fps(clip):
     check(peers.transcode_fps(clip, frames=7), 7)
 
 
+@pytest.mark.parametrize("measure", [
+    lambda clip: peers.decode_fps(clip, frames=5),
+    lambda clip: peers.load_frames(clip, frames=5),
+    lambda clip: peers.transcode_fps(clip, frames=5),
+    lambda clip: peers.ffmpeg_filters_fps(clip, "gblur=sigma=1", frames=5),
+], ids=["decode", "load", "transcode", "ffmpeg_filters"])
+def test_peers_drain_their_decoder_before_it_goes(clip, monkeypatch, measure):
+    """Stopped part-way, a decoder's frame threads still decode; PyAV frees the decoder holding the GIL and
+    joins them, so one that logs meanwhile would hang the bench: each peer drains its decoder first."""
+    drained = []
+
+    def drain(stream):
+        frame_threads = bool(stream.thread_type & av.codec.context.ThreadType.FRAME)
+        drained.append((frame_threads, stream.codec_context.is_open))
+        real_drain(stream)
+
+    real_drain = peer_plumbing.drain_decoder
+    monkeypatch.setattr(peer_plumbing, "drain_decoder", drain)
+    measure(clip)
+    assert drained == [(True, True)]
+
+
 def test_null_muxer_is_used():
     # The cheapest throw-away output; the matroska fallback is for builds without it.
     with peer_plumbing._Encoder("libx264", None, rate=30, time_base=None) as enc:
