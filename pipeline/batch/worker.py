@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +26,7 @@ from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupt
 from ..log import log
 from ..many import SharedBackend, SharedMemory
 from ..nvdec import DecoderPool
+from ..stats import RunStats
 from .cluster import LEFT_TO_THE_BATCH
 from .jobs import FileResult, Job
 from .resume import forget, input_identity, write_marker
@@ -198,13 +200,14 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         forget(out)
     t0 = time.perf_counter()
     try:
-        pipeline, allocations = _pipeline(job, control, state)
-        stats = pipeline.run()
-        del pipeline  # its parts let go now, in the file's time (NVDEC's sessions free their surfaces)
+        stats, allocations = _run_pipeline(job, control, state)
     except BaseException as e:
-        result.seconds = time.perf_counter() - t0
         _drop_new_output(out, before)
-        _record_failure(result, e)
+        _record_failure(result, e)  # raises again what is not an Exception: the worker itself is going away
+        # The traceback's frames hold the run's parts (its decoder, surfaces, memory); they let go now, in
+        # the file's time, as `_run_pipeline` lets go of a run that succeeded.
+        traceback.clear_frames(e.__traceback__)
+        result.seconds = time.perf_counter() - t0
         if isinstance(e, GPUStalled):
             state.stalled = Path(job.input).name
         result.gpu = state.binding()
@@ -220,6 +223,13 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
         result.warm = state.files > 0
         result.notices = list(state.notices)
         state.files += 1
+
+
+def _run_pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[RunStats, Callable[[], tuple]]:
+    """Run the file's pipeline, which lets go of its parts (NVDEC's sessions free their surfaces) as this
+    returns: in the file's time. A failed run's frames are cleared by the caller, with the same effect."""
+    pipeline, allocations = _pipeline(job, control, state)
+    return pipeline.run(), allocations
 
 
 ALLOCATIONS = ("arena_device_allocs", "pinned_host_allocs")

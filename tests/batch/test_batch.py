@@ -181,6 +181,41 @@ def test_a_files_own_error_comes_before_its_devices_as_in_pipeline_run(tmp_path)
     assert (result.status, result.exit_code) == ("failed", 3), result.error
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["done", "failed"])
+def test_a_files_time_includes_letting_go_of_its_run(monkeypatch, fails):
+    """A file's seconds stop after its pipeline's parts are let go (an NVDEC decoder takes 0.1-0.25 s to
+    free), also when the run failed and its traceback still holds them."""
+    from types import SimpleNamespace
+
+    from pipeline.batch import worker
+    from pipeline.batch.jobs import Job
+    from pipeline.engine import RunControl
+    from pipeline.errors import InputError
+
+    events: list[str] = []
+
+    class Run:
+        def run(self):
+            if fails:
+                raise InputError("a corrupt packet")
+            return SimpleNamespace(frames_out=3, fps=30.0, device="cpu", decoders_reused=0)
+
+        def __del__(self):
+            events.append("let go")
+
+    def clock():
+        events.append("clock")
+        return float(len(events))
+
+    monkeypatch.setattr(worker, "_pipeline", lambda job, control, state: (Run(), lambda: (None, None)))
+    monkeypatch.setattr(worker, "time", SimpleNamespace(perf_counter=clock, time=time.time))
+    cfg = RunConfig(input="in.mkv", output="null")
+    result = FileResult(0, cfg.input, None)
+    worker._run(Job(0, "b", cfg.input, None, cfg, "h"), RunControl(), worker.WorkerState("w"), result)
+    assert result.status == ("failed" if fails else "done"), result.error
+    assert events == ["clock", "let go", "clock"]
+
+
 @pytest.mark.gpu
 def test_a_gpu_workers_files_share_its_device_arena_and_pinned_pool(clips):
     report = run_batch([str(p) for p in good(clips)], "null", filters=CHAIN, device="cuda", gpus="0")
