@@ -53,6 +53,22 @@ def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+def test_bench_input_that_is_not_a_regular_file_exits_3_with_one_line(tmp_path, kind):
+    """Checked before the GPU and without opening it: a FIFO with no writer would block the first reader."""
+    import os
+
+    path = tmp_path / "in.mp4"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    proc = run_cli("bench", path, "--json", tmp_path / "x.json", timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.count("\n") == 1 and str(path) in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_bad_strategy_is_a_usage_error():
     proc = run_cli("bench", "x.mp4", "--strategies", "pool,bogus")
     assert proc.returncode == 2 and "bogus" in proc.stderr

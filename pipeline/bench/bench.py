@@ -18,7 +18,8 @@ from rich.console import Console
 
 from ..config import DEFAULT_FILTERS, RunConfig
 from ..memory.registry import STRATEGIES
-from ..errors import ConfigError, GPUError
+from ..checks import special_kind
+from ..errors import ConfigError, GPUError, InputError
 from ..filters import fuse_pointwise, parse_chain
 
 SCOPES = ("gpu", "e2e", "run")
@@ -91,6 +92,7 @@ def _device_info() -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     from ..gpu.cuda import gpu_status
 
+    _check_input(args.input)
     ok, reason = gpu_status()
     if not ok:
         raise GPUError(f"pipeline bench needs a CUDA GPU: {reason}")
@@ -112,6 +114,19 @@ def main(args: argparse.Namespace) -> int:
         render(result, console)
     console.print("wrote " + ", ".join(written))
     return 0
+
+
+def _check_input(path: str) -> None:
+    """The bench reads its input once per strategy, decoder and peer: only a regular file will do (a FIFO
+    would block the first reader and be empty for the next)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    if p.is_dir():
+        raise InputError(f"{path}: is a directory")
+    kind = special_kind(p)
+    if kind is not None:
+        raise InputError(f"{path}: a {kind}; pipeline bench reads its input several times and needs a regular file")
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
