@@ -134,7 +134,7 @@ class ManyResult:
         replace a file that exists by now (a FIFO or a device is written into)."""
         import json
 
-        from .stats import open_report
+        from .reportfile import open_report
 
         body = {"schema_version": 1, "totals": self.totals(),
                 "streams": [{"input": s.input, "output": s.output, "exit_code": s.exit_code, "error": s.error,

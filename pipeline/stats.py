@@ -16,6 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from .latency import LatencyLog, Ring, hop_label, summary
+from .reportfile import open_report
 
 STAGES = ("decode", "upload", "kernels", "download", "encode")
 # Where a frame can be dropped (see engine.py): before the decode stage copied it into a host slot,
@@ -25,13 +26,6 @@ DROP_STAGES = ("decode", "submit")
 # Version of the --stats-json layout (docs/stats-schema.md): raised when a key is renamed, removed or
 # changes meaning; new keys may appear without a change.
 SCHEMA_VERSION = 1
-
-
-def open_report(path: str | Path, exclusive: bool = False):
-    """A statistics file opened for writing; ``exclusive``: fail (FileExistsError) rather than replace a
-    file that exists by now. A FIFO or a device is written into either way."""
-    special = Path(path).exists() and not Path(path).is_file()
-    return open(path, "x" if exclusive and not special else "w")
 
 
 @dataclass

@@ -20,12 +20,12 @@ for part in "$@"; do
     run)
       clip b1080 1920 1080 60 300; clip b4k 3840 2160 30 120
       log "bench 1080p"; timeout 200 python3 -m pipeline bench "$out/clips/b1080.mp4" --scope gpu,run --repeats 2 \
-        --frames 300 --warmup 30 --no-peers --no-chart --json "$out/bench_1080p.json" 2>&1 | tail -40 | tee -a "$out/summary.txt"
+        --frames 300 --warmup 30 --no-peers --no-chart -y --json "$out/bench_1080p.json" 2>&1 | tail -40 | tee -a "$out/summary.txt"
       log "bench 4k"; timeout 200 python3 -m pipeline bench "$out/clips/b4k.mp4" --scope gpu,run --repeats 1 \
-        --frames 120 --warmup 20 --no-peers --no-chart --json "$out/bench_4k.json" 2>&1 | tail -40 | tee -a "$out/summary.txt"
+        --frames 120 --warmup 20 --no-peers --no-chart -y --json "$out/bench_4k.json" 2>&1 | tail -40 | tee -a "$out/summary.txt"
       log "4k gpu scope, pool, no filters / default"; for f in "" "gblur=sigma=1.5,eq=contrast=1.1:saturation=1.1"; do
         timeout 60 python3 -m pipeline bench "$out/clips/b4k.mp4" --scope gpu --strategies pool --repeats 3 --frames 300 \
-          --filters "$f" --no-peers --no-chart --json "$out/gpu4k.json" 2>&1 | grep -E "^│ pool" | tee -a "$out/summary.txt"; done ;;
+          --filters "$f" --no-peers --no-chart -y --json "$out/gpu4k.json" 2>&1 | grep -E "^│ pool" | tee -a "$out/summary.txt"; done ;;
     decoders)  # whole runs as a user runs them: the CPU decoder against NVDEC, libx264 ultrafast output
       clip d1080 1920 1080 60 300; clip d4k 3840 2160 30 120
       for c in d1080 d4k; do for dec in cpu nvdec; do for alloc in pool naive; do

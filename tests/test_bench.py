@@ -47,7 +47,7 @@ def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
 
     if gpu_available():
         pytest.skip("a GPU is present")
-    proc = run_cli("bench", "samples/sample.mp4", "--json", tmp_path / "x.json")
+    proc = run_cli("bench", "samples/sample.mp4", "--json", tmp_path / "x.json", "--no-chart")
     assert proc.returncode == 5
     assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutputError
+from ..reportfile import write_report
 from .jobs import STATUSES, FileResult
 
 JSON_VERSION = 1
@@ -66,10 +67,8 @@ class BatchReport:
         """``exclusive``: fail (FileExistsError) rather than replace a file that exists by now; a FIFO or
         a device is written into either way."""
         body = json.dumps(self.to_dict(), indent=2) + "\n"
-        special = Path(path).exists() and not Path(path).is_file()
         try:
-            with open(path, "x" if exclusive and not special else "w") as f:
-                f.write(body)
+            write_report(path, body, exclusive)
         except FileExistsError:
             raise
         except OSError as e:

@@ -18,8 +18,9 @@ from rich.console import Console
 
 from ..config import DEFAULT_FILTERS, RunConfig
 from ..memory.registry import STRATEGIES
-from ..checks import special_kind
-from ..errors import ConfigError, GPUError, InputError
+from ..checks import check_report_path, special_kind
+from ..errors import ConfigError, GPUError, InputError, OutputError
+from ..ffmpeg_args import add_overwrite_arguments
 from ..filters import fuse_pointwise, parse_chain
 
 SCOPES = ("gpu", "e2e", "run")
@@ -66,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", help="write the results as JSON (default: <input stem>_bench.json)")
     p.add_argument("--chart", help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
     p.add_argument("--no-chart", dest="chart_enabled", action="store_false", help="do not draw the chart")
+    add_overwrite_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print only the file names written")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
@@ -93,22 +95,23 @@ def main(args: argparse.Namespace) -> int:
     from ..gpu.cuda import gpu_status
 
     _check_input(args.input)
-    ok, reason = gpu_status()
-    if not ok:
-        raise GPUError(f"pipeline bench needs a CUDA GPU: {reason}")
     for name in ("repeats", "frames", "copy_threads"):
         if getattr(args, name) < 1:
             raise ConfigError(f"Invalid --{name.replace('_', '-')} ({getattr(args, name)}). Supported values are >= 1.")
+    _settings(args)  # the run's settings, checked before any work
+    reports = _check_reports(args)
+    ok, reason = gpu_status()
+    if not ok:
+        raise GPUError(f"pipeline bench needs a CUDA GPU: {reason}")
     console = Console(highlight=False)
     result = run_bench(args, console)
-    stem = Path(args.input).stem
-    json_path = Path(args.json or f"{stem}_bench.json")
     from .report import render, write_chart, write_json
 
-    write_json(result, json_path)
-    written = [str(json_path)]
-    if args.chart_enabled:
-        chart = write_chart(result, Path(args.chart or f"{stem}_bench.png"), console)
+    exclusive = not args.overwrite
+    _write(reports["--json"], "--json", lambda path: write_json(result, path, exclusive))
+    written = [str(reports["--json"])]
+    if "--chart" in reports:
+        chart = _write(reports["--chart"], "--chart", lambda path: write_chart(result, path, console, exclusive))
         written += [str(chart)] if chart else []
     if not args.quiet:
         render(result, console)
@@ -129,10 +132,40 @@ def _check_input(path: str) -> None:
         raise InputError(f"{path}: a {kind}; pipeline bench reads its input several times and needs a regular file")
 
 
+def _check_reports(args: argparse.Namespace) -> dict[str, Path]:
+    """The report files, checked before the run as `pipeline run` checks --stats-json: never the input or each
+    other, an existing file replaced only with -y."""
+    stem = Path(args.input).stem
+    reports = {"--json": Path(args.json or f"{stem}_bench.json")}
+    if args.chart_enabled:
+        reports["--chart"] = Path(args.chart or f"{stem}_bench.png")
+    for option, path in reports.items():
+        theirs = [(Path(args.input), "the input")]
+        theirs += [(other, f"the {name} file") for name, other in reports.items() if name != option]
+        check_report_path(str(path), option, theirs, bool(args.overwrite))
+    return reports
+
+
+def _write(path: Path, option: str, write):
+    """A report written after the run: one that appeared meanwhile is kept (without -y), a failed write is an
+    output error; either way one line."""
+    try:
+        return write(path)
+    except FileExistsError as e:
+        raise ConfigError(f"{path}: {option} file appeared during the bench; kept, not written "
+                          "(use -y/--overwrite to replace it)") from e
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write {option}: {e.strerror or e}") from e
+
+
+def _settings(args: argparse.Namespace) -> RunConfig:
+    return RunConfig(input=args.input, filters=args.filters, device="cuda", codec=args.codec,
+                     encoder_opts=_encoder_opts(args), streams=args.streams, in_flight=args.in_flight,
+                     ring_size=args.ring_size, quiet=True, overwrite=True)
+
+
 def run_bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    cfg = RunConfig(input=args.input, filters=args.filters, device="cuda", codec=args.codec,
-                    encoder_opts=_encoder_opts(args), streams=args.streams, in_flight=args.in_flight,
-                    ring_size=args.ring_size, quiet=True, overwrite=True)
+    cfg = _settings(args)
     chain = fuse_pointwise(parse_chain(args.filters))  # as `pipeline run` does
     result: dict[str, Any] = {
         "input": args.input,

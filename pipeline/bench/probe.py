@@ -23,7 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_report_path
 from ..errors import ConfigError, GPUError, OutputError
+from ..ffmpeg_args import add_overwrite_arguments
 from ..gpu.probe import (
     PoolAlloc,
     _bandwidth_for_size,
@@ -35,6 +37,7 @@ from ..gpu.probe import (
     _Plan,
     _require_gpu,
 )
+from ..reportfile import write_report
 from .probe_report import probe_table
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", metavar="PATH", default=None,
         help="also write the raw results as JSON to PATH (default: no JSON)",
     )
+    add_overwrite_arguments(parser)
     parser.add_argument(
         "-q", "--quiet", action="store_true",
         help="print no tables, e.g. with --json (default: print them)",
@@ -124,6 +128,9 @@ def main(args: argparse.Namespace) -> int:
 
     console = Console()
     quiet = bool(getattr(args, "quiet", False))
+    overwrite = bool(getattr(args, "overwrite", False))
+    if getattr(args, "json", None):
+        check_report_path(args.json, "--json", [], overwrite)
     if quiet:
         result = run_probe(repeats=args.repeats)
     else:
@@ -134,15 +141,18 @@ def main(args: argparse.Namespace) -> int:
         for line in result.get("skipped", []):
             console.print(f"skipped: {line}", style="yellow")
     if getattr(args, "json", None):
-        _write_json(Path(args.json), result)
+        _write_json(Path(args.json), result, exclusive=not overwrite)
     return 0
 
 
-def _write_json(path: Path, result: dict) -> None:
+def _write_json(path: Path, result: dict, exclusive: bool = False) -> None:
     try:
-        path.write_text(json.dumps(result, indent=2) + "\n")
+        write_report(path, json.dumps(result, indent=2) + "\n", exclusive)
+    except FileExistsError as exc:
+        raise ConfigError(f"{path}: --json file appeared during the probe; kept, not written "
+                          "(use -y/--overwrite to replace it)") from exc
     except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc}") from exc
+        raise OutputError(f"{path}: cannot write --json: {exc.strerror or exc}") from exc
 
 
 def bandwidth_for_size(label: str, nbytes: int, repeats: int = 10) -> list[dict]:

@@ -11,6 +11,8 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
+from ..reportfile import open_report, write_report
+
 SCOPE_TITLES = {
     "gpu": "gpu scope: host slots, upload, kernels, download (frames decoded beforehand, output discarded)",
     "e2e": "e2e scope: decode, GPU, encode, as `pipeline run`",
@@ -87,12 +89,14 @@ def render(result: dict[str, Any], console: Console) -> None:
         console.print(bandwidth_table(result["bandwidth"]))
 
 
-def write_json(result: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(result, indent=2) + "\n")
+def write_json(result: dict[str, Any], path: Path, exclusive: bool = False) -> None:
+    """``exclusive``: fail (FileExistsError) rather than replace a file that exists by now."""
+    write_report(path, json.dumps(result, indent=2) + "\n", exclusive)
 
 
-def write_chart(result: dict[str, Any], path: Path, console: Console) -> Path | None:
-    """Frames per second per strategy and scope, and the latency distributions."""
+def write_chart(result: dict[str, Any], path: Path, console: Console, exclusive: bool = False) -> Path | None:
+    """Frames per second per strategy and scope, and the latency distributions (a PNG); ``exclusive`` as
+    for :func:`write_json`."""
     try:
         import matplotlib
 
@@ -111,8 +115,11 @@ def write_chart(result: dict[str, Any], path: Path, console: Console) -> Path | 
     fig.suptitle(f"pipeline bench: {Path(result['input']).name}" + (f" {size[0]}x{size[1]}" if size else "")
                  + f" on {dev}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with open_report(path, exclusive, binary=True) as f:
+            fig.savefig(f, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -1,0 +1,55 @@
+"""Where every report goes (``--stats-json``, ``pipeline batch --json``, ``pipeline bench --json`` and its
+chart, ``pipeline probe --json``): a file replaced as the caller decides, or a FIFO or a device written into.
+
+A FIFO has to be opened before it is written, and opening one for writing blocks until a process opens it
+for reading, beyond the reach of a signal handler that only asks the run to stop. So a FIFO is opened
+without blocking, tried again until a reader comes, and refused after :data:`FIFO_WAIT_S` seconds: with the
+error an unwritable file gives (ENXIO), so each caller reports it as it reports a full disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import IO
+
+from .checks import special_kind
+
+FIFO_WAIT_S = 10.0  # as long as `pipeline run` waits for a FIFO input's writer (--timeout's default)
+
+
+def open_report(path: str | Path, exclusive: bool = False, binary: bool = False) -> IO:
+    """``path`` opened for writing. ``exclusive``: fail (FileExistsError) rather than replace a file that
+    exists by now. A FIFO or a device is written into either way; a FIFO nobody reads within
+    :data:`FIFO_WAIT_S` seconds raises OSError(ENXIO)."""
+    mode = "wb" if binary else "w"
+    kind = special_kind(path)
+    if kind == "FIFO":
+        return os.fdopen(_open_fifo(Path(path)), mode)
+    if kind is None and exclusive:
+        mode = mode.replace("w", "x")
+    return open(path, mode)
+
+
+def write_report(path: str | Path, text: str, exclusive: bool = False) -> None:
+    with open_report(path, exclusive) as f:
+        f.write(text)
+
+
+def _open_fifo(path: Path) -> int:
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                if e.errno == errno.ENXIO:
+                    raise OSError(errno.ENXIO, f"a FIFO no process read within {FIFO_WAIT_S:g} s") from None
+                raise
+            time.sleep(0.05)
+            continue
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # a reader: write as usual
+        return fd

@@ -1,0 +1,75 @@
+"""Reports (--stats-json, batch/bench/probe --json, the bench chart): a FIFO without a reader is refused
+after a bounded wait instead of blocking the process for ever; one with a reader gets the whole report."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+
+import pytest
+
+from pipeline import reportfile
+from utils import run_cli
+
+
+def test_a_fifo_nobody_reads_is_refused_after_the_wait(tmp_path, monkeypatch):
+    monkeypatch.setattr(reportfile, "FIFO_WAIT_S", 0.3)
+    fifo = tmp_path / "stats.json"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(OSError) as info:
+        reportfile.write_report(fifo, "{}\n")
+    assert info.value.errno == errno.ENXIO and "no process read" in str(info.value)
+    assert 0.3 <= time.monotonic() - t0 < 5
+
+
+def test_a_fifo_whose_reader_comes_late_gets_the_whole_report(tmp_path):
+    fifo = tmp_path / "stats.json"
+    os.mkfifo(fifo)
+    body = "x" * (1 << 20) + "\n"  # more than a pipe holds: the writes must block, not fail, once a reader is there
+    got: list[bytes] = []
+
+    def read():
+        time.sleep(0.3)
+        with open(fifo, "rb") as f:
+            got.append(f.read())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reportfile.write_report(fifo, body)
+    reader.join(10)
+    assert got == [body.encode()]
+
+
+def test_a_file_is_replaced_or_kept_as_asked(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("theirs\n")
+    with pytest.raises(FileExistsError):
+        reportfile.write_report(path, "ours\n", exclusive=True)
+    assert path.read_text() == "theirs\n"
+    reportfile.write_report(path, "ours\n")
+    assert path.read_text() == "ours\n"
+
+
+@pytest.mark.parametrize("case", ["input", "existing", "each_other"])
+def test_bench_refuses_a_report_path_before_any_work(tmp_path, case):
+    """Never the input, never the other report, an existing file only with -y; checked before the GPU."""
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"\0" * 64)
+    args = {"input": ["--json", clip, "-y"], "existing": ["--json", tmp_path / "old.json"],
+            "each_other": ["--json", tmp_path / "r", "--chart", tmp_path / "r", "-y"]}[case]
+    (tmp_path / "old.json").write_text("theirs\n")
+    proc = run_cli("bench", clip, *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert clip.read_bytes() == b"\0" * 64 and (tmp_path / "old.json").read_text() == "theirs\n"
+
+
+def test_probe_keeps_an_existing_json_without_y(tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text("theirs\n")
+    proc = run_cli("probe", "--json", path, timeout=60)
+    assert proc.returncode == 2 and "already exists" in proc.stderr, proc.stderr
+    assert path.read_text() == "theirs\n"
