@@ -34,6 +34,10 @@ class RunControl:
         # The process ends right after its runs (the command line): a source whose close only frees what
         # the process's exit frees anyway is left to the exit (see Pipeline._close_source).
         self.process_ends = False
+        # A run stopped on purpose, by the GPU mid-run or by a live source that stalled keeps a playable file
+        # of the frames done. A batch, whose outputs are whole files or nothing, turns this off: such a run
+        # then leaves the target as it was (an earlier output of the same name included).
+        self.keep_partial = True
 
     def before_output(self) -> None:
         """Called by the set-up just before it creates the output: from here on a stop is a graceful

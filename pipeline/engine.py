@@ -422,6 +422,7 @@ class Pipeline(Stages, Tally):
         # Keep a playable file of the frames done when stopped on purpose, by the GPU mid-run or by a
         # live source that stalled; any other failure (bad input, write error, a bug) leaves no output.
         keep = done > 0 and (error is None or isinstance(error, (GPUError, SourceStalled)))
+        keep = keep and (self.control.keep_partial or (error is None and not self.stop_event.is_set()))
         if sink is not None:
             if not keep:
                 sink.abort()

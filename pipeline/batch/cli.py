@@ -30,8 +30,8 @@ files, so the CUDA context and the compiled kernels are made once per worker.
     these options) is skipped; an output that exists but is not complete needs -y to be replaced.
   A file that fails fails alone: its error is in the table, the others go on. The exit code is the
     largest of the files' codes (below).
-  Ctrl-C (SIGTERM, SIGHUP alike): files in progress are stopped and their outputs removed, queued ones
-    cancelled, finished ones kept; exit 130 (143, 129): for a batch, that is what those codes below
+  Ctrl-C (SIGTERM, SIGHUP alike): files in progress are stopped, writing nothing (a file already at
+    their output's name stays as it was), queued ones cancelled, finished ones kept; exit 130 (143, 129): for a batch, that is what those codes below
     mean. A second one exits at once (temporary files are removed by the next run)."""
 
 _BATCH_DESTS = ("inputs", "output_dir", "suffix", "gpus", "workers", "scheduler", "dashboard", "results_json")
@@ -100,7 +100,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
 
 def _stopped(report: BatchReport) -> str:
     c = report.counts()
-    return (f"complete and kept: {c['done'] + c['skipped']}, stopped mid-run (outputs removed): "
+    return (f"complete and kept: {c['done'] + c['skipped']}, stopped mid-run (nothing written): "
             f"{c['interrupted']}, not started: {c['cancelled']}")
 
 

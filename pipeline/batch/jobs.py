@@ -13,7 +13,7 @@ from ..config import RunConfig
 
 # What became of a file (``pending`` until it is known): processed; skipped (a complete output from an
 # earlier batch is there); failed (its error and exit code say why); interrupted (stopped mid-run by
-# Ctrl-C, its output removed); cancelled (Ctrl-C came before it started).
+# Ctrl-C, nothing written); cancelled (Ctrl-C came before it started).
 STATUSES = ("done", "skipped", "failed", "interrupted", "cancelled")
 
 

@@ -43,7 +43,7 @@ class BatchSettings:
 
 class StopRequest:
     """Call it (from a signal handler, another thread) to stop a running batch: files in progress are
-    stopped and their outputs removed, files not started are cancelled, finished outputs are kept."""
+    stopped, writing nothing, files not started are cancelled, finished outputs are kept."""
 
     def __init__(self) -> None:
         self.event = threading.Event()

@@ -174,6 +174,7 @@ def process_file(job: Job) -> FileResult:
     state = state_of(worker)
     result = FileResult(job.index, job.input, job.output, worker=state.name, address=worker.address)
     control = RunControl()
+    control.keep_partial = False  # a batch's outputs are whole files or none: an earlier one is never replaced by less
     signum = state.begin(job, control)
     if signum is not None:
         result.status, result.exit_code, result.error = "cancelled", 128 + signum, "cancelled before it started"
@@ -270,7 +271,7 @@ def _mark_complete(out: Path, identity: tuple[int, int] | None, job: Job, result
 def _record_failure(result: FileResult, error: BaseException) -> None:
     if isinstance(error, Interrupted):
         result.status, result.exit_code = "interrupted", error.exit_code
-        result.error = "stopped mid-run; its output removed"
+        result.error = "stopped mid-run; nothing written"
     elif isinstance(error, PipelineError):
         result.status, result.exit_code, result.error = "failed", error.exit_code, str(error)
     elif isinstance(error, Exception):  # a bug: one line, as the command line reports it
@@ -289,9 +290,9 @@ def _file_identity(path: Path | None) -> tuple[int, int] | None:
 
 
 def _drop_new_output(out: Path | None, before: tuple[int, int] | None) -> None:
-    """A run that failed or was stopped after writing frames finalises its output (the engine keeps the
-    frames done on a stop, a GPU error or a stalled source). In a batch that output is not complete, so
-    it goes; a file that was there before the run and was left alone stays."""
+    """A batch's run that fails or is stopped leaves its target alone (``RunControl.keep_partial``); should
+    anything have been put there all the same, it is not complete, so it goes, while a file that was there
+    before the run and was left alone stays."""
     if out is None:
         return
     now = _file_identity(out)

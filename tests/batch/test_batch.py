@@ -270,6 +270,42 @@ def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):
     assert stopped.exit_code == 130 and list((tmp_path / "later").iterdir()) == []
 
 
+def test_a_stopped_file_leaves_an_earlier_output_of_its_name_as_it_was(clips, tmp_path, monkeypatch):
+    """With -y a file's run replaces what is at its output's name only once complete: stopped mid-run, the
+    file there before (an earlier batch's output, or the user's) stays, byte for byte."""
+    from pipeline.batch import worker
+    from pipeline.processor import Processor
+
+    clip = good(clips)[0]
+    theirs = tmp_path / f"{clip.stem}_processed{clip.suffix}"
+    theirs.write_bytes(b"an earlier output" * 64)
+    stop, controls = StopRequest(), []
+
+    class Control(worker.RunControl):
+        def __init__(self):
+            super().__init__()
+            controls.append(self)
+
+    real_submit = Processor.submit
+
+    def submit(self, item, **kwargs):
+        if item.meta.index == 3:  # frames are out: stop, and go on only once the run has heard it
+            stop()
+            deadline = time.monotonic() + 30
+            while not controls[-1].stop_event.is_set():
+                assert time.monotonic() < deadline, "the run never heard the stop"
+                time.sleep(0.02)
+        real_submit(self, item, **kwargs)
+
+    monkeypatch.setattr(worker, "RunControl", Control)
+    monkeypatch.setattr(Processor, "submit", submit)
+    report = run_batch([str(clip)], tmp_path, filters=CHAIN, device="cpu", workers=1, processes=False,
+                       overwrite=True, stop=stop, ring_size=2, in_flight=1)
+    assert [r.status for r in report.results] == ["interrupted"], report.results[0].error
+    assert theirs.read_bytes() == b"an earlier output" * 64
+    assert sorted(p.name for p in tmp_path.iterdir()) == [theirs.name]
+
+
 def test_a_worker_whose_gpu_stalled_runs_no_more_files(clips, tmp_path, monkeypatch):
     """Its threads are stuck in a CUDA call for good: later files fail at once, they do not stall again."""
     import threading
