@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -69,7 +70,7 @@ def _is_input(target: Path, source: str) -> bool:
     src = local_path(source)  # a file:// URL and a file behind stdin are the input too
     # target.exists(): a link to a file not there yet (the run makes it) is not the input
     try:
-        return src is not None and src.exists() and target.exists() and target.resolve().samefile(src.resolve())
+        return src is not None and src.exists() and target.exists() and real_path(target).samefile(real_path(src))
     except OSError:  # a link into a directory that cannot be searched: not the input, as far as can be told
         return False
 
@@ -149,6 +150,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise OutputError(f"{target}: {option} is a directory")
+    if target.is_symlink() and _is_loop(target):
+        raise OutputError(f"{target}: {option} is a symbolic link loop")
     if target.is_file() and not overwrite:
         raise ConfigError(f"{target}: {option} file already exists (use -y/--overwrite to replace it)")
     if made_by_run is not None and _same_file(parent, made_by_run):
@@ -164,9 +167,24 @@ def _same_file(a: Path, b: Path) -> bool:
     try:
         if a.exists() and b.exists():
             return a.samefile(b)
-        return a.resolve() == b.resolve()
+        return real_path(a) == real_path(b)
     except OSError:
         return False
+
+
+def _is_loop(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
+
+
+def real_path(path: Path | str) -> Path:
+    """``path`` with its links followed, as ``Path.resolve()`` gives it, except that a symbolic link loop
+    is left as it is instead of raising RuntimeError (Python 3.11-3.12): whatever opens it then fails with
+    ELOOP, an OSError every caller reports."""
+    return Path(os.path.realpath(path))
 
 
 _SPECIAL = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .checks import special_kind
+from .checks import real_path, special_kind
 
 FIFO_WAIT_S = 10.0  # as long as `pipeline run` waits for a FIFO input's writer (--timeout's default)
 
@@ -26,6 +26,7 @@ def open_report(path: str | Path, exclusive: bool = False, binary: bool = False)
     exists by now. A FIFO or a device is written into either way; a FIFO nobody reads within
     :data:`FIFO_WAIT_S` seconds raises OSError(ENXIO)."""
     mode = "wb" if binary else "w"
+    path = real_path(path)  # a link's target is what is created or replaced (a dangling link's too)
     kind = special_kind(path)
     if kind == "FIFO":
         return os.fdopen(_open_fifo(Path(path)), mode)

@@ -19,6 +19,7 @@ import shutil
 import threading
 from pathlib import Path
 
+from .checks import real_path
 from .errors import ConfigError, OutputError
 
 # The picture formats FFmpeg's image2 muxer writes, by extension, and the encoder each takes.
@@ -64,7 +65,7 @@ def is_frame_of(path: Path, target: Path) -> bool:
     if not is_sequence(target) or not frame_names(target).fullmatch(path.name):
         return False
     try:
-        return path.parent.resolve() == target.parent.resolve()
+        return real_path(path.parent) == real_path(target.parent)
     except OSError:
         return False
 
@@ -124,7 +125,7 @@ def linked_frames(target: Path) -> list[Path]:
         if is_frame_of(file, target):
             raise OutputError(f"{frame}: a link to {file}, which this run writes as another frame; "
                               "a frame would be lost")
-        if file == staged_as.resolve():
+        if file == real_path(staged_as):
             raise OutputError(f"{frame}: a link to {file}, the name this run stages its frames under")
         if not parent.is_dir():
             raise OutputError(f"{frame}: a link into {parent}, which does not exist")

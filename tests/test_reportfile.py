@@ -73,3 +73,29 @@ def test_probe_keeps_an_existing_json_without_y(tmp_path):
     proc = run_cli("probe", "--json", path, timeout=60)
     assert proc.returncode == 2 and "already exists" in proc.stderr, proc.stderr
     assert path.read_text() == "theirs\n"
+
+
+def test_symbolic_link_loops_are_errors_of_their_own_never_internal(tmp_path):
+    """Python 3.11's Path.resolve() raises RuntimeError on a loop: every path check follows links without it."""
+    from utils import ROOT, run_pipeline
+
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    clip = ROOT / "samples" / "sample.mp4"
+    report = run_pipeline(clip, "-o", "null", "--stats-json", tmp_path / "loop1")
+    assert report.returncode == 4 and "symbolic link loop" in report.stderr, report.stderr
+    (tmp_path / "out").mkdir()
+    several = run_pipeline(clip, tmp_path / "loop1", "-o", f"{tmp_path / 'out'}/", "--frames", "2")
+    for proc in (report, several):
+        assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert several.returncode == 3, several.stderr
+
+
+def test_a_report_through_a_dangling_link_is_written_where_it_points(tmp_path):
+    from utils import ROOT, run_pipeline
+
+    (tmp_path / "stats.json").symlink_to(tmp_path / "real.json")
+    proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "--frames", "2", "--stats-json",
+                        tmp_path / "stats.json")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "stats.json").is_symlink() and '"frames_out": 2' in (tmp_path / "real.json").read_text()

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from rich.console import Console
 
-from ..checks import check_report_path
+from ..checks import check_report_path, real_path
 from ..errors import ConfigError, OutputError, PipelineError, stop_signals
 from .inputs import expand_inputs
 from .jobs import FileResult
@@ -78,7 +78,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
     sources = expand_inputs(args.inputs)
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
-        if out_dir is not None and Path(args.results_json).resolve() == out_dir.resolve():  # made by the batch
+        if out_dir is not None and real_path(Path(args.results_json)) == real_path(out_dir):  # made by the batch
             raise ConfigError(f"{args.results_json}: --json is the output directory; choose a file")
         check_report_path(args.results_json, "--json", _users_files(args.inputs, sources, batch), cfg.overwrite,
                           made_by_run=out_dir)

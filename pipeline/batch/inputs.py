@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from ..checks import special_kind
+from ..checks import real_path, special_kind
 from ..errors import ConfigError, OutputError
 from ..log import log
 from ..textfile import read_text
@@ -25,7 +25,7 @@ def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
     paths: list[Path] = []
     seen: dict[Path, Path] = {}
     for path in _expand(items, depth=0):
-        key = path.resolve()
+        key = real_path(path)
         if key not in seen:
             seen[key] = path
             paths.append(path)
@@ -98,9 +98,9 @@ def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[P
             raise ConfigError(f"{owner[out]} and {source} would both write {out}; "
                               "rename one, or run them in separate batches")
         owner[out] = source
-    inputs = {source.resolve(): source for source in sources}
+    inputs = {real_path(source): source for source in sources}
     for source, out in zip(sources, outputs):
-        other = inputs.get(out.resolve())
+        other = inputs.get(real_path(out))
         if other is not None:
             what = "the input itself" if other == source else f"an input too ({other})"
             raise ConfigError(f"{source}: its output {out} is {what}; choose another -o or --suffix")
