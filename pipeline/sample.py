@@ -35,6 +35,7 @@ from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_s
 from .outfile import create_like, final_path, place_output, remove_stale_partials, temp_path_for
 from .sink import check_hardware_encoder
 from .source import MAX_SIDE
+from .stdio import stdout_errors
 from .synth import synth_frame
 
 AUDIO_RATE = 48000
@@ -459,5 +460,6 @@ def run(args) -> int:
         raise ConfigError(f"sample: {e}") from e
     size_mb = path.stat().st_size / 1e6
     duration = frames / _as_rate(fps)
-    print(f"{_display(path)}  {size_mb:.2f} MB  {frames} frames  {float(duration):.2f} s")
+    with stdout_errors(f"; {_display(path)} is complete"):
+        print(f"{_display(path)}  {size_mb:.2f} MB  {frames} frames  {float(duration):.2f} s")
     return 0

@@ -411,3 +411,18 @@ def test_a_link_target_is_written_through_and_stays_a_link(tmp_path):
     result = _sample("-o", "link.mp4", "-y", *SMALL, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert link.is_symlink() and len(_decode(real)[1]) == 2
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed"])
+def test_sample_whose_stdout_cannot_take_its_line_exits_4_with_the_clip_complete(tmp_path, stdout):
+    out = tmp_path / "clip.mp4"
+    cmd = cli_command("sample", "-o", str(out), "--size", "64x48", "--frames", "2", "--no-audio")
+    if stdout == "full":
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    else:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
+                              preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "is complete" in proc.stderr, proc.stderr
+    with av.open(str(out)) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 2

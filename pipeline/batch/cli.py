@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..checks import check_report_path, real_path
 from ..errors import ConfigError, OutputError, PipelineError, stop_signals
+from ..stdio import StdoutConsole, stdout_errors
 from .inputs import expand_inputs
 from .jobs import FileResult
 from .report import BatchReport, summary_line, table
@@ -86,16 +87,38 @@ def main(args: argparse.Namespace, err: Console) -> int:
     _install_signal_handlers(stop)
     with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
         report = execute(sources, cfg, batch, on_result=on_result, stop=stop)
-    if not cfg.quiet:  # before the JSON: a JSON that cannot be written leaves the table to read
-        out = Console(highlight=False)
-        out.print(table(report))
-        out.print(summary_line(report), soft_wrap=True)
+    shown = _show(report, err) if not cfg.quiet else _say_failures(report, err)
     if args.results_json:
         _write_results(report, args.results_json, err, cfg.overwrite)
     if report.signum is not None:
         err.print(f"pipeline: interrupted by {signal.Signals(report.signum).name}; {_stopped(report)}",
                   markup=False, soft_wrap=True)
+    if shown is not None:  # stdout could not take the table: an output error, unless the batch has a worse one
+        if report.exit_code == 0:
+            raise shown
+        err.print(f"pipeline: warning: {shown}", markup=False, soft_wrap=True)
     return report.exit_code
+
+
+def _show(report: BatchReport, err: Console) -> OutputError | None:
+    """The results table and summary on stdout; the error if stdout cannot take them (the JSON, written
+    after, still has them)."""
+    try:
+        with stdout_errors("; the batch itself is complete" if report.signum is None else ""):
+            out = StdoutConsole(highlight=False)
+            out.print(table(report))
+            out.print(summary_line(report), soft_wrap=True)
+    except OutputError as e:
+        return e
+    return None
+
+
+def _say_failures(report: BatchReport, err: Console) -> None:
+    """With -q there is no table: each file that failed still says why, one line on stderr."""
+    for r in report.results:
+        if r.status == "failed":  # the error names its file, as `pipeline run` says it; else it is named here
+            line = r.error if Path(r.input).name in r.error else f"{r.input}: {r.error}"
+            err.print(f"pipeline: error: {line} (exit {r.exit_code})", markup=False, soft_wrap=True)
 
 
 def _stopped(report: BatchReport) -> str:

@@ -371,6 +371,22 @@ def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     assert {w["name"] for w in data["batch"]["workers"]} == {"cpu0", "cpu1"}
 
 
+def test_cli_quiet_still_says_each_failure_and_a_full_stdout_is_an_output_error(clips, tmp_path):
+    """-q: no table, but a file that failed still gets its one line on stderr. Without -q, a table that
+    stdout cannot take is exit 4 (the batch itself is complete, its JSON written)."""
+    missing = tmp_path / "missing.mkv"
+    quiet = run_command(batch_command(str(clips / "clip0.mkv"), str(missing), "-o", str(tmp_path / "q"), "-q"),
+                        timeout=120, env=child_env())
+    assert quiet.returncode == 3 and quiet.stdout == "", quiet.stderr
+    assert quiet.stderr == f"pipeline: error: {missing}: no such file (exit 3)\n"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(batch_command(str(clips / "clip0.mkv"), "-o", str(tmp_path / "f"), "--json",
+                                            str(tmp_path / "r.json")), stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env=child_env())
+    assert proc.returncode == 4 and "the batch itself is complete" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and read_json(tmp_path / "r.json")["totals"]["done"] == 1
+
+
 def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, tmp_path, capsys):
     clip, out = clips / "clip0.mkv", tmp_path / "out"
     results = tmp_path / "r.json"
