@@ -379,3 +379,12 @@ def test_a_streams_own_error_comes_before_its_devices_as_in_pipeline_run(tmp_pat
     cfg = RunConfig(input=str(tmp_path / "missing.mkv"), output="null", device="cuda", quiet=True)
     result = run_many([cfg], shared=SharedMemory("cpu"))
     assert result.streams[0].exit_code == 3, result.streams[0].error
+
+
+def test_the_no_gpu_notice_is_said_once_for_several_streams(clips):
+    from utils import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is present: no notice")
+    proc = run_cli("run", *clips[:3], "-o", "null", "-q")
+    assert proc.returncode == 0 and proc.stderr.count("running on the CPU") == 1, proc.stderr
