@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..checks import check_name_length
 from ..config import RunConfig
-from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError
+from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, OutputError
 from ..log import log
 from .cluster import check_dashboard_address, check_scheduler_address, connect, plan_workers, survey
 from .inputs import claim_directory, expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
 from .report import BatchReport
-from .resume import options_hash, why_incomplete
+from .resume import marker_path, options_hash, why_incomplete
 
 OnResult = Callable[[FileResult], None]
 
@@ -143,6 +144,11 @@ def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> 
     jobs = []
     for r in report.results:
         out = Path(r.output) if r.output else None
+        refused = _name_refused(out)
+        if refused is not None:
+            r.status, r.exit_code, r.error = "failed", refused.exit_code, str(refused)
+            notify(r)
+            continue
         reason = why_incomplete(Path(r.input), out, digest) if out is not None else "not kept"
         if reason is None:
             r.status = "skipped"
@@ -158,6 +164,19 @@ def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> 
             run_cfg = cfg.replace(input=source, output=r.output or "null", quiet=True)
             jobs.append(Job(r.index, batch_id, source, r.output, run_cfg, digest))
     return jobs
+
+
+def _name_refused(out: Path | None) -> OutputError | None:
+    """An output, or the resume marker beside it, whose name is longer than the filesystem takes: that
+    file fails alone, before it runs."""
+    if out is None:
+        return None
+    try:
+        check_name_length(out)
+        check_name_length(marker_path(out), "resume marker")
+    except OutputError as e:
+        return e
+    return None
 
 
 def _describe(cfg: RunConfig, batch: BatchSettings, digest: str) -> dict[str, Any]:

@@ -270,6 +270,15 @@ def test_in_process_workers_and_a_stop_before_the_start(clips, tmp_path):
     assert stopped.exit_code == 130 and list((tmp_path / "later").iterdir()) == []
 
 
+def test_a_name_too_long_for_the_filesystem_fails_its_file_before_it_runs(clips, tmp_path):
+    """The output's name, or its resume marker's (the name and ten more bytes), over the limit: exit 4."""
+    report = run_batch([str(p) for p in good(clips)[:2]], tmp_path, device="cpu", workers=1, processes=False,
+                       suffix="x" * 245)
+    assert [(r.status, r.exit_code) for r in report.results] == [("failed", 4)] * 2
+    assert all("file name too long" in r.error for r in report.results)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_stopped_file_leaves_an_earlier_output_of_its_name_as_it_was(clips, tmp_path, monkeypatch):
     """With -y a file's run replaces what is at its output's name only once complete: stopped mid-run, the
     file there before (an earlier batch's output, or the user's) stays, byte for byte."""
