@@ -16,6 +16,7 @@ the clip writer and the command.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
@@ -37,6 +38,9 @@ from .sink import check_hardware_encoder
 from .source import MAX_SIDE
 from .stdio import stdout_errors
 from .synth import synth_frame
+
+# What FFmpeg answers when it cannot do what the settings ask (as opposed to a write that failed)
+_REFUSALS = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 AUDIO_RATE = 48000
 AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
@@ -453,6 +457,9 @@ def run(args) -> int:
     except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
         raise
     except OSError as e:
+        if isinstance(e, av.error.FFmpegError) and e.errno in _REFUSALS:  # the settings, not the writing
+            pix_fmt = args.pix_fmt or preset.pix_fmt
+            raise ConfigError(f"sample: {e.strerror or e} (codec {codec!r}, pixel format {pix_fmt!r})") from e
         raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
     except av.codec.codec.UnknownCodecError:
         raise ConfigError(f"sample: unknown codec {codec!r}") from None

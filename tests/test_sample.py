@@ -426,3 +426,12 @@ def test_sample_whose_stdout_cannot_take_its_line_exits_4_with_the_clip_complete
     assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "is complete" in proc.stderr, proc.stderr
     with av.open(str(out)) as c:
         assert sum(1 for _ in c.decode(video=0)) == 2
+
+
+def test_a_pixel_format_ffmpeg_cannot_make_is_a_usage_error_and_keeps_the_file(tmp_path):
+    out = tmp_path / "clip.mp4"
+    out.write_bytes(b"theirs")
+    proc = run_command(cli_command("sample", "-o", str(out), "-y", "--size", "64x48", "--frames", "2", "--no-audio",
+                                   "--pix-fmt", "pal8"), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "pal8" in proc.stderr, proc.stderr
+    assert out.read_bytes() == b"theirs" and partials(tmp_path) == []
