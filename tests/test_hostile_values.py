@@ -374,3 +374,12 @@ def test_an_error_message_with_newlines_is_printed_on_one_line(tmp_path, clip):
     line = one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "chatty",
                                   cwd=tmp_path), 1)
     assert "first line second line" in line
+
+
+def test_an_unknown_encoder_is_refused_with_a_null_output_too(tmp_path):
+    """-o null encodes nothing, but -c naming no encoder FFmpeg has is a mistake all the same (as ffmpeg says)."""
+    from utils import ROOT
+
+    proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "-c", "nope", "--frames", "2")
+    assert proc.returncode == 2 and "unknown encoder 'nope'" in proc.stderr, proc.stderr
+    assert run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "-c", "mpeg4", "--frames", "2").returncode == 0
