@@ -173,7 +173,6 @@ def _name_of(source: str, index: int) -> tuple[str, str]:
     """(stem, extension) of the file a stream writes into a directory: the input file's, or for a stream URL
     its host and path (``rtsp://cam1/main`` -> ``cam1_main``) in Matroska, which takes any codec. So is an
     input whose extension names no format FFmpeg writes (a FIFO named ``cam.fifo``)."""
-    from .avlib import muxer_extensions
     from .config import is_url, local_path, pipe_fd
 
     if pipe_fd(source) is not None:
@@ -185,8 +184,15 @@ def _name_of(source: str, index: int) -> tuple[str, str]:
         stem = re.sub(r"[^\w.-]+", "_", where).strip("._") or f"stream{index}"
         return stem, ".mkv"
     path = Path(source)
-    suffix = path.suffix if path.suffix[1:].lower() in muxer_extensions() else ".mkv"
-    return path.stem or f"stream{index}", suffix
+    return path.stem or f"stream{index}", output_extension(path)
+
+
+def output_extension(path: Path) -> str:
+    """The extension of an output named after the input ``path`` (several inputs, a batch): the input's
+    own where FFmpeg writes that format, else Matroska's, which takes any codec (no extension, ``.fifo``)."""
+    from .avlib import muxer_extensions
+
+    return path.suffix if path.suffix[1:].lower() in muxer_extensions() else ".mkv"
 
 
 def shared_memory_for(cfg: RunConfig, pinned_cap: int | None = None) -> SharedMemory:

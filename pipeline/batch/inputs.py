@@ -12,6 +12,7 @@ from typing import Iterable, Iterator, Sequence
 from ..checks import real_path, special_kind
 from ..errors import ConfigError, OutputError
 from ..log import log
+from ..many import output_extension
 from ..textfile import read_text
 
 LIST_LIMIT = 16 << 20  # a million paths; a list larger than that is a device or a runaway file
@@ -82,8 +83,9 @@ def _read_pipe(name: str) -> str:
 
 
 def output_for(source: Path, directory: Path, suffix: str) -> Path:
-    """``DIR/<stem><suffix><ext>``, the name ``pipeline run`` gives by default, in ``directory``."""
-    return directory / f"{source.stem}{suffix}{source.suffix or '.mp4'}"
+    """``DIR/<stem><suffix><ext>``, as ``pipeline run`` names the outputs of several inputs (``<ext>``: see
+    :func:`pipeline.many.output_extension`)."""
+    return directory / f"{source.stem}{suffix}{output_extension(source)}"
 
 
 def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:

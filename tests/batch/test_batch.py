@@ -550,3 +550,11 @@ def test_the_results_table_shows_names_and_errors_as_written():
     console.print(table(BatchReport(results)))
     text = console.export_text()
     assert "[x].mp4" in text and "[x]_processed.mp4" in text and ".[cuda12] or .[cuda13]" in text
+
+
+def test_an_output_takes_the_inputs_extension_only_where_ffmpeg_writes_it():
+    """As `pipeline run` names the outputs of several inputs: Matroska (any codec) for the rest."""
+    from pipeline.batch.inputs import output_for
+
+    got = [output_for(Path(name), Path("o"), "_p").name for name in ("a.mp4", "noext", "cam.fifo", "b.mov")]
+    assert got == ["a_p.mp4", "noext_p.mkv", "cam_p.mkv", "b_p.mov"]
