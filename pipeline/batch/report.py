@@ -52,7 +52,7 @@ class BatchReport:
             "frames": sum(r.frames for r in self.results),
             "wall_s": round(self.wall_s, 3),
             "files_per_minute": round(counts["done"] / minutes, 2) if minutes > 0 else 0.0,
-            "run_s": round(run_s, 3),
+            "run_s": round(run_s, 4),  # as overhead_s: their ratio is overhead_fraction, short runs too
             "overhead_s": round(overhead_s, 4),
             "overhead_fraction": round(overhead_s / run_s, 5) if run_s > 0 else None,
             "overhead_fraction_max": max((r.overhead_fraction for r in ran), default=None),
