@@ -111,7 +111,8 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
         return Source(cfg.input, strict=cfg.strict, input_format=cfg.input_format, options=cfg.input_opts,
                       timeout=cfg.timeout, live=live, hwaccel=hwaccel, span=span, decode_sessions=sessions,
                       make_current=backend.make_current if hwaccel is not None else None,
-                      decoders=decoders if hwaccel is not None else None, headers_only=gpu_up)
+                      decoders=decoders if hwaccel is not None else None, headers_only=gpu_up,
+                      first_frame_first=gpu_up)
 
     def opened() -> Any:
         if decode == "cpu":

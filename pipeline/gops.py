@@ -212,8 +212,11 @@ class GopDecoders:
     :meth:`feed` takes the stream's packets in demux order and yields the frames that are ready, in order;
     :meth:`finish` yields the rest. ``returns`` stands for the source's :class:`FrameReturns`."""
 
-    def __init__(self, contexts: list, *, lookahead: int, make_current: Callable[[], None]):
+    def __init__(self, contexts: list, *, lookahead: int, make_current: Callable[[], None],
+                 first_frame_first: bool = True):
         self._sessions = [_Session(i, ctx, lookahead, make_current) for i, ctx in enumerate(contexts)]
+        # Hold the other segments until the first frame is out: where the run's start waits for that frame.
+        self._first_frame_first = first_frame_first
         self.returns = _Returns()
         self._segment = -1  # the segment being sent
         self._head = 0  # the segment whose frames come out next
@@ -232,9 +235,12 @@ class GopDecoders:
 
     def feed(self, packet: av.Packet) -> Iterator[tuple]:
         """Send one video packet; yield the frames (and decode errors) ready meanwhile, in order."""
-        if not self._first_out and packet.is_keyframe and self._segment == 0 and self._count >= MIN_SEGMENT:
+        if (self._first_frame_first and not self._first_out and packet.is_keyframe and self._segment == 0
+                and self._count >= MIN_SEGMENT):
             # The first frame before the second segment starts: the other sessions' decoders, created at once,
             # would slow it, and the run's start waits for it. Bounded: a first GOP may have no good frame.
+            # Not in a fresh process: there the start waits for CuPy's import and the kernels, and the later
+            # GOPs' sessions, started after the first frame, came late to the second GOP (docs/benchmarks.md).
             yield from self._ready(block_until=1, timeout=FIRST_FRAME_WAIT_S)
         self._dispatch(packet)
         # Read at most one segment more than the sessions decode at once: the packets wait in memory.

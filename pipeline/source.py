@@ -96,9 +96,10 @@ class Source(DecodeLoop):
                  input_format: str | None = None, options: dict[str, str] | None = None,
                  timeout: float | None = None, live: bool | None = None, hwaccel=None, span: Span | None = None,
                  decode_sessions: int = 1, make_current: Callable[[], None] | None = None, decoders=None,
-                 headers_only: bool = False):
+                 headers_only: bool = False, first_frame_first: bool = True):
         self.path = path
         self._headers_only = headers_only  # see pipeline.opening.open_input
+        self._first_frame_first = first_frame_first  # see pipeline.gops.GopDecoders
         self._decoders = decoders  # a DecoderPool: NVDEC decoders kept between runs (see _open_sessions)
         self.decoders_reused = 0
         route_ffmpeg_log()
@@ -187,7 +188,8 @@ class Source(DecodeLoop):
                 break
             contexts.append(ctx)
         if len(contexts) > 1 or self._decoders is not None and contexts:
-            self._gops = GopDecoders(contexts, lookahead=_lookahead(self.video), make_current=make_current)
+            self._gops = GopDecoders(contexts, lookahead=_lookahead(self.video), make_current=make_current,
+                                     first_frame_first=self._first_frame_first)
             self.returns = self._gops.returns
 
     def _close_sessions(self) -> None:

@@ -128,9 +128,11 @@ def test_frames_are_let_go_on_the_sessions_threads(tmp_path, monkeypatch):
     assert sum(n for _, n in released) >= 60  # the rest were still queued or just decoded when it closed
 
 
-def test_the_first_frame_comes_before_the_other_sessions_start(tmp_path, monkeypatch):
-    """The run's start waits for the first frame: the second segment (another session's decoder to create)
-    is sent only once it is out."""
+@pytest.mark.parametrize("first_frame_first", [True, False], ids=["gpu up", "fresh process"])
+def test_the_first_frame_comes_before_the_other_sessions_start(tmp_path, monkeypatch, first_frame_first):
+    """Where the run's start waits for the first frame (CuPy up before the run), the second segment (another
+    session's decoder to create) is sent only once it is out; in a fresh process, where the start waits for
+    CuPy's import and the kernels, at once. The frames are the same, in order, either way."""
     path = clip(tmp_path, "c", 90, g=20, bf=3)
     out: list = []
     early = []
@@ -144,7 +146,7 @@ def test_the_first_frame_comes_before_the_other_sessions_start(tmp_path, monkeyp
     monkeypatch.setattr(gops._Session, "send", watched)
     main, extra = av.open(str(path)), av.open(str(path))
     decoders = gops.GopDecoders([main.streams.video[0].codec_context, extra.streams.video[0].codec_context],
-                                lookahead=8, make_current=lambda: None)
+                                lookahead=8, make_current=lambda: None, first_frame_first=first_frame_first)
     sessions = decoders._sessions
     try:
         for packet in main.demux(main.streams.video[0]):
@@ -153,7 +155,7 @@ def test_the_first_frame_comes_before_the_other_sessions_start(tmp_path, monkeyp
     finally:
         decoders.close()
         main.close(), extra.close()
-    assert len(out) == 90 and not early
+    assert len(out) == 90 and out == sorted(out) and bool(early) != first_frame_first
 
 
 def through_sessions(path: Path, sessions: int, skip: int = 0, wrap=None, lookahead: int = 8) -> list[tuple]:
