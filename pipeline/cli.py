@@ -263,20 +263,14 @@ def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool =
     """Write --stats-json (``stats.write_json``: one run's, or many streams'); on a run already failing, a
     write error is a notice, never a new exit code. Without -y a file that appeared during the run is kept:
     the check before the run saw none."""
+    from .reportfile import save_report
+
     try:
-        stats.write_json(path, exclusive=not overwrite)
-    except FileExistsError as e:
-        if failing:
-            err.print(f"pipeline: warning: {path}: appeared during the run; statistics not written",
-                      markup=False, soft_wrap=True)
-            return
-        raise ConfigError(f"{path}: --stats-json file appeared during the run; kept, statistics not written "
-                          "(use -y/--overwrite to replace it)") from e
-    except OSError as e:
-        if failing:
-            err.print(f"pipeline: warning: cannot write {path}: {e.strerror or e}", markup=False, soft_wrap=True)
-            return
-        raise OutputError(f"{path}: cannot write statistics: {e.strerror or e}") from e
+        save_report(path, "--stats-json", lambda p: stats.write_json(p, exclusive=not overwrite), "run")
+    except PipelineError as e:
+        if not failing:
+            raise
+        err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
 
 
 def _read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:

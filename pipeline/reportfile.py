@@ -14,10 +14,12 @@ import fcntl
 import os
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable, TypeVar
 
 from .checks import real_path, special_kind
+from .errors import ConfigError, OutputError
 
+T = TypeVar("T")
 FIFO_WAIT_S = 10.0  # as long as `pipeline run` waits for a FIFO input's writer (--timeout's default)
 
 
@@ -38,6 +40,19 @@ def open_report(path: str | Path, exclusive: bool = False, binary: bool = False)
 def write_report(path: str | Path, text: str, exclusive: bool = False) -> None:
     with open_report(path, exclusive) as f:
         f.write(text)
+
+
+def save_report(path: str | Path, option: str, write: Callable[[str | Path], T], during: str) -> T:
+    """``write(path)``, its failures as the user reads them: a file that appeared during the ``during`` (the
+    check before it saw none, and ``write`` opened exclusively) is kept, a ConfigError; any other OSError is an
+    OutputError; one line each."""
+    try:
+        return write(path)
+    except FileExistsError as e:
+        raise ConfigError(f"{path}: {option} file appeared during the {during}; kept, not written "
+                          "(use -y/--overwrite to replace it)") from e
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write {option}: {e.strerror or e}") from e
 
 
 def _open_fifo(path: Path) -> int:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..checks import check_report_path, real_path
 from ..errors import ConfigError, OutputError, PipelineError, stop_signals
+from ..reportfile import save_report
 from ..stdio import StdoutConsole, stdout_errors
 from .inputs import expand_inputs
 from .jobs import FileResult
@@ -32,8 +33,9 @@ files, so the CUDA context and the compiled kernels are made once per worker.
   A file that fails fails alone: its error is in the table, the others go on. The exit code is the
     largest of the files' codes (below).
   Ctrl-C (SIGTERM, SIGHUP alike): files in progress are stopped, writing nothing (a file already at
-    their output's name stays as it was), queued ones cancelled, finished ones kept; exit 130 (143, 129): for a batch, that is what those codes below
-    mean. A second one exits at once (temporary files are removed by the next run)."""
+    their output's name stays as it was), queued ones cancelled, finished ones kept; exit 130 (143,
+    129): for a batch, that is what those codes below mean. A second one exits at once (temporary
+    files are removed by the next run)."""
 
 _BATCH_DESTS = ("inputs", "output_dir", "suffix", "gpus", "workers", "scheduler", "dashboard", "results_json")
 
@@ -87,7 +89,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
     _install_signal_handlers(stop)
     with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
         report = execute(sources, cfg, batch, on_result=on_result, stop=stop)
-    shown = _show(report, err) if not cfg.quiet else _say_failures(report, err)
+    shown = _show(report) if not cfg.quiet else _say_failures(report, err)
     if args.results_json:
         _write_results(report, args.results_json, err, cfg.overwrite)
     if report.signum is not None:
@@ -100,7 +102,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
     return report.exit_code
 
 
-def _show(report: BatchReport, err: Console) -> OutputError | None:
+def _show(report: BatchReport) -> OutputError | None:
     """The results table and summary on stdout; the error if stdout cannot take them (the JSON, written
     after, still has them)."""
     try:
@@ -138,16 +140,11 @@ def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool
     """Write --json. Without -y a file that appeared during the batch is kept (the check before saw none).
     On a batch that failed or was stopped, a write error is a warning: the batch's exit code stands."""
     try:
-        report.write_json(path, exclusive=not overwrite)
-        return
-    except FileExistsError:
-        error: PipelineError = ConfigError(f"{path}: --json file appeared during the batch; kept, results not "
-                                           "written (use -y/--overwrite to replace it)")
-    except OutputError as e:
-        error = e
-    if report.exit_code == 0:
-        raise error
-    err.print(f"pipeline: warning: {error}", markup=False, soft_wrap=True)
+        save_report(path, "--json", lambda p: report.write_json(p, exclusive=not overwrite), "batch")
+    except PipelineError as e:
+        if report.exit_code == 0:
+            raise
+        err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
 
 
 def _install_signal_handlers(stop: StopRequest) -> None:

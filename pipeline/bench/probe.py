@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import check_report_path
-from ..errors import ConfigError, GPUError, OutputError
+from ..errors import ConfigError, GPUError
 from ..ffmpeg_args import add_overwrite_arguments
 from ..gpu.probe import (
     PoolAlloc,
@@ -37,7 +37,7 @@ from ..gpu.probe import (
     _Plan,
     _require_gpu,
 )
-from ..reportfile import write_report
+from ..reportfile import save_report, write_report
 from .probe_report import probe_table
 
 # ---------------------------------------------------------------------------------------------
@@ -146,13 +146,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write_json(path: Path, result: dict, exclusive: bool = False) -> None:
-    try:
-        write_report(path, json.dumps(result, indent=2) + "\n", exclusive)
-    except FileExistsError as exc:
-        raise ConfigError(f"{path}: --json file appeared during the probe; kept, not written "
-                          "(use -y/--overwrite to replace it)") from exc
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write --json: {exc.strerror or exc}") from exc
+    text = json.dumps(result, indent=2) + "\n"
+    save_report(path, "--json", lambda p: write_report(p, text, exclusive), "probe")
 
 
 def bandwidth_for_size(label: str, nbytes: int, repeats: int = 10) -> list[dict]:

@@ -32,7 +32,6 @@ class _Client:
     peak: int = 0
 
 
-
 class ArenaLease:
     """One stream's borrowing from a :class:`SharedArena`, with the interface of ``DevicePool``.
 
