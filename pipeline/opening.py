@@ -42,7 +42,7 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
     """Open a file, URL or device. ``timeout`` bounds the open and the stream analysis (each) and
     then every read: without it a silent network source would block forever."""
     if local:
-        _check_local(path)
+        check_local(path)
     if input_format is not None:
         _check_format(input_format)
     kwargs = {"timeout": (timeout, timeout)} if timeout else {}
@@ -112,7 +112,8 @@ def _check_input_options(container, path: str, input_format: str | None, options
                           f"`ffmpeg -h demuxer={demuxer}` lists its options; decoder options are not input options)")
 
 
-def _check_local(path: str) -> None:
+def check_local(path: str) -> None:
+    """A local input that is there and not a directory (InputError, one line, otherwise)."""
     p = Path(path)
     try:
         exists = p.exists()

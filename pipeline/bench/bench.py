@@ -19,9 +19,10 @@ from rich.console import Console
 from ..config import DEFAULT_FILTERS, RunConfig
 from ..memory.registry import STRATEGIES
 from ..checks import check_report_path, special_kind
-from ..errors import ConfigError, GPUError, InputError, OutputError
+from ..errors import ConfigError, GPUError, InputError
 from ..ffmpeg_args import add_overwrite_arguments
 from ..filters import fuse_pointwise, parse_chain
+from ..reportfile import save_report
 
 SCOPES = ("gpu", "e2e", "run")
 HEAVY_CHAIN = "gblur=sigma=2,unsharp=sigma=1:amount=1.2,eq=contrast=1.2:saturation=1.2"
@@ -108,10 +109,11 @@ def main(args: argparse.Namespace) -> int:
     from .report import render, write_chart, write_json
 
     exclusive = not args.overwrite
-    _write(reports["--json"], "--json", lambda path: write_json(result, path, exclusive))
+    save_report(reports["--json"], "--json", lambda path: write_json(result, path, exclusive), "bench")
     written = [str(reports["--json"])]
     if "--chart" in reports:
-        chart = _write(reports["--chart"], "--chart", lambda path: write_chart(result, path, console, exclusive))
+        chart = save_report(reports["--chart"], "--chart", lambda path: write_chart(result, path, console, exclusive),
+                            "bench")
         written += [str(chart)] if chart else []
     if not args.quiet:
         render(result, console)
@@ -122,12 +124,10 @@ def main(args: argparse.Namespace) -> int:
 def _check_input(path: str) -> None:
     """The bench reads its input once per strategy, decoder and peer: only a regular file will do (a FIFO
     would block the first reader and be empty for the next)."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory")
-    kind = special_kind(p)
+    from ..opening import check_local
+
+    check_local(path)
+    kind = special_kind(path)
     if kind is not None:
         raise InputError(f"{path}: a {kind}; pipeline bench reads its input several times and needs a regular file")
 
@@ -144,18 +144,6 @@ def _check_reports(args: argparse.Namespace) -> dict[str, Path]:
         theirs += [(other, f"the {name} file") for name, other in reports.items() if name != option]
         check_report_path(str(path), option, theirs, bool(args.overwrite))
     return reports
-
-
-def _write(path: Path, option: str, write):
-    """A report written after the run: one that appeared meanwhile is kept (without -y), a failed write is an
-    output error; either way one line."""
-    try:
-        return write(path)
-    except FileExistsError as e:
-        raise ConfigError(f"{path}: {option} file appeared during the bench; kept, not written "
-                          "(use -y/--overwrite to replace it)") from e
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write {option}: {e.strerror or e}") from e
 
 
 def _settings(args: argparse.Namespace) -> RunConfig:

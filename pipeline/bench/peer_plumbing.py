@@ -20,6 +20,7 @@ import av
 
 from ..avlib import drain_decoder
 from ..errors import ConfigError, InputError
+from ..opening import check_local
 
 QUEUE_DEPTH = 8  # frames between the decode and the encode thread
 FALLBACK_RATE = Fraction(30)  # when a stream declares no frame rate (as the pipeline's sink)
@@ -210,13 +211,9 @@ def _pipe(produce: Callable[[Callable[[Any], bool]], None], consume: Callable[[I
 
 
 def _open_input(path):
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory")
+    check_local(str(path))
     try:
-        container = av.open(str(p), "r")
+        container = av.open(str(path), "r")
     except (av.error.FFmpegError, OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open as video: {' '.join(str(e).split())}") from e
     if not container.streams.video:
