@@ -387,7 +387,9 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
     plan = plan_for(source, chain, backend, layout, stage)
     if backend.name == "cpu":
         check_host_memory(cfg, plan)
-    request = plan.request(cfg, host_in=source.layout not in DEVICE_LAYOUTS)
+    low_latency = source.info.live or cfg.realtime
+    # A live source's ring is whole before its first frame; a file's fills as its first frames need it.
+    request = plan.request(cfg, host_in=source.layout not in DEVICE_LAYOUTS, lazy_ring=not low_latency)
     future = pool.submit(_memory, backend, request, phases)
     try:
         if null:
@@ -397,7 +399,6 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
         else:
             if control is not None:
                 control.before_output()
-            low_latency = source.info.live or cfg.realtime
             with phases("encoder_open"):
                 sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency,
                                  pix_fmt)

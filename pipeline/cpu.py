@@ -123,14 +123,14 @@ def host_bytes_needed(req: MemoryRequest) -> int:
     return arena + req.ring_size * (req.in_bytes + req.out_bytes)
 
 
-def _ring(size: int, nbytes: int) -> HostRing | None:
-    return HostRing(size, nbytes, _committed) if nbytes else None
+def _ring(req: MemoryRequest, nbytes: int) -> HostRing | None:
+    return HostRing(req.ring_size, nbytes, _committed, eager=1 if req.lazy_ring else None) if nbytes else None
 
 
 def pooled_memory(req: MemoryRequest) -> Memory:
     """A host ring each way and one NumPy arena: the CUDA pool's bookkeeping, on the CPU."""
     device = DevicePool.sized_for(req.frame_bytes, arena_frames(req), req.headroom, NumpyBacking, req.state_bytes)
-    return Memory("pool", _ring(req.ring_size, req.in_bytes), _ring(req.ring_size, req.out_bytes), device,
+    return Memory("pool", _ring(req, req.in_bytes), _ring(req, req.out_bytes), device,
                   pinned=False)
 
 

@@ -192,7 +192,8 @@ class Pipeline(Stages, Tally):
                 with self.phases("memory"):
                     self._memory = self.backend.memory(self.plan.request(
                         self.cfg, host_in=self.source.layout not in DEVICE_LAYOUTS, host_out=self.sink is not None
-                        and self.sink.residence == "host", held=0 if self.sink is not None else 1))
+                        and self.sink.residence == "host", held=0 if self.sink is not None else 1,
+                        lazy_ring=not (self.source.info.live or self.cfg.realtime)))
             if self.backend.name == "cuda":
                 from .warmup import notice_if_cold
 
@@ -223,8 +224,8 @@ class Pipeline(Stages, Tally):
             # A frame decoded on the CPU waits for a host slot before q_decoded, which so never holds more
             # than the ring has (the reader's queue before it still holds the quarter second). The naive
             # side allocates per frame: no slots.
-            if (slots := getattr(in_host, "slots", None)) is not None:
-                slotted = max(2, min(depth, len(slots)))
+            if (slots := getattr(in_host, "size", None)) is not None:
+                slotted = max(2, min(depth, slots))
         self.q_decoded = Channel(slotted, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(flight, self.abort)

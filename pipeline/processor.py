@@ -91,14 +91,16 @@ class FramePlan:
     def state_bytes(self) -> int:
         return frame_bytes([s for specs in self.state for s in specs])
 
-    def request(self, settings, *, host_in: bool = True, host_out: bool = True, held: int = 0) -> MemoryRequest:
-        """What the memory strategy must provide for this plan and the run's settings."""
+    def request(self, settings, *, host_in: bool = True, host_out: bool = True, held: int = 0,
+                lazy_ring: bool = False) -> MemoryRequest:
+        """What the memory strategy must provide for this plan and the run's settings. ``lazy_ring``: the host
+        rings fill as frames need their slots (a file), not all before the first frame (a live source)."""
         in_bytes = self.specs[self.input].nbytes if host_in and self.input is not None else 0
         out_bytes = self.specs[self.output].nbytes if host_out else 0
         cap = settings.pinned_cap_mib * 2**20 if getattr(settings, "pinned_cap_mib", None) else None
         return MemoryRequest(in_bytes, out_bytes, self.frame_bytes, self.state_bytes, settings.ring_size,
                              settings.in_flight, settings.arena_headroom, held, cap,
-                             bool(getattr(settings, "write_combined", False)))
+                             bool(getattr(settings, "write_combined", False)), lazy_ring)
 
 
 @contextlib.contextmanager

@@ -96,6 +96,108 @@ def test_acquire_wakes_when_another_thread_releases():
     assert not waiter.is_alive() and got == [slot]
 
 
+def _lazy_ring(size: int = 4, fail_after: int | None = None) -> tuple[HostRing, list[int]]:
+    made: list[int] = []
+
+    def allocate(n: int) -> np.ndarray:
+        if fail_after is not None and len(made) >= fail_after:
+            raise MemoryError("no more pinned memory")
+        made.append(n)
+        return np.full(n, len(made), np.uint8)
+
+    return HostRing(size, 64, allocate, eager=1), made
+
+
+def test_a_lazy_ring_starts_with_one_slot_and_a_run_that_needs_one_stays_there():
+    ring, made = _lazy_ring()
+    assert made == [64] and ring.bytes_reserved == 64
+    for _ in range(20):
+        ring.release(ring.acquire(), after=FakeEvent(done=True))
+    assert len(made) == 1 and ring.allocs == 0 and ring.waits == 0 and ring.acquires == 20
+
+
+def test_a_lazy_ring_grows_when_every_slot_is_out_and_never_past_its_size():
+    ring, made = _lazy_ring(size=3)
+    held = [ring.acquire() for _ in range(3)]
+    assert len({id(s) for s in held}) == 3 and len(made) == 3 and ring.allocs == 2
+    with pytest.raises(queue.Empty):  # full: now it waits, as a ring allocated whole does
+        ring.acquire(timeout=0.05)
+    ring.release(held[1])
+    assert ring.acquire(timeout=0.05) is held[1] and len(made) == 3 and ring.bytes_reserved == 3 * 64
+
+
+def test_a_lazy_ring_adds_a_slot_rather_than_wait_for_a_copy_in_flight():
+    ring, made = _lazy_ring(size=2)
+    first = ring.acquire()
+    copying = FakeEvent(done=False)
+    ring.release(first, after=copying)
+    second = ring.acquire()
+    assert second is not first and copying.sync_calls == 0 and len(made) == 2
+    ring.release(second, after=FakeEvent(done=False))
+    again = ring.acquire()  # the ring is whole: the oldest slot, once its copy has completed
+    assert again is first and copying.sync_calls == 1
+
+
+def test_a_lazy_ring_that_cannot_allocate_goes_on_with_the_slots_it_has(caplog):
+    ring, made = _lazy_ring(size=4, fail_after=2)
+    a, b = ring.acquire(), ring.acquire()
+    with caplog.at_level("WARNING", logger="pipeline"):
+        with pytest.raises(queue.Empty):
+            ring.acquire(timeout=0.05)
+    assert len(made) == 2 and ring.size == 2 and "slot 3 of 4 failed" in caplog.text
+    ring.release(a)
+    assert ring.acquire(timeout=0.05) is a
+
+
+def test_a_lazy_ring_under_many_threads_hands_no_slot_out_twice_and_allocates_each_once():
+    """Random holds and releases from four threads: a slot is never held twice at once, and the ring
+    allocates at most its size, however many frames pass (nothing per frame)."""
+    ring, made = _lazy_ring(size=5)
+    held: set[int] = set()
+    lock = threading.Lock()
+    errors = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        mine = []
+        for _ in range(300):
+            if mine and (len(mine) > 1 or rng.random() < 0.5):
+                slot = mine.pop(int(rng.integers(len(mine))))
+                with lock:
+                    held.discard(slot.index)
+                ring.release(slot, after=FakeEvent(done=bool(rng.random() < 0.5)))
+            else:
+                try:
+                    slot = ring.acquire(timeout=1)
+                except queue.Empty:
+                    continue
+                with lock:
+                    if slot.index in held:
+                        errors.append(slot.index)
+                    held.add(slot.index)
+                mine.append(slot)
+        for slot in mine:
+            with lock:
+                held.discard(slot.index)
+            ring.release(slot)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and len(made) <= 5 and ring.allocs == len(made) - 1 and ring.acquires > 300
+    assert ring.free_count() == len(ring.slots)
+
+
+def test_a_closed_lazy_ring_allocates_no_more():
+    ring, made = _lazy_ring()
+    slot = ring.acquire()
+    ring.release(slot)
+    ring.close()
+    assert ring._grow() is None and len(made) == 1
+
+
 def test_lend_tracks_the_view():
     slot = HostSlot(0, np.zeros(24, np.uint8))
     assert not slot.in_use_elsewhere

@@ -157,8 +157,8 @@ def _pooled_device(req: MemoryRequest) -> DevicePool:
     return DevicePool.sized_for(req.frame_bytes, req.in_flight + req.held, req.headroom, CudaBacking, req.state_bytes)
 
 
-def _ring(size: int, nbytes: int, allocate) -> HostRing | None:
-    return HostRing(size, nbytes, allocate) if nbytes else None
+def _ring(req: MemoryRequest, nbytes: int, allocate) -> HostRing | None:
+    return HostRing(req.ring_size, nbytes, allocate, eager=1 if req.lazy_ring else None) if nbytes else None
 
 
 def check_pinned(req: MemoryRequest) -> None:
@@ -174,14 +174,15 @@ def check_pinned(req: MemoryRequest) -> None:
 
 
 def pooled(req: MemoryRequest) -> Memory:
-    """The default: a pinned ring each way and one cudaMalloc'd arena; nothing allocated per frame."""
+    """The default: a pinned ring each way and one cudaMalloc'd arena; nothing allocated per frame (a lazy
+    ring allocates each of its slots once, in the run's first frames)."""
     check_pinned(req)
     t0 = time.perf_counter()
     device = _pooled_device(req)
     t1 = time.perf_counter()
     try:
-        in_host = _ring(req.ring_size, req.in_bytes, write_combined_array if req.write_combined else pinned_array)
-        out_host = _ring(req.ring_size, req.out_bytes, pinned_array)
+        in_host = _ring(req, req.in_bytes, write_combined_array if req.write_combined else pinned_array)
+        out_host = _ring(req, req.out_bytes, pinned_array)
     except BaseException:
         device.close()
         raise

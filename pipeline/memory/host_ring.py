@@ -1,14 +1,20 @@
-"""A fixed ring of host buffers, reused only once the event of their last use has completed.
+"""A ring of host buffers, reused only once the event of their last use has completed.
 
 Plain Python and NumPy: the buffers come from an allocator passed in (pinned memory on CUDA, ordinary
 memory on the CPU backend), and "events" are anything with ``done`` and ``synchronize()``, so the
 bookkeeping is testable on any machine.
+
+A ring is either allocated whole when it is made, or made with a few slots and filled as frames need
+more (``eager``): cudaHostAlloc takes 5-11 ms per 4K buffer, so a ring of eight made before the first
+frame delays that frame by 55-70 ms, and a run rarely has all eight in use. Either way a ring never
+holds more than ``size`` buffers and allocates each once: nothing per frame.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -31,6 +37,11 @@ class HostSlot:
     array: np.ndarray
     last_use: Event | None = None
     _lent: weakref.ref | None = field(default=None, repr=False)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the last use has completed (reusing the slot would not wait)."""
+        return self.last_use is None or self.last_use.done
 
     def wait(self) -> None:
         """Block until the last use has finished (waits on that one event, never the device)."""
@@ -56,17 +67,26 @@ class HostSlot:
 
 
 class HostRing:
-    """``size`` buffers of ``nbytes`` each, allocated once; ``acquire`` blocks when all are in use."""
+    """At most ``size`` buffers of ``nbytes`` each, each allocated once; ``acquire`` blocks when all are in use.
+
+    ``eager``: the slots allocated now (all by default). The others are added one at a time, when an
+    ``acquire`` finds no slot whose last use has completed, until the ring has ``size``: the ring grows to
+    what the run keeps in flight, and a slot still being copied is not waited on while the ring may grow.
+    """
 
     def __init__(self, size: int, nbytes: int, allocate: Callable[[int], np.ndarray],
-                 release: Callable[[np.ndarray], None] | None = None):
+                 release: Callable[[np.ndarray], None] | None = None, eager: int | None = None):
         if size < 1:
             raise ValueError(f"Invalid ring size ({size}). Supported values are >= 1.")
+        self.size = size
         self.nbytes = nbytes
-        self.slots = [HostSlot(i, allocate(nbytes)) for i in range(size)]
+        self._allocate = allocate
+        self._grow_lock = threading.Lock()
+        self.slots: list[HostSlot] = []
         self._free: queue.Queue[HostSlot] = queue.Queue()
-        for slot in self.slots:
-            self._free.put(slot)
+        for _ in range(size if eager is None else max(1, min(eager, size))):
+            self._free.put(self._new_slot())
+        self.allocs = 0  # slots added after the ring was made
         self.acquires = 0
         self.waits = 0
         self._release = release  # gives a buffer back to a shared pool on close(); None: nothing to give back
@@ -81,8 +101,14 @@ class HostRing:
         try:
             slot = self._free.get_nowait()
         except queue.Empty:
-            slot = self._free.get(timeout=timeout)  # raises Empty on timeout; callers may retry
-            self.waits += 1  # counted once it is served, so a caller's retries count as one wait
+            slot = self._grow()
+            if slot is None:
+                slot = self._free.get(timeout=timeout)  # raises Empty on timeout; callers may retry
+                self.waits += 1  # counted once it is served, so a caller's retries count as one wait
+        else:
+            if not slot.ready and (added := self._grow()) is not None:
+                self._free.put(slot)  # still being copied: a new slot instead of waiting for it
+                slot = added
         slot.wait()
         self.acquires += 1
         return slot
@@ -94,6 +120,27 @@ class HostRing:
 
     def free_count(self) -> int:
         return self._free.qsize()
+
+    def _new_slot(self) -> HostSlot:
+        slot = HostSlot(len(self.slots), self._allocate(self.nbytes))
+        self.slots.append(slot)
+        return slot
+
+    def _grow(self) -> HostSlot | None:
+        """One more slot, if the ring may still grow; None when it is full."""
+        with self._grow_lock:
+            if len(self.slots) >= self.size or self._closed:
+                return None
+            try:
+                slot = self._new_slot()
+            except Exception as e:  # out of pinned memory mid-run: go on with the slots there are
+                logging.getLogger("pipeline").warning(
+                    "host ring: allocating slot %d of %d failed (%s); going on with %d",
+                    len(self.slots) + 1, self.size, e, len(self.slots))
+                self.size = len(self.slots)
+                return None
+            self.allocs += 1
+            return slot
 
     def close(self) -> None:
         """Hand the buffers back through ``release`` (to a shared pool), each once its last use has completed.
