@@ -62,7 +62,8 @@ def test_nvdec_pooled_allocates_nothing_per_frame_and_the_surface_pool_stays_bou
     stats = run(h264, tmp_path / "out.mkv", "--decode", "nvdec")
     m = stats["memory"]
     assert m["device_allocs"] == 1 and stats["steady_device_allocs_per_frame"] == 0
-    assert m["host_bytes"] == 8 * W * H * 3 // 2  # the output ring only: nothing is uploaded
+    # the output ring only (nothing is uploaded), filled as the first frames needed it: each slot once
+    assert m["host_allocs"] <= 7 and m["host_bytes"] == (m["host_allocs"] + 1) * W * H * 3 // 2
     assert 0 < m["decoder_surfaces"] <= 64, m  # FFmpeg's pool: grown to what is held at once, then reused
     assert m["decoder_surface_bytes"] > 0
 
