@@ -224,8 +224,8 @@ class Pipeline(Stages, Tally):
             # A frame decoded on the CPU waits for a host slot before q_decoded, which so never holds more
             # than the ring has (the reader's queue before it still holds the quarter second). The naive
             # side allocates per frame: no slots.
-            if (slots := getattr(in_host, "size", None)) is not None:
-                slotted = max(2, min(depth, slots))
+            if (size := getattr(in_host, "size", None)) is not None:
+                slotted = max(2, min(depth, size))
         self.q_decoded = Channel(slotted, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(flight, self.abort)

@@ -4,10 +4,10 @@ Plain Python and NumPy: the buffers come from an allocator passed in (pinned mem
 memory on the CPU backend), and "events" are anything with ``done`` and ``synchronize()``, so the
 bookkeeping is testable on any machine.
 
-A ring is either allocated whole when it is made, or made with a few slots and filled as frames need
-more (``eager``): cudaHostAlloc takes 5-11 ms per 4K buffer, so a ring of eight made before the first
-frame delays that frame by 55-70 ms, and a run rarely has all eight in use. Either way a ring never
-holds more than ``size`` buffers and allocates each once: nothing per frame.
+A ring is either allocated whole when it is made, or made with one slot and filled as frames need more
+(``eager``): cudaHostAlloc takes 5-11 ms per 4K buffer, so a ring of eight made before the first frame
+delays that frame by 40-70 ms, and a run rarely has all eight in use. Either way a ring never holds more
+than ``size`` buffers and allocates each once: nothing per frame.
 """
 
 from __future__ import annotations
