@@ -299,6 +299,18 @@ def local_cluster(specs: list[WorkerSpec], *, processes: bool = True, dashboard:
                            name="pipeline-batch")
 
 
+# The resource tracker's interpreter takes its -W options from this one's sys.warnoptions.
+TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
+
+
+def _quiet_tracker() -> None:
+    """A batch that leaves at once (a second Ctrl-C) leaves the workers' semaphores to multiprocessing's
+    resource tracker, which removes them, as it should, and then warned on the terminal, after the batch's
+    last line, that each had "leaked". Its warnings are turned off; its clean-up is not."""
+    if TRACKER_QUIET not in sys.warnoptions:
+        sys.warnoptions.append(TRACKER_QUIET)
+
+
 # Signals a terminal sends the whole process group: the batch process handles them for its workers.
 LEFT_TO_THE_BATCH = (signal.SIGINT, signal.SIGHUP)
 
@@ -322,6 +334,7 @@ def _terminal_signals_ignored_by_children() -> Iterator[None]:
         # multiprocessing's resource tracker, which the first worker's start would start: starting it
         # unblocks SIGINT in the thread that does, and that thread's later threads would take the signal
         # and drop it. Started here on a thread that ends, it ignores the terminal's signals as the workers do.
+        _quiet_tracker()
         try:
             starter = threading.Thread(target=resource_tracker.ensure_running, name="pipeline-batch-tracker")
             starter.start()

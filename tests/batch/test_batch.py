@@ -491,6 +491,38 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
         assert len(video_frames(path)) == SLOW_FRAMES and marker_path(path).exists()
 
 
+def test_a_second_sigint_exits_at_once_with_one_line_and_the_workers_semaphores_removed(slow_clips, tmp_path):
+    """multiprocessing's resource tracker outlives the batch that leaves at once: it removes the workers'
+    semaphores, and must not add its "leaked semaphore" warnings after the batch's last line."""
+    import threading
+
+    shm = Path("/dev/shm")
+    before = set(os.listdir(shm)) if shm.is_dir() else set()
+    out = tmp_path / "out"
+    cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--filters", SLOW_CHAIN, "-q")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(),
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # to EOF: the tracker's too
+    reader.start()
+    try:
+        wait_until(lambda: partials(out), proc, "file in progress")
+        os.killpg(proc.pid, signal.SIGINT)
+        wait_until(lambda: any("again to exit at once" in line for line in lines), proc, "the first stop's line")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        reader.join(60)  # the tracker holds stderr open until it has cleaned up
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    err = "".join(lines)
+    assert proc.returncode == 130 and not reader.is_alive(), err
+    assert lines[-1].strip() == "pipeline: SIGINT again: exiting now", err
+    assert "resource_tracker" not in err and "leaked" not in err and "Traceback" not in err
+    if shm.is_dir():
+        assert not [n for n in set(os.listdir(shm)) - before if n.startswith("sem.mp-")]
+
+
 WINDOW_PROBE = """
 import io, json, multiprocessing, os, signal, sys, threading, time
 from rich.console import Console
