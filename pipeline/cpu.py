@@ -124,7 +124,9 @@ def host_bytes_needed(req: MemoryRequest) -> int:
 
 
 def _ring(req: MemoryRequest, nbytes: int) -> HostRing | None:
-    return HostRing(req.ring_size, nbytes, _committed, eager=1 if req.lazy_ring else None) if nbytes else None
+    # Whole, whatever ``lazy_ring`` asks: committed up front, so that the next run's memory check sees it taken
+    # (and ordinary memory costs microseconds a slot, where a pinned 4K slot costs milliseconds).
+    return HostRing(req.ring_size, nbytes, _committed) if nbytes else None
 
 
 def pooled_memory(req: MemoryRequest) -> Memory:

@@ -190,6 +190,16 @@ def test_a_lazy_ring_under_many_threads_hands_no_slot_out_twice_and_allocates_ea
     assert ring.free_count() == len(ring.slots)
 
 
+def test_a_lazy_ring_that_cannot_reach_two_slots_fails_as_a_whole_ring_would():
+    """One slot is not enough where a consumer holds a frame while the next is filled: the allocation's
+    error goes to the run instead of a wait that might never end."""
+    ring, made = _lazy_ring(size=4, fail_after=1)
+    ring.acquire()
+    with pytest.raises(MemoryError, match="no more pinned memory"):
+        ring.acquire(timeout=0.05)
+    assert len(made) == 1 and ring.size == 4
+
+
 def test_a_closed_lazy_ring_allocates_no_more():
     ring, made = _lazy_ring()
     slot = ring.acquire()

@@ -691,6 +691,23 @@ def test_short_soak_grows_nothing(tmp_path):
     assert "nothing grew" in result.stdout
 
 
+def test_the_soak_lets_pinned_bytes_grow_only_with_the_slots_a_ring_added(monkeypatch):
+    """A GPU run's pinned rings fill as frames need them: more pinned bytes with more slots added is not a
+    leak; more pinned bytes with none added is."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("soak", ROOT / "scripts" / "soak.py")
+    soak = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "soak", soak)  # its dataclass looks its module up
+    spec.loader.exec_module(soak)
+    base = soak.Sample("a", rss=0, pinned=4 << 20, pool=0, fds=9, threads=3, gpu=0, slots_added=3)
+    filled = soak.Sample("b", rss=0, pinned=5 << 20, pool=0, fds=9, threads=3, gpu=0, slots_added=4)
+    leaked = soak.Sample("c", rss=0, pinned=5 << 20, pool=0, fds=9, threads=3, gpu=0, slots_added=3)
+    assert soak.growth([base, filled], warmup=0) == []
+    assert [p.split(" grew")[0] for p in soak.growth([base, leaked], warmup=0)] == ["pinned"]
+
+
 def test_unwritable_stats_json_is_refused_before_the_run(tmp_path):
     """--stats-json is written after the run: a path that cannot be written is exit 4 before any output."""
     out = tmp_path / "out.mp4"

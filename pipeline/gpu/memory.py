@@ -175,7 +175,7 @@ def check_pinned(req: MemoryRequest) -> None:
 
 def pooled(req: MemoryRequest) -> Memory:
     """The default: a pinned ring each way and one cudaMalloc'd arena; nothing allocated per frame (a lazy
-    ring allocates each of its slots once, in the run's first frames)."""
+    ring allocates each of its slots once, as the run first needs it)."""
     check_pinned(req)
     t0 = time.perf_counter()
     device = _pooled_device(req)

@@ -7,7 +7,9 @@ bookkeeping is testable on any machine.
 A ring is either allocated whole when it is made, or made with one slot and filled as frames need more
 (``eager``): cudaHostAlloc takes 5-11 ms per 4K buffer, so a ring of eight made before the first frame
 delays that frame by 40-70 ms, and a run rarely has all eight in use. Either way a ring never holds more
-than ``size`` buffers and allocates each once: nothing per frame.
+than ``size`` buffers and allocates each once: at most ``size`` allocations in a run, however long, and
+nothing per frame. (A page-locked allocation is also a point where CUDA streams synchronise: a ring
+that grows pays that at most ``size - 1`` times.)
 """
 
 from __future__ import annotations
@@ -74,6 +76,10 @@ class HostRing:
     what the run keeps in flight, and a slot still being copied is not waited on while the ring may grow.
     """
 
+    # A consumer may hold a slot (an encoder keeping a frame) while the next one is filled: a ring that cannot
+    # reach this many slots fails rather than going on with fewer.
+    MIN_SLOTS = 2
+
     def __init__(self, size: int, nbytes: int, allocate: Callable[[int], np.ndarray],
                  release: Callable[[np.ndarray], None] | None = None, eager: int | None = None):
         if size < 1:
@@ -134,6 +140,8 @@ class HostRing:
             try:
                 slot = self._new_slot()
             except Exception as e:  # out of pinned memory mid-run: go on with the slots there are
+                if len(self.slots) < min(self.size, self.MIN_SLOTS):
+                    raise  # as it would have failed, allocated whole before the first frame
                 logging.getLogger("pipeline").warning(
                     "host ring: allocating slot %d of %d failed (%s); going on with %d",
                     len(self.slots) + 1, self.size, e, len(self.slots))
@@ -148,9 +156,10 @@ class HostRing:
         Only slots back in the ring go, and not those still lent to a consumer: another ring reusing a
         buffer under a live view would corrupt that frame, so such a buffer is left out of the pool.
         """
-        if self._closed:
-            return
-        self._closed = True
+        with self._grow_lock:  # no slot is added once the buffers are being handed back
+            if self._closed:
+                return
+            self._closed = True
         returned = 0
         while True:
             try:

@@ -31,7 +31,7 @@ class MemoryRequest:
     held: int = 0  # frames a consumer may hold past their completion (the frames() iterator holds one)
     pinned_cap: int | None = None  # most page-locked bytes the run may take (None: half of the RAM)
     write_combined: bool = False  # input slots write-combined (cudaHostAllocWriteCombined): written, never read
-    lazy_ring: bool = False  # host rings start with one slot and grow as frames need (not for live sources)
+    lazy_ring: bool = False  # pinned rings start with one slot and grow as frames need (CUDA; not for live sources)
 
 
 @dataclass(frozen=True)
