@@ -303,12 +303,18 @@ def local_cluster(specs: list[WorkerSpec], *, processes: bool = True, dashboard:
 TRACKER_QUIET = "ignore:resource_tracker:UserWarning"
 
 
-def _quiet_tracker() -> None:
+@contextlib.contextmanager
+def _quiet_tracker() -> Iterator[None]:
     """A batch that leaves at once (a second Ctrl-C) leaves the workers' semaphores to multiprocessing's
     resource tracker, which removes them, as it should, and then warned on the terminal, after the batch's
-    last line, that each had "leaked". Its warnings are turned off; its clean-up is not."""
-    if TRACKER_QUIET not in sys.warnoptions:
-        sys.warnoptions.append(TRACKER_QUIET)
+    last line, that each had "leaked". A tracker started in here has its warnings off (its clean-up runs);
+    processes started later (an application's own) keep theirs."""
+    before = list(sys.warnoptions)
+    sys.warnoptions.append(TRACKER_QUIET)
+    try:
+        yield
+    finally:
+        sys.warnoptions[:] = before
 
 
 # Signals a terminal sends the whole process group: the batch process handles them for its workers.
@@ -334,11 +340,11 @@ def _terminal_signals_ignored_by_children() -> Iterator[None]:
         # multiprocessing's resource tracker, which the first worker's start would start: starting it
         # unblocks SIGINT in the thread that does, and that thread's later threads would take the signal
         # and drop it. Started here on a thread that ends, it ignores the terminal's signals as the workers do.
-        _quiet_tracker()
         try:
-            starter = threading.Thread(target=resource_tracker.ensure_running, name="pipeline-batch-tracker")
-            starter.start()
-            starter.join()
+            with _quiet_tracker():
+                starter = threading.Thread(target=resource_tracker.ensure_running, name="pipeline-batch-tracker")
+                starter.start()
+                starter.join()
             yield
         finally:
             for sig, handler in previous.items():
