@@ -6,8 +6,8 @@ any output file exists; a part built before a later one fails is closed again.
 
 from __future__ import annotations
 
+import logging
 import sys
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -18,7 +18,7 @@ from .config import RunConfig, device_index, is_url, pipe_fd
 from .errors import ConfigError, GPUError, Interrupted
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .filters.plugins import plugin_errors_are_config_errors
-from .log import log
+from .log import log, once
 from .memory.registry import strategy as find_strategy
 from .startup import Phases
 
@@ -46,26 +46,12 @@ def make_backend(device: str, alloc: str, streams: int, decode: str = "cpu"):
                 raise error from e
         if device != "auto" or decode == "nvdec":
             raise GPUError(f"--{f'device {device}' if device != 'auto' else 'decode nvdec'}: {reason}")
-        _notice_once(f"no usable CUDA GPU ({reason}); running on the CPU")
+        once(logging.INFO, f"no usable CUDA GPU ({reason}); running on the CPU")
     if strategy.cpu is None:
         raise ConfigError(f"--alloc {alloc} needs a CUDA GPU; the CPU backend has pool and naive")
     from .cpu import CpuBackend
 
     return CpuBackend(strategy)
-
-
-_SAID: set[str] = set()
-_SAID_LOCK = threading.Lock()
-
-
-def _notice_once(text: str) -> None:
-    """A notice about the machine, said once a process: streams side by side (and a batch's files) would
-    each say it again."""
-    with _SAID_LOCK:
-        if text in _SAID:
-            return
-        _SAID.add(text)
-    log.info(text)
 
 
 def make_chain(filters: str, plugins: tuple[str, ...] = ()) -> list:

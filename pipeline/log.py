@@ -10,9 +10,23 @@ FFmpeg's own lines arrive here at debug level (``pipeline: ffmpeg: [context] ...
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable
 
 log = logging.getLogger("pipeline")
+
+_said: set[tuple[int, str]] = set()
+_said_lock = threading.Lock()
+
+
+def once(level: int, message: str) -> None:
+    """Log ``message`` the first time only, in this process: a notice about the machine or the settings
+    that streams side by side (and a batch's files) would each give again."""
+    with _said_lock:
+        if (level, message) in _said:
+            return
+        _said.add((level, message))
+    log.log(level, message)
 
 # FFmpeg's -loglevel names, as users type them.
 LEVELS = {

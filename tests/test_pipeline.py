@@ -333,10 +333,11 @@ def test_write_combined_where_it_does_not_apply_is_said_once(clips, tmp_path, mo
     ignored with one warning per reason, however many streams build their memory."""
     import importlib
 
+    from pipeline import log as log_module
     from pipeline.many import SharedMemory
     from pipeline.memory import registry
 
-    monkeypatch.setattr(registry, "_told", set())
+    monkeypatch.setattr(log_module, "_said", set())
     caplog.set_level("WARNING", logger="pipeline")
     for name in ("one", "two"):
         run_api("cpu", clips["mkv"], tmp_path / f"{name}.mkv", codec="ffv1", write_combined=True)

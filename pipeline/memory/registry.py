@@ -9,12 +9,12 @@ The kernels, copies and encoder are the same for all; only memory management dif
 from __future__ import annotations
 
 import importlib
-import threading
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..log import log
+from ..log import once
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,12 @@ class Strategy:
         return getattr(importlib.import_module(module), function)(request)
 
 
-_told: set[str] = set()
-_told_lock = threading.Lock()
-
-
 def write_combined_ignored(request: MemoryRequest, where: str) -> None:
     """Where ``request`` asks for write-combined input slots that ``where`` does not make: say so, once per
     process and reason (streams build their memory concurrently)."""
-    if not (request.write_combined and request.in_bytes):
-        return
-    with _told_lock:
-        if where in _told:
-            return
-        _told.add(where)
-    log.warning("--write-combined applies to the pooled input ring of a single stream on a GPU; ignored with %s",
-                where)
+    if request.write_combined and request.in_bytes:
+        once(logging.WARNING, "--write-combined applies to the pooled input ring of a single stream on a GPU; "
+                              f"ignored with {where}")
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
