@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import OutputError
 from ..reportfile import write_report
 from .jobs import STATUSES, FileResult
 
@@ -66,13 +65,7 @@ class BatchReport:
     def write_json(self, path: str | Path, exclusive: bool = False) -> None:
         """``exclusive``: fail (FileExistsError) rather than replace a file that exists by now; a FIFO or
         a device is written into either way."""
-        body = json.dumps(self.to_dict(), indent=2) + "\n"
-        try:
-            write_report(path, body, exclusive)
-        except FileExistsError:
-            raise
-        except OSError as e:
-            raise OutputError(f"{path}: cannot write the batch results: {e.strerror or e}") from e
+        write_report(path, json.dumps(self.to_dict(), indent=2) + "\n", exclusive)
 
 
 def measure_overhead(results: list[FileResult]) -> None:
