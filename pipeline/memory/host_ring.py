@@ -90,9 +90,9 @@ class HostRing:
         self._grow_lock = threading.Lock()
         self.slots: list[HostSlot] = []
         self._free: queue.Queue[HostSlot] = queue.Queue()
-        for _ in range(size if eager is None else max(1, min(eager, size))):
+        self._eager = size if eager is None else max(1, min(eager, size))
+        for _ in range(self._eager):
             self._free.put(self._new_slot())
-        self.allocs = 0  # slots added after the ring was made
         self.acquires = 0
         self.waits = 0
         self._release = release  # gives a buffer back to a shared pool on close(); None: nothing to give back
@@ -101,6 +101,11 @@ class HostRing:
     @property
     def bytes_reserved(self) -> int:
         return self.nbytes * len(self.slots)
+
+    @property
+    def allocs(self) -> int:
+        """Slots added after the ring was made."""
+        return len(self.slots) - self._eager
 
     def acquire(self, timeout: float | None = None) -> HostSlot:
         """A free slot whose last use has completed; blocks (back-pressure) until one is."""
@@ -147,7 +152,6 @@ class HostRing:
                     len(self.slots) + 1, self.size, e, len(self.slots))
                 self.size = len(self.slots)
                 return None
-            self.allocs += 1
             return slot
 
     def close(self) -> None:
