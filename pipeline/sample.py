@@ -422,6 +422,16 @@ def _display(path: Path) -> str:
 
 
 MAX_GOP = 100_000  # frames between keyframes; more is no GOP at all
+MAX_CRF = 51  # libx264's worst quality at 8 bits (FFmpeg passes any larger value on, and x264 clamps it)
+
+
+def _check_crf(crf: int | None, codec: str) -> None:
+    if crf is None:
+        return
+    if codec != "libx264":  # the other encoders have no such option here: it would be dropped unseen
+        raise ConfigError(f"--crf sets libx264's quality; --codec {codec} does not take it")
+    if not 0 <= crf <= MAX_CRF:
+        raise ConfigError(f"Invalid --crf ({crf}). Supported values are 0 (lossless) to {MAX_CRF}.")
 
 
 def run(args) -> int:
@@ -436,6 +446,7 @@ def run(args) -> int:
     out = _output_path(args, preset, codec)
     if args.gop is not None and not 1 <= args.gop <= MAX_GOP:
         raise ConfigError(f"Invalid --gop ({args.gop}). Supported values are 1 to {MAX_GOP} frames.")
+    _check_crf(args.crf, codec)
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
     try:
