@@ -37,6 +37,7 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
     from .sequence import check_frames, is_sequence
 
     check_name_length(target)
+    check_single_file(target, output_format)
     final = final_path(target)  # a symbolic link's file: the temporary file is made beside it
     if final != target:
         check_name_length(final)
@@ -50,6 +51,21 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
         raise OutputError(f"{target}: directory {parent} does not exist{linked}")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: directory {parent} is not writable{linked}")
+
+
+# Muxers that write a playlist or manifest and segment files beside it, named from the output's: the output
+# is written under a temporary name and renamed into place whole, which such a muxer's other files never are.
+MULTI_FILE_MUXERS = ("hls", "dash", "segment", "ssegment", "stream_segment", "hds", "smoothstreaming",
+                     "webm_chunk", "tee")
+_MULTI_FILE_SUFFIXES = {".m3u8": "hls", ".mpd": "dash", ".ism": "smoothstreaming"}
+
+
+def check_single_file(target: Path, output_format: str | None) -> None:
+    """A local output is one file: refuse a muxer that writes several (a URL output is the receiver's)."""
+    muxer = output_format or _MULTI_FILE_SUFFIXES.get(target.suffix.lower())
+    if muxer in MULTI_FILE_MUXERS:
+        raise ConfigError(f"{target}: the {muxer} muxer writes several files; pipeline writes one file, put in "
+                          "place whole (write .mp4, .mkv or .ts and segment it with ffmpeg, or stream to a URL)")
 
 
 def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:
