@@ -80,8 +80,8 @@ encoded where the container cannot take its codec; see --audio).
     a damaged or cut-short input, fatal (exit 3), and decodes with slice threads.
   SIGINT/SIGTERM/SIGHUP: stop reading, finish the frames in flight, finalise the output; a second one
     exits at once without output, as SIGQUIT does. During set-up (before the output exists) the first
-    one ends the run at once. SIGHUP ignored when the run starts (nohup) stays ignored. Files read
-    while setting up (--config, lut3d) must be regular files, of bounded size.
+    one ends the run at once. SIGHUP or SIGINT ignored when the run starts (nohup, cmd &) stays ignored.
+    Files read while setting up (--config, lut3d) must be regular files, of bounded size.
 
 FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
   Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate

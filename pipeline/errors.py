@@ -93,9 +93,10 @@ class Interrupted(PipelineError):
 
 
 def stop_signals() -> list[int]:
-    """The signals that stop a command cleanly: SIGINT, SIGTERM, and SIGHUP (the terminal closed) unless it
-    is ignored (``nohup``: then it stays so)."""
+    """The signals that stop a command cleanly: SIGTERM, and SIGINT and SIGHUP (the terminal closed) unless
+    the process was started with them ignored: a background job of a script (``cmd &``) ignores SIGINT,
+    ``nohup`` SIGHUP, and such a signal stays ignored."""
     import signal
 
-    hangup = [] if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else [signal.SIGHUP]
-    return [signal.SIGINT, signal.SIGTERM, *hangup]
+    kept = [s for s in (signal.SIGINT, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN]
+    return sorted([signal.SIGTERM, *kept])

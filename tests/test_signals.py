@@ -262,13 +262,14 @@ def test_a_terminal_that_closes_ends_the_run_as_sighup_with_a_playable_output(tm
     assert partials(tmp_path) == []
 
 
-def test_sighup_stays_ignored_under_nohup(tmp_path, long_clip):
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT])  # nohup; a script's background job (cmd &)
+def test_a_signal_ignored_from_the_start_stays_ignored(tmp_path, long_clip, signum):
     out = tmp_path / "out.mp4"
     cmd = pipeline_command(long_clip, "-o", out, "--filters", SLOW_CHAIN, "--frames", "60")
     proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+                            preexec_fn=lambda: signal.signal(signum, signal.SIG_IGN))
     wait_for_progress(proc, out, settle=0.2)
-    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert len(video_times(out)) == 60
