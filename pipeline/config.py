@@ -92,6 +92,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_finite(self)
+        _check_text(self)
         check_device(self.device)
         _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
@@ -366,6 +367,25 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "audio": (str,),
 }
 _TABLES = ("encoder_opts", "input_opts", "output_opts")  # KEY = VALUE tables, values kept as strings
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_text(cfg: "RunConfig") -> None:
+    """No value holds NUL, which ends a C string (the system and FFmpeg would read a shorter name than the
+    one given, and Python refuses it); an option's key or value holds no control character at all: FFmpeg
+    takes none, and its log would split the message that names it over lines."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name in _TABLES:
+            for key, item in value.items():
+                if _CONTROL.search(str(key)) or _CONTROL.search(str(item)):
+                    flag = f"--{f.name[:-1].replace('_', '-')}"
+                    raise ConfigError(f"Invalid {flag} {key!r}={item!r}: keys and values hold no control "
+                                      "characters")
+            continue
+        for text in value if isinstance(value, tuple) else (value,):
+            if isinstance(text, str) and "\0" in text:
+                raise ConfigError(f"Invalid {f.name} ({text!r}): it holds a NUL character")
 
 
 def _coerce(path: Path, name: str, value: Any) -> Any:

@@ -243,6 +243,26 @@ def test_cli_bad_encoder_opt_is_a_usage_error(capsys):
     assert "KEY=VALUE" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("values, message", [
+    ({"encoder_opts": {"preset": "ultrafast\npreset=slow"}}, "Invalid --encoder-opt 'preset'='ultrafast\\npreset=slow'"),
+    ({"input_opts": {"a\tb": "1"}}, "Invalid --input-opt 'a\\tb'"),
+    ({"output_opts": {"k": "v\x00"}}, "Invalid --output-opt"),
+    ({"stats_json": "s\x00.json"}, "Invalid stats_json ('s\\x00.json'): it holds a NUL character"),
+    ({"filters": "lut3d=file=a\x00.cube"}, "Invalid filters"),
+    ({"plugins": ("ok.py", "p\x00.py")}, "Invalid plugins"),
+    ({"output": "o\x00.mp4"}, "Invalid output"),
+])
+def test_nul_anywhere_and_control_characters_in_options_are_refused_on_one_line(values, message):
+    with pytest.raises(ConfigError) as e:
+        RunConfig(input="in.mp4", **values)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_filter_chain_over_lines_and_options_from_the_api_as_numbers_are_fine():
+    cfg = RunConfig(input="in.mp4", filters="gblur=sigma=2,\n  eq=contrast=1.1\n", encoder_opts={"crf": 18})
+    assert [f.name for f in parse_chain(cfg.filters)] == ["gblur", "eq"]
+
+
 def test_cli_bad_value_exit_code(capsys):
     assert main(["run", "in.mp4", "--ring-size", "1", "--device", "cpu"]) == 2
     assert "ring_size" in capsys.readouterr().err

@@ -64,7 +64,11 @@ def _read_list(name: str) -> list[str]:
         raise ConfigError(f"input list: {name} is a {kind}; only a regular file or a pipe is read")
     else:
         text = read_text(name, LIST_LIMIT, "input list")
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    entries = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    for entry in entries:
+        if "\0" in entry:  # no file name holds one (a binary file given as the list?)
+            raise ConfigError(f"input list: {name}: the entry {entry!r} holds a NUL character")
+    return entries
 
 
 def _read_pipe(name: str) -> str:

@@ -67,6 +67,10 @@ def test_an_input_list_that_is_a_device_or_too_large_is_refused(clips, tmp_path,
     latin.write_bytes(b"caf\xe9.mkv\n")
     with pytest.raises(ConfigError, match="not UTF-8 text"):
         expand_inputs([f"@{latin}"])
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"a.mkv\x00b.mkv\n")
+    with pytest.raises(ConfigError, match="the entry 'a.mkv.x00b.mkv' holds a NUL character"):
+        expand_inputs([f"@{nul}"])
 
 
 def test_an_input_list_from_a_pipe_is_read_up_to_the_limit(clips, tmp_path, monkeypatch):
