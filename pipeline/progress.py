@@ -4,6 +4,7 @@ ffmpeg's ``-progress`` report, for programs."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -17,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .checks import check_progress_path
 from .config import is_url, pipe_fd
 from .errors import ConfigError, OutputError
+from .log import log
 from .stdio import silence
 
 
@@ -56,6 +58,7 @@ class ProgressReport:
         self.frame_s = 0.0  # one frame's duration: the latest frame counts to its end
         self.size: Callable[[], int | None] = lambda: None  # bytes written so far, where they can be counted
         self.last_write = time.perf_counter()
+        self.failed = False  # a write failed: the report stops there
 
     @classmethod
     def open(cls, url: str) -> ProgressReport:
@@ -77,6 +80,8 @@ class ProgressReport:
             self.write(stats, ended=False)
 
     def write(self, stats, ended: bool) -> None:
+        if self.failed:
+            return
         elapsed = time.perf_counter() - stats.started
         out_us = self.out_time_us(stats)
         size = self.size()
@@ -90,8 +95,11 @@ class ProgressReport:
         try:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
-        except OSError:  # a reader that went away must not end the run, nor make the exit flush fail
+        except OSError as e:  # a reader that went away must not end the run, nor make the exit flush fail
+            self.failed = True
             silence(self.stream)
+            if e.errno != errno.EPIPE:  # a full disk is worth a word; a reader leaving is the reader's choice
+                log.warning(f"-progress: write failed ({e.strerror or e}); no more progress is written")
 
     def out_time_us(self, stats) -> int:
         if stats.first_pts_s is None or stats.last_pts_s is None:
@@ -144,8 +152,10 @@ def open_progress(url: str) -> TextIO:
     fd = pipe_fd(url, 1)
     if fd is not None:
         return sys.stdout if fd == 1 else sys.stderr
-    try:
-        return open(url, "w", encoding="ascii")
+    from .reportfile import open_report
+
+    try:  # a FIFO no process reads is given up after a while, as for --stats-json
+        return open_report(url)
     except OSError as e:
         raise OutputError(f"{url}: cannot write -progress: {e.strerror or e}") from e
 

@@ -296,6 +296,34 @@ def test_progress_block_format(monkeypatch):
     assert block["speed"] == "2x" and block["progress"] == "continue" and block["bitrate"] == "N/A"
 
 
+def test_progress_into_a_fifo_nobody_reads_is_given_up_as_stats_json_is(clip, tmp_path, monkeypatch, capsys):
+    import os
+
+    from pipeline import reportfile
+
+    monkeypatch.setattr(reportfile, "FIFO_WAIT_S", 0.3)
+    os.mkfifo(tmp_path / "fifo")
+    assert main(["run", str(clip), "-o", str(tmp_path / "out.mp4"), "-q", "--device", "cpu",
+                 "-progress", str(tmp_path / "fifo")]) == 4
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("cannot write -progress: a FIFO no process read within 0.3 s") and "\n" not in err
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_a_progress_write_that_fails_is_said_once_and_the_run_goes_on(caplog):
+    import errno
+
+    def full(_text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    report = ProgressReport(SimpleNamespace(write=full, flush=lambda: None))
+    stats = SimpleNamespace(frames_out=1, started=0.0, dropped=0, first_pts_s=0.0, last_pts_s=0.0)
+    report.write(stats, ended=False)
+    report.write(stats, ended=True)  # silenced: no second warning
+    warnings = [r.getMessage() for r in caplog.records if "-progress" in r.getMessage()]
+    assert warnings == ["-progress: write failed (No space left on device); no more progress is written"]
+
+
 def test_clock_is_ffmpegs_out_time():
     assert clock(0) == "00:00:00.000000"
     assert clock(3_723_040_000) == "01:02:03.040000"
