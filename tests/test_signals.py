@@ -262,6 +262,22 @@ def test_a_terminal_that_closes_ends_the_run_as_sighup_with_a_playable_output(tm
     assert partials(tmp_path) == []
 
 
+def test_a_ctrl_c_while_the_program_imports_is_one_line_and_exit_130(tmp_path, clip):
+    """The signal's KeyboardInterrupt raised inside an import (here the first import of a module the CLI
+    takes, made to raise it) ends the command as one during set-up does, not with a traceback."""
+    from utils import environment, run_command
+
+    fake = tmp_path / "interrupting" / "rich"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    path = os.pathsep.join(p for p in (str(fake.parent), os.environ.get("PYTHONPATH", "")) if p)
+    result = run_command(pipeline_command(clip, "-o", tmp_path / "out.mp4"), cwd=tmp_path,
+                         env=environment(PYTHONPATH=path))
+    assert result.returncode == 130, result.stderr
+    assert result.stderr == "pipeline: interrupted\n"
+    assert not (tmp_path / "out.mp4").exists()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGINT])  # nohup; a script's background job (cmd &)
 def test_a_signal_ignored_from_the_start_stays_ignored(tmp_path, long_clip, signum):
     out = tmp_path / "out.mp4"

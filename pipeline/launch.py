@@ -1,0 +1,21 @@
+"""The ``pipeline`` command's first lines (and ``python -m pipeline``'s).
+
+The program's modules take tens of milliseconds to import (hundreds on a busy machine); a Ctrl-C meanwhile
+ends it as one at any later point of the set-up does, exit 130 and one line, not with the interpreter's
+traceback of whichever import it interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .errors import EXIT_SIGINT  # the package imported it already
+
+
+def entry() -> None:
+    try:
+        from .cli import entry as run
+    except KeyboardInterrupt:
+        sys.stderr.write("pipeline: interrupted\n")
+        raise SystemExit(EXIT_SIGINT) from None
+    run()
