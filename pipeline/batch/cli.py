@@ -130,10 +130,15 @@ def _stopped(report: BatchReport) -> str:
 
 
 def _users_files(items: list[str], sources: list[Path], batch: BatchSettings) -> list[tuple[Path, str]]:
-    """What --json must never replace: the @lists named on the command line, the inputs, the outputs."""
+    """What --json must never replace: the @lists named on the command line, the inputs, the outputs and
+    their completion markers (the next batch would take a replaced one for an output left incomplete)."""
+    from .resume import marker_path
+
     files = [(Path(item[1:]), "an input list") for item in items if item.startswith("@")]
     files += [(source, "an input") for source in sources]
-    return files + [(out, "an output") for out in planned_outputs(sources, batch) if out is not None]
+    outputs = [out for out in planned_outputs(sources, batch) if out is not None]
+    return files + [(out, "an output") for out in outputs] + [(marker_path(out), "an output's marker")
+                                                              for out in outputs]
 
 
 def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool) -> None:

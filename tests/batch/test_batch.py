@@ -405,7 +405,8 @@ def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, 
     listing = tmp_path / "list.txt"
     listing.write_text(f"{clip}\n")
     (out / "clip0_processed.mkv").parent.mkdir()
-    for path, what in ((clip, "an input"), (listing, "an input list"), (out / "clip0_processed.mkv", "an output")):
+    for path, what in ((clip, "an input"), (listing, "an input list"), (out / "clip0_processed.mkv", "an output"),
+                       (out / ".clip0_processed.mkv.done.json", "an output's marker")):
         assert f"--json is {what}" in refused(capsys, 2, f"@{listing}", "-o", str(out), "-y", "--json", str(path))
     assert listing.read_text() == f"{clip}\n" and not (out / "clip0_processed.mkv").exists()
     new = tmp_path / "new"  # the directory the batch would make: refused before any file runs
