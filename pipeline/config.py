@@ -340,19 +340,29 @@ def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, A
             raise ConfigError(f"{path}: [[streams]] entry {index + 1}: {key} is a setting of the whole run "
                               "(the streams share one GPU and one statistics file); set it before [[streams]]")
         values[name] = value if name == "input" else _coerce(path, name, value)
-    if not is_url(values["input"]):
-        values["input"] = str(base / Path(values["input"]).expanduser())
+    values["input"] = _beside(values["input"], base)
     return _resolve_paths(values, base)
 
 
 def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A config file's paths are relative to it: an input's and an output's as a plugin's or a LUT's."""
     from .filters.registry import resolve_paths
 
+    for name in ("output", "stats_json"):
+        if name in values:
+            values[name] = _beside(values[name], base)
     if "filters" in values:
         values["filters"] = resolve_paths(values["filters"], base)
     if "plugins" in values:
         values["plugins"] = tuple(str(base / Path(p).expanduser()) for p in values["plugins"])
     return values
+
+
+def _beside(name: str, base: Path) -> str:
+    """A file named in a config file, relative to its folder; a URL, a pipe, ``-`` and ``null`` as they are."""
+    if name in ("-", "null") or is_url(name) or pipe_fd(name) is not None:
+        return name
+    return str(base / Path(name).expanduser())
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -137,6 +137,23 @@ def test_toml_plugins_become_a_tuple_of_paths_relative_to_the_file(tmp_path):
     assert load_toml(_toml(tmp_path, 'plugins = "a.py"\n')) == {"plugins": (a,)}
 
 
+def test_a_config_files_inputs_and_outputs_are_relative_to_it_as_its_plugins_are(tmp_path):
+    """An input and an output named alike in one [[streams]] entry are one file (the output was taken from
+    the current directory, and with -y replaced another file than the one read)."""
+    from pipeline.config import STREAM_LIST
+
+    (tmp_path / "cfg").mkdir()
+    text = ('output = "all.mkv"\nstats_json = "s.json"\n[[streams]]\ninput = "../c.mp4"\noutput = "../c.mp4"\n'
+            '[[streams]]\ninput = "srt://host:9000"\noutput = "null"\n[[streams]]\ninput = "d.mp4"\noutput = "-"\n')
+    values = load_toml(_toml(tmp_path / "cfg", text))
+    base = tmp_path / "cfg"
+    assert values["output"] == str(base / "all.mkv") and values["stats_json"] == str(base / "s.json")
+    first, url, piped = values[STREAM_LIST]
+    assert Path(first["input"]).resolve() == Path(first["output"]).resolve() == tmp_path / "c.mp4"
+    assert url == {"input": "srt://host:9000", "output": "null"}
+    assert piped == {"input": str(base / "d.mp4"), "output": "-"}
+
+
 @pytest.mark.parametrize("key", ["colour", "ring-sizes", "input"])
 def test_toml_unknown_key_is_named(tmp_path, key):
     path = _toml(tmp_path, f"{key} = 1\n")
