@@ -301,8 +301,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a config file or preset (see :func:`find_config`); keys may use dashes or underscores; an
     unknown key is an error naming it. Paths in it (plugins, filter files) are relative to the file."""
     path = find_config(path)
+    text = read_text(path, MAX_CONFIG_BYTES, "config file")
+    _check_key_depth(path, text)
     try:
-        raw = tomllib.loads(read_text(path, MAX_CONFIG_BYTES, "config file"))
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
     except RecursionError:  # tomllib parses each nested array or inline table with one more call
@@ -319,6 +321,24 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: unknown key {key!r}")
         values[name] = _coerce(path, name, value)
     return _resolve_paths(values, base)
+
+
+MAX_KEY_PARTS = 64  # a config file's keys have a part or two; TOML's parser takes quadratic time in them
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def _check_key_depth(path: Path, text: str) -> None:
+    """Refuse, before parsing, a key of hundreds of dotted parts (``a.a.a... = 1``), which would keep the
+    parser busy for minutes where a nesting limit's error was due. A line's key is what comes before its
+    ``=`` (a table header: the whole line); quoted parts count as one."""
+    for line in text.splitlines():
+        key, eq, _ = line.partition("=")
+        if not eq and not key.lstrip().startswith("["):  # a value's continuation line: no key on it
+            continue
+        key = _QUOTED.sub("q", key)
+        if key.count(".") >= MAX_KEY_PARTS:
+            raise ConfigError(f"{path}: invalid TOML: a key of more than {MAX_KEY_PARTS} dotted parts "
+                              "(a config file's keys have a part or two)")
 
 
 STREAM_LIST = "stream_list"  # load_toml's key for a [[streams]] list (not a RunConfig field)

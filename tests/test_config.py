@@ -169,6 +169,19 @@ def test_toml_syntax_error(tmp_path):
         load_toml(path)
 
 
+@pytest.mark.parametrize("text", ["a" + ".a" * 120_000 + " = 1\n", "[" + "a." * 500 + "a]\nx = 1\n",
+                                  '  "q".' + "b." * 64 + "c = 1\n"], ids=["key", "table", "quoted-first"])
+def test_a_key_of_many_dotted_parts_is_refused_before_the_parser_spends_minutes_on_it(tmp_path, text):
+    # Parsed, 120 000 parts would take the parser about half an hour (8 000 took 0.5 s, growing as the square).
+    with pytest.raises(ConfigError, match="a key of more than 64 dotted parts"):
+        load_toml(_toml(tmp_path, text))
+
+
+def test_dots_in_values_and_short_dotted_keys_are_fine(tmp_path):
+    text = 'filters = "gblur=sigma=1.5,eq=contrast=1.1"\n[encoder-opts]\nx264-params = "' + "a." * 80 + 'b"\n'
+    assert load_toml(_toml(tmp_path, text))["encoder_opts"] == {"x264-params": "a." * 80 + "b"}
+
+
 @pytest.mark.parametrize("value", ["[" * 100_000 + "]" * 100_000, "{a = " * 100_000 + "1" + "}" * 100_000],
                          ids=["arrays", "inline-tables"])
 def test_toml_nested_too_deeply(tmp_path, value):
