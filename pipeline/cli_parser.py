@@ -139,11 +139,18 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         if not self.intermixed:
             return super().parse_known_args(args, namespace)
+        args = list(sys.argv[1:] if args is None else args)
+        # argparse's intermixed parsing loses what follows "--" (names that start with "-"): taken here.
+        tail = args[args.index("--") + 1:] if "--" in args else []
+        args = args[:len(args) - len(tail) - 1] if "--" in args else args
         self.intermixed = False  # parse_known_intermixed_args calls back into this method
         try:
-            return self.parse_known_intermixed_args(args, namespace)
+            namespace, extras = self.parse_known_intermixed_args(args, namespace)
         finally:
             self.intermixed = True
+        if tail:
+            namespace.paths = [*(namespace.paths or []), *tail]
+        return namespace, extras
 
     def _print_message(self, message: str, file=None) -> None:
         """argparse drops write errors; on stdout (``--help``, ``--version``) they are the command's output

@@ -84,6 +84,17 @@ def test_input_and_output_in_either_style(argv):
     assert (cfg.input, cfg.output) == ("in.mp4", "out.mkv")
 
 
+@pytest.mark.parametrize("argv, paths", [
+    (["-vf", "hflip", "--", "-in.mp4", "-out.mkv"], ("-in.mp4", "-out.mkv")),
+    (["in.mp4", "-vf", "hflip", "--", "-out.mkv"], ("in.mp4", "-out.mkv")),
+    (["-o", "out.mkv", "--", "-in.mp4"], ("-in.mp4", "out.mkv")),
+    (["--", "in.mp4", "out.mkv"], ("in.mp4", "out.mkv")),
+])
+def test_names_that_start_with_a_dash_follow_a_double_dash(argv, paths):
+    cfg = _parse(*argv)
+    assert (cfg.input, cfg.output) == paths
+
+
 def test_n_sets_no_overwrite_over_a_config_file(tmp_path):
     (toml := tmp_path / "c.toml").write_text("overwrite = true\n")
     assert _parse("in.mp4", "--config", str(toml)).overwrite is True
