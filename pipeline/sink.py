@@ -294,6 +294,7 @@ class Sink:
         # Named before the open: after an encoder refused it, PyAV 19 reads its name through a codec pointer
         # FFmpeg 8 has cleared (dnxhd at 64x48 crashed the process there).
         name = cc.name
+        what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"  # a refusal clears the size
         streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
         said = watch({name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
         try:
@@ -302,7 +303,6 @@ class Sink:
         except (OSError, ValueError, av.error.FFmpegError) as e:
             if "avcodec_open2" in str(e):  # the encoder's refusal (a hardware one's absence is an OSError)
                 reasons = [m for _, level, m in said.take() if level >= 40] + [library_errors(printed)]
-                what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"
                 raise refusal(name, e, "; ".join(r for r in reasons if r), what).with_target(self.target) from e
             if isinstance(e, OSError):
                 raise OutputError(f"{self.target}: cannot create output: {e}") from e
