@@ -53,6 +53,13 @@ def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_bad_chain_is_a_usage_error_before_the_gpu_is_looked_for(tmp_path):
+    proc = run_cli("bench", "samples/sample.mp4", "--filters", "gblur=sigma=nan", "--json", tmp_path / "x.json",
+                   "--no-chart")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "sigma must be a finite number" in proc.stderr and not (tmp_path / "x.json").exists()
+
+
 @pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
 def test_bench_input_that_is_not_a_regular_file_exits_3_with_one_line(tmp_path, kind):
     """Checked before the GPU and without opening it: a FIFO with no writer would block the first reader."""

@@ -100,6 +100,7 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise ConfigError(f"Invalid --{name.replace('_', '-')} ({getattr(args, name)}). Supported values are >= 1.")
     _settings(args)  # the run's settings, checked before any work
+    parse_chain(args.filters)  # and the chain's: a usage error says so, with or without a GPU
     reports = _check_reports(args)
     ok, reason = gpu_status()
     if not ok:
