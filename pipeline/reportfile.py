@@ -28,13 +28,13 @@ def open_report(path: str | Path, exclusive: bool = False, binary: bool = False)
     exists by now. A FIFO or a device is written into either way; a FIFO nobody reads within
     :data:`FIFO_WAIT_S` seconds raises OSError(ENXIO)."""
     mode = "wb" if binary else "w"
-    path = real_path(path)  # a link's target is what is created or replaced (a dangling link's too)
     kind = special_kind(path)
-    if kind == "FIFO":
+    if kind == "FIFO":  # a named one, or /dev/stdout into a pipe: /proc's name for that pipe cannot be opened
         return os.fdopen(_open_fifo(Path(path)), mode)
-    if kind is None and exclusive:
-        mode = mode.replace("w", "x")
-    return open(path, mode)
+    if kind is not None:  # a device or a socket: written into where it is
+        return open(path, mode)
+    path = real_path(path)  # a link's target is what is created or replaced (a dangling link's too)
+    return open(path, mode.replace("w", "x") if exclusive else mode)
 
 
 def write_report(path: str | Path, text: str, exclusive: bool = False) -> None:

@@ -99,3 +99,13 @@ def test_a_report_through_a_dangling_link_is_written_where_it_points(tmp_path):
                         tmp_path / "stats.json")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "stats.json").is_symlink() and '"frames_out": 2' in (tmp_path / "real.json").read_text()
+
+
+@pytest.mark.parametrize("option", ["-progress", "--stats-json"])
+def test_a_report_to_dev_stdout_reaches_a_pipe(option):
+    """/dev/stdout into a pipe links to /proc's name for the pipe, which cannot be opened: the path given is."""
+    from utils import ROOT, run_pipeline
+
+    proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "--frames", "2", option, "/dev/stdout")
+    assert proc.returncode == 0, proc.stderr
+    assert ("progress=end" if option == "-progress" else '"frames_out": 2') in proc.stdout
