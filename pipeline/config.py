@@ -9,6 +9,7 @@ import re
 import stat
 import tomllib
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -327,16 +328,16 @@ MAX_KEY_PARTS = 64  # a config file's keys have a part or two; TOML's parser tak
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
 
 
+_DOTTED = re.compile(r"[\w-]+(?:[ \t]*\.[ \t]*[\w-]+)*")  # a dotted key's bare parts, quoted ones masked
+
+
 def _check_key_depth(path: Path, text: str) -> None:
-    """Refuse, before parsing, a key of hundreds of dotted parts (``a.a.a... = 1``), which would keep the
-    parser busy for minutes where a nesting limit's error was due. A line's key is what comes before its
-    ``=`` (a table header: the whole line); quoted parts count as one."""
+    """Refuse, before parsing, a key of hundreds of dotted parts (``a.a.a... = 1``, or inside an inline
+    table), which would keep the parser busy for minutes where a nesting limit's error was due. Quoted
+    parts count as one; a string holds no key."""
     for line in text.splitlines():
-        key, eq, _ = line.partition("=")
-        if not eq and not key.lstrip().startswith("["):  # a value's continuation line: no key on it
-            continue
-        key = _QUOTED.sub("q", key)
-        if key.count(".") >= MAX_KEY_PARTS:
+        masked = _QUOTED.sub("q", line)
+        if any(m.group().count(".") >= MAX_KEY_PARTS for m in _DOTTED.finditer(masked)):
             raise ConfigError(f"{path}: invalid TOML: a key of more than {MAX_KEY_PARTS} dotted parts "
                               "(a config file's keys have a part or two)")
 
@@ -379,8 +380,9 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
 
 
 def _beside(name: str, base: Path) -> str:
-    """A file named in a config file, relative to its folder; a URL, a pipe, ``-`` and ``null`` as they are."""
-    if name in ("-", "null") or is_url(name) or pipe_fd(name) is not None:
+    """A file named in a config file, relative to its folder; a URL, a pipe, ``-``, ``null`` and an empty
+    name as they are."""
+    if name in ("", "-", "null") or is_url(name) or pipe_fd(name) is not None:  # "": left to the checks
         return name
     return str(base / Path(name).expanduser())
 
@@ -402,20 +404,33 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def _check_text(cfg: "RunConfig") -> None:
     """No value holds NUL, which ends a C string (the system and FFmpeg would read a shorter name than the
-    one given, and Python refuses it); an option's key or value holds no control character at all: FFmpeg
-    takes none, and its log would split the message that names it over lines."""
+    one given, and Python refuses it). An option table is a mapping whose keys hold no control character:
+    FFmpeg takes none, and its log would split the message that names it over lines. So do an encoder
+    option's values; a demuxer's or muxer's may hold tabs and line breaks (HTTP's ``headers`` are
+    CRLF-separated)."""
     for f in fields(cfg):
         value = getattr(cfg, f.name)
         if f.name in _TABLES:
-            for key, item in value.items():
-                if _CONTROL.search(str(key)) or _CONTROL.search(str(item)):
-                    flag = f"--{f.name[:-1].replace('_', '-')}"
-                    raise ConfigError(f"Invalid {flag} {key!r}={item!r}: keys and values hold no control "
-                                      "characters")
+            _check_table(f.name, value)
             continue
         for text in value if isinstance(value, tuple) else (value,):
             if isinstance(text, str) and "\0" in text:
                 raise ConfigError(f"Invalid {f.name} ({text!r}): it holds a NUL character")
+
+
+_CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and line breaks allowed
+
+
+def _check_table(name: str, table: Any) -> None:
+    flag = f"--{name[:-1].replace('_', '-')}"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"Invalid {flag} ({table!r}): options are a mapping of KEY to VALUE")
+    in_value = _CONTROL if name == "encoder_opts" else _CONTROL_IN_VALUE
+    for key, item in table.items():
+        if _CONTROL.search(str(key)) or in_value.search(str(item)):
+            allowed = "" if name == "encoder_opts" else " but tabs and line breaks"
+            raise ConfigError(f"Invalid {flag} {key!r}={item!r}: keys hold no control characters, values none"
+                              f"{allowed}")
 
 
 def _coerce(path: Path, name: str, value: Any) -> Any:

@@ -152,6 +152,8 @@ def test_a_config_files_inputs_and_outputs_are_relative_to_it_as_its_plugins_are
     assert Path(first["input"]).resolve() == Path(first["output"]).resolve() == tmp_path / "c.mp4"
     assert url == {"input": "srt://host:9000", "output": "null"}
     assert piped == {"input": str(base / "d.mp4"), "output": "-"}
+    # empty means what it means on the command line (the default output, no statistics), not the folder
+    assert load_toml(_toml(base, 'output = ""\nstats_json = ""\n')) == {"output": "", "stats_json": ""}
 
 
 @pytest.mark.parametrize("key", ["colour", "ring-sizes", "input"])
@@ -170,7 +172,8 @@ def test_toml_syntax_error(tmp_path):
 
 
 @pytest.mark.parametrize("text", ["a" + ".a" * 120_000 + " = 1\n", "[" + "a." * 500 + "a]\nx = 1\n",
-                                  '  "q".' + "b." * 64 + "c = 1\n"], ids=["key", "table", "quoted-first"])
+                                  '  "q".' + "b." * 64 + "c = 1\n", "x = {" + "a." * 5000 + "a = 1}\n"],
+                         ids=["key", "table", "quoted-first", "inline"])
 def test_a_key_of_many_dotted_parts_is_refused_before_the_parser_spends_minutes_on_it(tmp_path, text):
     # Parsed, 120 000 parts would take the parser about half an hour (8 000 took 0.5 s, growing as the square).
     with pytest.raises(ConfigError, match="a key of more than 64 dotted parts"):
@@ -281,6 +284,8 @@ def test_cli_bad_encoder_opt_is_a_usage_error(capsys):
     ({"filters": "lut3d=file=a\x00.cube"}, "Invalid filters"),
     ({"plugins": ("ok.py", "p\x00.py")}, "Invalid plugins"),
     ({"output": "o\x00.mp4"}, "Invalid output"),
+    ({"input_opts": {"headers": "A: 1\x1b[2J"}}, "Invalid --input-opt 'headers'"),
+    ({"encoder_opts": [("crf", "18")]}, "Invalid --encoder-opt ([('crf', '18')]): options are a mapping"),
 ])
 def test_nul_anywhere_and_control_characters_in_options_are_refused_on_one_line(values, message):
     with pytest.raises(ConfigError) as e:
@@ -291,6 +296,13 @@ def test_nul_anywhere_and_control_characters_in_options_are_refused_on_one_line(
 def test_a_filter_chain_over_lines_and_options_from_the_api_as_numbers_are_fine():
     cfg = RunConfig(input="in.mp4", filters="gblur=sigma=2,\n  eq=contrast=1.1\n", encoder_opts={"crf": 18})
     assert [f.name for f in parse_chain(cfg.filters)] == ["gblur", "eq"]
+
+
+def test_protocol_options_may_hold_line_breaks():
+    """HTTP's headers option is CRLF-separated lines."""
+    headers = "Authorization: Bearer x\r\nX-Trace:\t1\r\n"
+    cfg = RunConfig(input="https://example.com/a.mp4", input_opts={"headers": headers})
+    assert cfg.input_opts == {"headers": headers}
 
 
 def test_cli_bad_value_exit_code(capsys):
