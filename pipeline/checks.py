@@ -28,7 +28,10 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
 
     A stream URL is the receiver's business: nothing to check here. ``source`` None: a command with no
     input (``pipeline sample``)."""
-    if isinstance(target, str):  # a stream URL; but file:// writes a local file directly
+    if isinstance(target, str):  # a stream URL or a pipe; but file:// writes a local file directly
+        if pipe_fd(target, 1) is not None and output_format in MULTI_FILE_MUXERS:
+            raise ConfigError(f"{target}: the {output_format} muxer writes several files, a pipe carries one "
+                              "stream (-f mpegts or -f matroska do)")
         local = local_path(target)
         if source is not None and local is not None and local.exists() and _is_input(local, source):
             raise ConfigError(f"{target}: output is the input; choose another -o")

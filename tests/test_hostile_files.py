@@ -124,13 +124,14 @@ def test_a_link_loop_output_exits_4_and_stays(tmp_path, clip):
 
 
 @pytest.mark.parametrize("name, fmt", [("out.m3u8", None), ("OUT.MPD", None), ("seg%03d.ts", "segment"),
-                                       ("out.ts", "hls"), ("out.mkv", "tee")])
+                                       ("out.ts", "hls"), ("out.mkv", "tee"), ("-", "hls"), ("pipe:1", "dash")])
 def test_a_muxer_that_writes_several_files_is_refused_before_any_is_written(tmp_path, clip, name, fmt):
     """The output is written under a temporary name and renamed whole; a playlist's segments never would be
     (they were left as hidden temporary files, and ``segment`` lost its output at the rename)."""
     before = sorted(p.name for p in tmp_path.iterdir())
     args = ("-f", fmt) if fmt else ()
-    one_error(run_pipeline(clip, "-o", tmp_path / name, *args, "-y", cwd=tmp_path), 2, "writes several files")
+    output = name if name in ("-", "pipe:1") else tmp_path / name  # a pipe carries one stream
+    one_error(run_pipeline(clip, "-o", output, *args, "-y", cwd=tmp_path), 2, "writes several files")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
