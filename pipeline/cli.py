@@ -292,7 +292,8 @@ def _install_signal_handlers(control: Any) -> None:
     """First SIGINT/SIGTERM/SIGHUP: drain and finalise (exit 130/143/129). A second one: exit at once.
 
     SIGHUP (the terminal closed, or a service manager's stop) ends the run as SIGTERM does, keeping a
-    playable output; where it is ignored when the run starts (``nohup``), it stays ignored. SIGQUIT
+    playable output. SIGINT or SIGHUP ignored when the run starts (``cmd &`` in a script, ``nohup``) stays
+    ignored (:func:`~pipeline.errors.stop_signals`). SIGQUIT
     keeps its meaning, an immediate stop with a core dump, after dropping the temporary file.
 
     During set-up, before the output exists, the first one ends the run at once (Interrupted raised

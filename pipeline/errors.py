@@ -99,4 +99,4 @@ def stop_signals() -> list[int]:
     import signal
 
     kept = [s for s in (signal.SIGINT, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN]
-    return sorted([signal.SIGTERM, *kept])
+    return [signal.SIGTERM, *kept]

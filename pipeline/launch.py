@@ -7,7 +7,7 @@ traceback of whichever import it interrupted.
 
 from __future__ import annotations
 
-import sys
+import os
 
 from .errors import EXIT_SIGINT  # the package imported it already
 
@@ -16,6 +16,9 @@ def entry() -> None:
     try:
         from .cli import entry as run
     except KeyboardInterrupt:
-        sys.stderr.write("pipeline: interrupted\n")
+        try:  # by its descriptor: sys.stderr is None under pythonw and may be closed by now
+            os.write(2, b"pipeline: interrupted\n")
+        except OSError:
+            pass
         raise SystemExit(EXIT_SIGINT) from None
     run()

@@ -392,9 +392,9 @@ def _check_target(out: Path, default: bool, overwrite: bool) -> None:
 
 @contextmanager
 def _stopped_by_signals(tmp: Path):
-    """SIGINT, SIGTERM and SIGHUP stop the clip at once with none written (exit 130/143/129; SIGHUP stays
-    ignored under nohup): a clip cut short is not the
-    one asked for. The first raises where the main thread is, and :func:`make_clip` removes ``tmp`` on the
+    """SIGINT, SIGTERM and SIGHUP stop the clip at once with none written (exit 130/143/129; SIGINT or
+    SIGHUP ignored at the start, ``cmd &`` or ``nohup``, stays ignored): a clip cut short is not the one asked
+    for. The first raises where the main thread is, and :func:`make_clip` removes ``tmp`` on the
     way out; a second, while that happens, removes it itself and leaves at once, as ``pipeline run`` does."""
     stopping = []
 

@@ -155,7 +155,7 @@ def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool
 def _install_signal_handlers(stop: StopRequest) -> None:
     """First SIGINT/SIGTERM/SIGHUP: stop the batch (exit 130/143/129). A second one: exit at once, without
     unwinding (that would wait for the workers); the workers of a local cluster exit with this process.
-    Under nohup SIGHUP stays ignored."""
+    SIGINT or SIGHUP ignored when the batch starts (``cmd &`` in a script, ``nohup``) stays ignored."""
 
     def handler(signum, frame):
         if stop.event.is_set():
