@@ -83,6 +83,7 @@ class DecodeLoop:
 
     _gops = None
     frame_threads = False  # the video decoder runs frame threads (set by the source)
+    span_ended = False  # a frame at or after -t/-to's end came: the span, not the input, ended the frames
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
@@ -100,6 +101,7 @@ class DecodeLoop:
                     self._check_device_frame(frame)
                 verdict = self._trim.frame(frame.pts, frame.time_base or video.time_base) if self._trim else None
                 if verdict == STOP:  # the span's end: what follows is not wanted
+                    self.span_ended = True
                     return
                 if verdict == SKIP:
                     continue

@@ -306,9 +306,14 @@ class Source(DecodeLoop):
                 return item
         errors = f" ({self.decode_errors} packets failed to decode)" if self.decode_errors else ""
         if self._trim is not None and not errors:
-            raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): "
-                              "the input ends before it starts")
+            why = self._span_too_short() if self.span_ended else "the input ends before it starts"
+            raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): {why}")
         raise InputError(f"{self.path}: no decodable video frames{errors}")
+
+    def _span_too_short(self) -> str:
+        rate = self.frame_rate
+        lasts = f" (a frame lasts {1000 / float(rate):.4g} ms)" if rate else ""
+        return f"no frame starts within it{lasts}"
 
     def items(self, limit: int | None = None) -> Iterator[DecodedFrame | AudioPacket]:
         """Decoded video frames (first one included) and audio packets, in demux order."""

@@ -111,9 +111,11 @@ def test_audio_is_cut_to_the_same_span(clip, tmp_path):
     assert len(audio) in (46, 47)  # 1 s of 1024-sample packets at 48 kHz
 
 
-def test_start_past_the_end_is_a_usage_error(clip, tmp_path):
-    r = run_pipeline(clip, "out.mp4", "-ss", "5", "--filters", "", cwd=tmp_path)
-    assert r.returncode == 2 and "no video frames in the span" in r.stderr, r.stderr
+@pytest.mark.parametrize("span, why", [(("-ss", "5"), "the input ends before it starts"),
+                                       (("-ss", "0.51", "-to", "0.52"), "no frame starts within it (a frame lasts")])
+def test_a_span_without_frames_is_a_usage_error_that_says_why(clip, tmp_path, span, why):
+    r = run_pipeline(clip, "out.mp4", *span, "--filters", "", cwd=tmp_path)
+    assert r.returncode == 2 and "no video frames in the span" in r.stderr and why in r.stderr, r.stderr
     assert not (tmp_path / "out.mp4").exists()
 
 
