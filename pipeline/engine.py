@@ -21,6 +21,7 @@ always blocks: frames there hold GPU work, and the wait reaches ``q_decoded`` wi
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -247,10 +248,21 @@ class Pipeline(Stages, Tally):
             self._feed.start()
         for t in threads:
             t.start()
+        interrupted = False
         try:
             self._wait_for(threads)
+        except KeyboardInterrupt:
+            interrupted = True
+            self._stop_on_interrupt(threads)
+            raise
         finally:
-            self._finish()
+            if self.preview is not None:
+                self.preview.close()
+            if not interrupted:
+                self._finish()
+            else:
+                with contextlib.suppress(Interrupted):  # the frames done are kept; the caller gets its Ctrl-C
+                    self._finish()
 
     def _pull(self) -> Iterator[WorkItem]:
         """The encode stage's place taken by the caller: decode and submit run in threads."""
@@ -302,16 +314,24 @@ class Pipeline(Stages, Tally):
         # Short waits: signal handlers run only when the main thread wakes; the preview window
         # (GUI calls belong on the main thread) is refreshed between them.
         poll = 0.01 if self.preview is not None else 0.1
-        try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(poll)
-                    if self.preview is not None:
-                        self.preview.pump()
-                    self._watch_gpu()
-        finally:
-            if self.preview is not None:
-                self.preview.close()
+        for t in threads:
+            while t.is_alive():
+                t.join(poll)
+                if self.preview is not None:
+                    self.preview.pump()
+                self._watch_gpu()
+
+    def _stop_on_interrupt(self, threads: list[threading.Thread]) -> None:
+        """A Ctrl-C in the caller's thread (KeyboardInterrupt: the API's caller; the command line's handlers
+        set events instead) stops the run as the command line's first one does, the frames in flight
+        drained; another one meanwhile stops it at once. The threads are joined before anything closes."""
+        self.stop_event.set()
+        while True:
+            try:
+                self._wait_for(threads)
+                return
+            except KeyboardInterrupt:
+                self.abort.set()
 
     def _watch_gpu(self) -> None:
         """Stop the run when one frame's device work has not completed for GPU_STALL_S: the thread waiting on

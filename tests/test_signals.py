@@ -304,3 +304,36 @@ def test_sigquit_exits_at_once_and_leaves_no_temporary_file(tmp_path, long_clip)
     assert proc.returncode == -signal.SIGQUIT, err  # the signal's own end, as the shell expects of it
     assert "SIGQUIT" in err and "Traceback" not in err
     assert not out.exists() and partials(tmp_path) == []
+
+
+_API_RUN = """
+import sys, threading
+import pipeline
+from pipeline.sink import Sink
+
+def running():
+    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+finish, at_finish = Sink.finish, []
+Sink.finish = lambda self: (at_finish.append(running()), finish(self))[1]
+try:
+    pipeline.run(sys.argv[1], sys.argv[2], device="cpu", filters=sys.argv[3], quiet=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", at_finish, running())
+"""
+
+
+def test_ctrl_c_in_an_api_call_drains_the_run_then_reaches_the_caller(tmp_path, long_clip):
+    """pipeline.run() in the caller's own process: no handler of ours, a KeyboardInterrupt. The threads stop
+    and are joined before anything closes (closing the encoder under its thread could crash the process),
+    the output keeps the frames done, and the caller gets its KeyboardInterrupt."""
+    from utils import python_command
+
+    out = tmp_path / "out.mp4"
+    proc = subprocess.Popen(python_command("-c", _API_RUN, long_clip, out, SLOW_CHAIN), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_progress(proc, out)
+    proc.send_signal(signal.SIGINT)
+    stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and stdout.strip() == "KeyboardInterrupt [[]] []", (stdout, err)
+    assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []
