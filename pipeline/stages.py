@@ -90,7 +90,8 @@ class Stages:
             try:
                 self.q_submitted.put(item)
             except Aborted:
-                self._give_back(item)  # the run stopped while this frame was on its way
+                if isinstance(item, WorkItem):  # the run stopped while this frame was on its way
+                    self._give_back(item)
                 raise
 
     def _encode_stage(self) -> None:

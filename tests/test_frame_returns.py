@@ -149,3 +149,21 @@ def test_a_live_reader_frees_every_surface_it_decoded_even_those_dropped(gpu_ms)
         source.close()
     assert len(log) == 40 and all(log), f"{log.count(False)} of 40 freed off the decoding thread while it decoded"
     assert bool(dropped) == (gpu_ms > 10)
+
+
+def test_an_audio_packet_in_flight_when_the_run_stops_is_let_go_as_it_is():
+    """The submit stage hands back what a frame holds when the run stops under it; an audio packet holds
+    nothing (it had no ``copying`` to read: an AttributeError replaced the caller's own exception)."""
+    from pipeline.channels import Aborted
+    from pipeline.decode import AudioPacket
+
+    class Stopped:
+        def put(self, item):
+            raise Aborted
+
+    given = []
+    stage = types.SimpleNamespace(sink=None, q_decoded=types.SimpleNamespace(get=lambda: AudioPacket(object())),
+                                  q_submitted=Stopped(), _give_back=given.append)
+    with pytest.raises(Aborted):
+        Stages._submit_stage(stage)
+    assert given == []
