@@ -92,6 +92,7 @@ class RunConfig:
     audio: str = "copy"  # copy where the container takes the codec, else encode; or encode; or none
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _check_finite(self)
         _check_text(self)
         check_device(self.device)
@@ -110,10 +111,12 @@ class RunConfig:
         _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
         _check_choice("audio", self.audio, AUDIO_MODES)
         _check_positive("timeout", self.timeout)
+        _check_between("timeout", self.timeout, 0, MAX_SECONDS, "numbers of seconds")
         if not isinstance(self.reconnect, int) or isinstance(self.reconnect, bool) or self.reconnect < 0:
             raise ConfigError(f"Invalid reconnect ({self.reconnect!r}). Supported values are integers >= 0.")
         if self.latency_budget is not None:
             _check_positive("latency_budget", self.latency_budget)
+            _check_between("latency_budget", self.latency_budget, 0, MAX_SECONDS * 1000, "milliseconds")
         _check_span(self.start, self.duration, self.end)
         _check_pipe_output(self.output, self.output_format)
 
@@ -224,6 +227,60 @@ def file_url(path: str) -> str:
     ':' ("meeting12:30.mp4", "C:\\clips\\a.mp4") is read as a protocol ("meeting12") and not found.
     Always added, so that a file really named "file:x" stays that file."""
     return "file:" + path
+
+
+_PATHS = ("input", "output", "stats_json")  # str or os.PathLike, kept as str
+
+
+def _check_types(cfg: RunConfig) -> None:
+    """Each field of the type it is read as, so that the API's callers get a ConfigError naming it, not a
+    TypeError from deep inside (``overwrite="false"`` would have been true). Paths may be os.PathLike and
+    option values numbers: both are kept as text, as a config file's are."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if value is None and f.default is None:
+            continue
+        if f.name in _PATHS and isinstance(value, os.PathLike):
+            value = os.fspath(value)
+            object.__setattr__(cfg, f.name, value)
+        if f.name in _TABLES:
+            object.__setattr__(cfg, f.name, _text_table(f.name, value))
+        elif f.name == "plugins":
+            object.__setattr__(cfg, f.name, _plugin_paths(value))
+        elif message := _wrong_type(f.name, value):
+            raise ConfigError(message)
+
+
+def _wrong_type(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the text or true/false field ``name`` (numbers have range checks of their own,
+    which refuse text and bools). bool is an int in Python; ``true`` is never a frame count."""
+    expected = (str,) if name in _PATHS else _TYPES.get(name)
+    if expected in ((str,), (bool,)) and not isinstance(value, expected):
+        return f"Invalid {name} ({value!r}). Supported values are of type {expected[0].__name__}."
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:  # repr() fails
+        return f"Invalid {name} (an integer of {value.bit_length()} bits). Supported values are far smaller."
+    return None
+
+
+def _text_table(name: str, table: Any) -> Any:
+    """An option table's keys and values as text; a table that is not a mapping is left to _check_table."""
+    if not isinstance(table, Mapping):
+        return table
+    for key, value in table.items():
+        if not isinstance(key, str) or isinstance(value, (bytes, bytearray)) or not isinstance(value, (str, int, float)):
+            raise ConfigError(f"Invalid --{name[:-1].replace('_', '-')} {key!r}={value!r}: keys are text, values "
+                              "text or numbers")
+    return {key: str(value) for key, value in table.items()}
+
+
+def _plugin_paths(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
+        raise ConfigError(f"Invalid plugins ({value!r}). Supported values are a list of paths.")
+    paths = tuple(os.fspath(v) for v in items)
+    if not all(isinstance(v, str) for v in paths):
+        raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text.")
+    return paths
 
 
 def _check_finite(cfg: RunConfig) -> None:

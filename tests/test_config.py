@@ -298,6 +298,34 @@ def test_a_filter_chain_over_lines_and_options_from_the_api_as_numbers_are_fine(
     assert [f.name for f in parse_chain(cfg.filters)] == ["gblur", "eq"]
 
 
+@pytest.mark.parametrize("values, message", [
+    ({"overwrite": "false"}, "Invalid overwrite ('false'). Supported values are of type bool."),
+    ({"quiet": 1}, "Invalid quiet (1)"),
+    ({"codec": None}, "Invalid codec (None). Supported values are of type str."),
+    ({"stats_json": 5}, "Invalid stats_json (5)"),
+    ({"output": b"o.mp4"}, "Invalid output (b'o.mp4')"),
+    ({"plugins": None}, "Invalid plugins (None)"),
+    ({"plugins": (b"p.py",)}, "Invalid plugins"),
+    ({"encoder_opts": {"crf": None}}, "Invalid --encoder-opt 'crf'=None: keys are text, values text or numbers"),
+    ({"input_opts": {1: "2"}}, "Invalid --input-opt 1='2'"),
+    ({"frames": 10**5000}, "Invalid frames (an integer of 16610 bits)"),
+    ({"timeout": 10**400}, "Invalid timeout ("),
+    ({"latency_budget": 10**400}, "Invalid latency_budget ("),
+])
+def test_a_value_of_the_wrong_type_is_a_config_error_naming_it(values, message):
+    """The API's callers get the error the command line gives, not a TypeError (or a true "false") later."""
+    with pytest.raises(ConfigError) as e:
+        RunConfig(input="in.mp4", **values)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_paths_and_option_values_from_the_api_are_kept_as_text():
+    cfg = RunConfig(input=Path("in.mp4"), output=Path("out.mp4"), plugins=[Path("p.py")],
+                    encoder_opts={"crf": 18, "psy-rd": 1.5})
+    assert (cfg.input, cfg.output, cfg.plugins) == ("in.mp4", "out.mp4", ("p.py",))
+    assert cfg.encoder_opts == {"crf": "18", "psy-rd": "1.5"}
+
+
 def test_protocol_options_may_hold_line_breaks():
     """HTTP's headers option is CRLF-separated lines."""
     headers = "Authorization: Bearer x\r\nX-Trace:\t1\r\n"
