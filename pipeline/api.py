@@ -113,6 +113,8 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     from .engine import Pipeline
 
     cfg = settings(source, None, filters, device, alloc, options)
+    if cfg.stats_json:
+        raise ConfigError("frames() writes no statistics file (stats_json): its iterator's .stats are the run's")
     check_decoders(decoders)
     chain = make_chain(cfg.filters, cfg.plugins)
     backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
@@ -134,6 +136,8 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     whose codec and parameter sets are those of the run before takes the decoders that run left (making
     and freeing them costs about 0.3 s a run); runs with one session (``nvdec_sessions=1``, a live or
     paced input, ``strict``) make their own. They hold device memory until ``decoders.close()``.
+
+    ``stats_json``: the statistics are also written to this file, as ``--stats-json`` writes them.
     """
     from .engine import Pipeline
 
@@ -141,7 +145,9 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     check_decoders(decoders)
     given = None if _is_location(source) else open_source(source, cfg, None)
     pipeline = Pipeline.from_config(cfg, stage=stage, source=given, decoders=decoders)
-    return pipeline.run().to_dict(per_frame=False)
+    stats = pipeline.run()
+    _write_stats(stats, cfg)
+    return stats.to_dict(per_frame=False)
 
 
 def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "null", *, filters: str | None = None,
@@ -165,7 +171,22 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
         raise ConfigError("run_many needs at least one source")
     locations = [os.fspath(s) for s in sources]
     base = settings(locations[0], None, filters, device, alloc, options)
-    return run_streams(configs_for(base, locations, os.fspath(output)), stage=stage)
+    configs = configs_for(base, locations, os.fspath(output))
+    if base.stats_json:
+        from .checks import check_streams_stats
+
+        check_streams_stats(base.stats_json, [(c.input, c.output) for c in configs], base.overwrite)
+    result = run_streams(configs, stage=stage)
+    _write_stats(result, base)
+    return result
+
+
+def _write_stats(stats, cfg: RunConfig) -> None:
+    """``stats_json``, as the command line writes it (a file that appeared during the run is kept)."""
+    if cfg.stats_json:
+        from .reportfile import save_report
+
+        save_report(cfg.stats_json, "stats_json", lambda p: stats.write_json(p, exclusive=not cfg.overwrite), "run")
 
 
 def settings(source, output, filters: str | None, device: str, alloc: str, options: dict[str, Any]) -> RunConfig:

@@ -287,6 +287,24 @@ def test_run_many_writes_one_output_per_source_and_reports_each(clip, tmp_path):
         pipeline.run_many([clip], "null", bogus=1)
 
 
+def test_stats_json_is_written_by_run_and_run_many_and_refused_by_frames(clip, tmp_path):
+    """As ``--stats-json``: written after the run, an existing file kept unless overwrite=True."""
+    import json
+
+    report = tmp_path / "run.json"
+    pipeline.run(clip, "null", device="cpu", stats_json=report, frames=3)
+    assert json.loads(report.read_text())["frames_out"] == 3
+    with pytest.raises(pipeline.ConfigError, match="already exists"):
+        pipeline.run(clip, "null", device="cpu", stats_json=report, frames=2)
+    pipeline.run(clip, "null", device="cpu", stats_json=report, frames=2, overwrite=True)
+    assert json.loads(report.read_text())["frames_out"] == 2
+    many = tmp_path / "many.json"
+    pipeline.run_many([clip, clip], "null", device="cpu", stats_json=many, frames=2)
+    assert len(json.loads(many.read_text())["streams"]) == 2
+    with pytest.raises(pipeline.ConfigError, match="iterator's .stats"):
+        pipeline.frames(clip, device="cpu", stats_json=tmp_path / "f.json")
+
+
 # Run in a fresh process: threads other tests leave behind (Dask's offload and callback threads live as
 # long as the process) make cyclic garbage of their own while the run is measured.
 CYCLES_AFTER_A_RUN = """
