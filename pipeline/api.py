@@ -141,6 +141,8 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     """
     from .engine import Pipeline
 
+    if output is None and not _is_location(source):  # no name to make <input>_processed.mp4 from
+        raise ConfigError("frames from your own source need an output: a file, a URL, or \"null\"")
     cfg = settings(source, output, filters, device, alloc, options)
     check_decoders(decoders)
     given = None if _is_location(source) else open_source(source, cfg, None)

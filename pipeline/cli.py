@@ -353,8 +353,11 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from .config import DEFAULT_FILTERS
     from .errors import GPUError
     from .gpu.cuda import gpu_status
+    from .filters import parse_chain
     from .warmup import warm
 
+    for chain in args.chains or ():  # a usage error (exit 2) before the GPU is looked for, as in run and bench
+        parse_chain(chain)
     ok, reason = gpu_status()
     if not ok:
         raise GPUError(f"pipeline warmup compiles CUDA kernels: {reason}")

@@ -114,6 +114,8 @@ def _check_input_options(container, path: str, input_format: str | None, options
 
 def check_local(path: str) -> None:
     """A local input that is there and not a directory (InputError, one line, otherwise)."""
+    if not path:  # Path("") is the current directory
+        raise ConfigError("the input's name is empty (give a file, a URL, or - for stdin)")
     p = Path(path)
     try:
         exists = p.exists()

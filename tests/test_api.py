@@ -287,6 +287,16 @@ def test_run_many_writes_one_output_per_source_and_reports_each(clip, tmp_path):
         pipeline.run_many([clip], "null", bogus=1)
 
 
+def test_an_empty_source_name_and_arrays_without_an_output_are_config_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pipeline.ConfigError, match="the input's name is empty"):
+        pipeline.run("", "null", device="cpu")
+    frames = [np.full((8, 8, 3), 90, np.uint8)] * 2
+    with pytest.raises(pipeline.ConfigError, match="need an output"):
+        pipeline.run(frames, None, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_stats_json_is_written_by_run_and_run_many_and_refused_by_frames(clip, tmp_path):
     """As ``--stats-json``: written after the run, an existing file kept unless overwrite=True."""
     import json

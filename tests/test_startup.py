@@ -328,3 +328,12 @@ def test_whether_cupy_was_up_is_decided_before_the_set_up_thread_imports_it(monk
     with ThreadPoolExecutor(1) as pool:
         assert build._source_and_backend(cfg, [], None, None, None, Phases(), pool) == (source, backend)
     assert seen == [False]
+
+
+def test_warmup_refuses_a_bad_chain_before_looking_for_the_gpu():
+    """Exit 2 naming the filter, on any machine: a usage error is not a missing GPU (exit 5)."""
+    from utils import run_cli
+
+    proc = run_cli("warmup", "--filters", "gblur=sigma=1,nosuch", timeout=60)
+    assert proc.returncode == 2 and "unknown filter 'nosuch'" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1
