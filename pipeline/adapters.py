@@ -17,7 +17,9 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .video import Colour, FrameMeta, StreamInfo, VideoFormat
+from .video import Colour, FrameMeta, StreamInfo, VideoFormat, check_frame_size
+
+MAX_FPS = 1000  # frames a second of an array source's timestamps
 
 
 class ArrayFrame:
@@ -46,8 +48,8 @@ class ArraySource:
                  repeat: int | None = None):
         if layout not in ("rgb24", "i420"):
             raise ConfigError(f"Invalid layout ({layout!r}). Supported values are rgb24, i420.")
-        if not fps > 0:
-            raise ConfigError(f"Invalid fps ({fps!r}). Supported values are numbers > 0.")
+        if isinstance(fps, bool) or not isinstance(fps, (int, float, Fraction)) or not 0 < fps <= MAX_FPS:
+            raise ConfigError(f"Invalid fps ({fps!r}). Supported values are numbers from 0 (excluded) to {MAX_FPS}.")
         self.layout, self.path = layout, name
         self._time_base = Fraction(1, 1) / Fraction(fps).limit_denominator(1001000)
         source = itertools.cycle(frames) if repeat is not None else iter(frames)
@@ -62,16 +64,18 @@ class ArraySource:
         self._source_size = (width, height)
 
     def _size(self, first: np.ndarray, size: tuple[int, int] | None) -> tuple[int, int]:
+        _check_array(self.path, first)
         if self.layout == "i420":
-            if size is None:
-                raise ConfigError("an I420 array source needs size=(width, height)")
-            return size
-        if first.ndim != 3 or first.shape[2] != 3 or first.dtype != np.uint8:
-            raise InputError(f"{self.path}: frames must be H x W x 3 uint8 RGB arrays, got {first.shape} "
-                             f"{first.dtype}")
-        if first.shape[0] < 2 or first.shape[1] < 2:
-            raise InputError(f"{self.path}: frames of {first.shape[1]}x{first.shape[0]} are too small")
-        return first.shape[1], first.shape[0]
+            if not (isinstance(size, tuple) and len(size) == 2 and all(_is_int(v) for v in size)):
+                raise ConfigError(f"an I420 array source needs size=(width, height), not {size!r}")
+            width, height = size
+        else:
+            if first.ndim != 3 or first.shape[2] != 3 or first.dtype != np.uint8:
+                raise InputError(f"{self.path}: frames must be H x W x 3 uint8 RGB arrays, got {first.shape} "
+                                 f"{first.dtype}")
+            width, height = first.shape[1], first.shape[0]
+        check_frame_size(self.path, width, height)
+        return width, height
 
     def items(self, limit: int | None = None) -> Iterator[Any]:
         from .source import DecodedFrame  # the entry type the engine expects (no codec involved)
@@ -82,6 +86,7 @@ class ArraySource:
 
     def copy_into(self, frame: ArrayFrame, dst: np.ndarray) -> None:
         array, fmt = frame.array, self.info.format
+        _check_array(self.path, array)
         if self.layout == "i420":
             np.copyto(dst, np.asarray(array).reshape(-1)[: dst.size])
             return
@@ -94,6 +99,15 @@ class ArraySource:
         close = getattr(self._frames, "close", None)
         if close is not None:
             close()
+
+
+def _check_array(name: str, array: Any) -> None:
+    if not isinstance(array, np.ndarray):  # copied with NumPy into a host slot: a CuPy array is .get() first
+        raise InputError(f"{name}: frames must be NumPy arrays, got {type(array).__name__}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 class NullSink:

@@ -112,6 +112,7 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     from .build import make_backend, make_chain
     from .engine import Pipeline
 
+    source = _as_location(source)
     cfg = settings(source, None, filters, device, alloc, options)
     if cfg.stats_json:
         raise ConfigError("frames() writes no statistics file (stats_json): its iterator's .stats are the run's")
@@ -141,6 +142,7 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     """
     from .engine import Pipeline
 
+    source, output = _as_location(source), _as_location(output)
     if output is None and not _is_location(source):  # no name to make <input>_processed.mp4 from
         raise ConfigError("frames from your own source need an output: a file, a URL, or \"null\"")
     cfg = settings(source, output, filters, device, alloc, options)
@@ -171,9 +173,11 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
                           "for one, use run() or pass [source]")
     if not sources:
         raise ConfigError("run_many needs at least one source")
-    locations = [os.fspath(s) for s in sources]
+    if not all(_is_location(_as_location(s)) for s in sources) or not _is_location(_as_location(output)):
+        raise ConfigError("run_many takes files or URLs (str or os.PathLike) and an output directory or \"null\"")
+    locations = [os.fspath(_as_location(s)) for s in sources]
     base = settings(locations[0], None, filters, device, alloc, options)
-    configs = configs_for(base, locations, os.fspath(output))
+    configs = configs_for(base, locations, os.fspath(_as_location(output)))
     if base.stats_json:
         from .checks import check_streams_stats
 
@@ -231,3 +235,8 @@ def open_source(source, cfg: RunConfig, backend, decoders: DecoderPool | None = 
 
 def _is_location(source) -> bool:
     return isinstance(source, (str, os.PathLike))
+
+
+def _as_location(source):
+    """A path given as bytes (``os.fsencode``) as the str Python gives it; anything else as it is."""
+    return os.fsdecode(source) if isinstance(source, (bytes, bytearray)) else source

@@ -48,11 +48,7 @@ from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .opening import open_file, open_input
 from .span import Span
-from .video import StreamInfo, VideoFormat
-
-# Larger than any codec level allows (H.264 and HEVC stop at 8192 wide); bigger is a damaged header
-# or an input no stage was sized for. Memory for big but legal frames is checked by the engine.
-MAX_SIDE = 16384
+from .video import MAX_SIDE, StreamInfo, VideoFormat, check_frame_size  # noqa: F401 (MAX_SIDE: sample)
 
 # How much of a live stream FFmpeg analyses before the first frame (its defaults: 5 s and 5 MB). The
 # stream is read from its start anyway, and frames that arrive during the probe come out in a burst that
@@ -403,14 +399,6 @@ def _lookahead(video) -> int:
     cc = video.codec_context
     frame_bytes = max(1, cc.width * cc.height * 3 // 2)
     return max(8, min(64, (256 << 20) // frame_bytes))
-
-
-def check_frame_size(path: str, width: int, height: int) -> None:
-    if width < 2 or height < 2:
-        raise InputError(f"{path}: frame size {width}x{height} is too small")
-    if width > MAX_SIDE or height > MAX_SIDE:
-        raise InputError(f"{path}: frame size {width}x{height} is too large; "
-                         f"supported sizes are up to {MAX_SIDE}x{MAX_SIDE}")
 
 
 def _start_time(container) -> Fraction:

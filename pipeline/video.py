@@ -8,8 +8,23 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from .errors import InputError
+
 if TYPE_CHECKING:
     from .hdr import HdrMetadata
+
+# Larger than any codec level allows (H.264 and HEVC stop at 8192 wide); bigger is a damaged header
+# or an input no stage was sized for. Memory for big but legal frames is checked by the engine.
+MAX_SIDE = 16384
+
+
+def check_frame_size(path: str, width: int, height: int) -> None:
+    """A frame size every stage takes: from a decoder's header or from the caller's own arrays."""
+    if width < 2 or height < 2:
+        raise InputError(f"{path}: frame size {width}x{height} is too small")
+    if width > MAX_SIDE or height > MAX_SIDE:
+        raise InputError(f"{path}: frame size {width}x{height} is too large; "
+                         f"supported sizes are up to {MAX_SIDE}x{MAX_SIDE}")
 
 # AVColorSpace values (FFmpeg's pixfmt.h). BT.709 and BT.2020 (non-constant luminance; constant luminance is
 # read as it) have their own matrix; everything else is decoded as BT.601, which is also what swscale assumes

@@ -7,6 +7,7 @@ are counted.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -295,6 +296,29 @@ def test_an_empty_source_name_and_arrays_without_an_output_are_config_errors(tmp
     with pytest.raises(pipeline.ConfigError, match="need an output"):
         pipeline.run(frames, None, device="cpu")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: pipeline.run_many([None]), pipeline.ConfigError, "run_many takes files or URLs"),
+    (lambda: pipeline.run_many(["a.mp4"], None), pipeline.ConfigError, "run_many takes files or URLs"),
+    (lambda: pipeline.run([1, 2], "null", device="cpu"), pipeline.InputError, "frames must be NumPy arrays, got int"),
+    (lambda: pipeline.frames({"a": 1}, device="cpu"), pipeline.InputError, "NumPy arrays, got str"),
+    (lambda: pipeline.ArraySource([np.zeros((4, 4, 3), np.uint8)], fps="30"), pipeline.ConfigError,
+     "Invalid fps ('30')"),
+    (lambda: pipeline.ArraySource([np.zeros(24, np.uint8)], layout="i420", size=[4, 4]), pipeline.ConfigError,
+     "needs size=(width, height)"),
+    (lambda: pipeline.frames([np.broadcast_to(np.uint8(9), (20000, 8, 3))], device="cpu"), pipeline.InputError,
+     "frame size 8x20000 is too large"),
+])
+def test_sources_of_the_wrong_kind_are_the_projects_errors(call, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        call()
+
+
+def test_a_path_given_as_bytes_is_a_path(clip):
+    import os
+
+    assert pipeline.run(os.fsencode(clip), b"null", device="cpu", frames=2)["frames_out"] == 2
 
 
 def test_stats_json_is_written_by_run_and_run_many_and_refused_by_frames(clip, tmp_path):
