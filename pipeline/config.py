@@ -267,7 +267,7 @@ def _text_table(name: str, table: Any) -> Any:
     if not isinstance(table, Mapping):
         return table
     for key, value in table.items():
-        if not isinstance(key, str) or isinstance(value, (bytes, bytearray)) or not isinstance(value, (str, int, float)):
+        if not isinstance(key, str) or not isinstance(value, (str, int, float)):
             raise ConfigError(f"Invalid --{name[:-1].replace('_', '-')} {key!r}={value!r}: keys are text, values "
                               "text or numbers")
     return {key: str(value) for key, value in table.items()}
