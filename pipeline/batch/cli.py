@@ -76,6 +76,9 @@ def main(args: argparse.Namespace, err: Console) -> int:
     start_thread_pools_deaf()  # before anything imports NumPy: a Ctrl-C while the workers start is kept
     run_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _BATCH_DESTS})
     cfg = config_from_args(run_args)
+    if run_args.stream_list:  # a many-stream run's inputs: the batch's are its own arguments
+        raise ConfigError(f"{args.config}: [[streams]] are for `pipeline run --config`; a batch takes its inputs "
+                          "as arguments or @LIST files")
     batch = BatchSettings(output=args.output_dir, suffix=args.suffix, gpus=args.gpus, workers=args.workers,
                           scheduler=args.scheduler, dashboard=args.dashboard)
     sources = expand_inputs(args.inputs)

@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
+from ..errors import ConfigError, OutputError
+from ..textfile import read_text
 
 MARKER_VERSION = 1
+MAX_MARKER_BYTES = 1 << 16
 
 # Fields that cannot change the output's pixels or frames: where it goes, how it is reported, and the
 # memory and queue sizes (the pooled and per-frame paths give the same frames). Every other field,
@@ -63,9 +66,9 @@ def why_incomplete(source: Path, output: Path, digest: str) -> str | None:
     """None when ``output`` is a complete output of ``source`` with these options; else the reason."""
     if not output.exists():
         return "no output"
-    try:
-        marker = json.loads(marker_path(output).read_text())
-    except (OSError, ValueError):
+    try:  # a marker is a few lines: a FIFO, a device or a huge file put in its place is not one
+        marker = json.loads(read_text(marker_path(output), MAX_MARKER_BYTES, "marker"))
+    except (ConfigError, ValueError):
         return "no marker of a finished batch run beside it"
     identity = input_identity(source)
     if not isinstance(marker, dict) or marker.get("version") != MARKER_VERSION:
@@ -82,7 +85,11 @@ def why_incomplete(source: Path, output: Path, digest: str) -> str | None:
 def forget(output: Path) -> None:
     """Remove the marker before ``output`` is written again: if that run dies after renaming its output
     into place but before writing the new marker, no marker is left to vouch for the old one."""
-    marker_path(output).unlink(missing_ok=True)
+    marker = marker_path(output)
+    try:
+        marker.unlink(missing_ok=True)
+    except OSError as e:  # a directory in its place, a read-only folder: the run would write unvouched
+        raise OutputError(f"{marker}: cannot remove the resume marker: {e.strerror or e}") from None
 
 
 def write_marker(output: Path, identity: tuple[int, int] | None, digest: str, frames: int) -> None:
@@ -93,5 +100,9 @@ def write_marker(output: Path, identity: tuple[int, int] | None, digest: str, fr
     body = {"version": MARKER_VERSION, "input_size": identity[0], "input_mtime_ns": identity[1],
             "options": digest, "output_size": output.stat().st_size, "frames": frames}
     tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(body))
-    os.replace(tmp, marker)
+    try:
+        tmp.write_text(json.dumps(body))
+        os.replace(tmp, marker)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: nothing half-written left beside the output
+        raise

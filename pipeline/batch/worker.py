@@ -197,10 +197,10 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
     out = Path(job.output) if job.output else None
     identity = input_identity(Path(job.input))
     before = _file_identity(out)
-    if out is not None:
-        forget(out)
     t0 = time.perf_counter()
     try:
+        if out is not None:
+            forget(out)
         stats, allocations = _run_pipeline(job, control, state)
     except BaseException as e:
         _drop_new_output(out, before)
@@ -263,9 +263,10 @@ def _pipeline(job: Job, control: RunControl, state: WorkerState) -> tuple[Pipeli
 def _mark_complete(out: Path, identity: tuple[int, int] | None, job: Job, result: FileResult) -> None:
     try:
         write_marker(out, identity, job.options_hash, result.frames)
-    except OSError as e:  # the output is whole, but a next batch could not know it: not complete
+    except OSError as e:  # the output is whole, but a next batch could not know it: not complete, removed
+        out.unlink(missing_ok=True)  # as any failed file's (a batch's outputs are whole files or none)
         result.status, result.exit_code = "failed", EXIT_OUTPUT
-        result.error = f"{out}: cannot write its resume marker: {e.strerror or e}"
+        result.error = f"{out}: cannot write its resume marker ({e.strerror or e}); output removed"
 
 
 def _record_failure(result: FileResult, error: BaseException) -> None:

@@ -99,6 +99,44 @@ def test_a_changed_input_or_output_is_not_complete(clips, tmp_path, scheduler):
     assert why_incomplete(src, out, digest).startswith("no marker")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "huge"])
+def test_a_marker_that_is_not_a_small_file_vouches_for_nothing_and_blocks_nothing(tmp_path, kind):
+    """Read without blocking and no further than a marker's size (a FIFO put there hung the batch, one
+    linked to /dev/zero ran it out of memory); one that cannot be removed is an output error, not a bug."""
+    from pipeline.batch.resume import forget
+    from pipeline.errors import OutputError
+
+    src, out = tmp_path / "in.mkv", tmp_path / "out.mkv"
+    src.write_bytes(b"in")
+    out.write_bytes(b"out")
+    marker = marker_path(out)
+    {"fifo": lambda: os.mkfifo(marker), "device": lambda: marker.symlink_to("/dev/zero"),
+     "directory": marker.mkdir, "huge": lambda: marker.write_bytes(b" " * (1 << 20))}[kind]()
+    assert why_incomplete(src, out, "digest").startswith("no marker")
+    if kind == "directory":
+        with pytest.raises(OutputError, match="cannot remove the resume marker"):
+            forget(out)
+    else:
+        forget(out)
+        assert not marker.exists() and not marker.is_symlink()
+
+
+def test_a_marker_that_cannot_be_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from pipeline.batch import resume
+
+    out = tmp_path / "out.mkv"
+    out.write_bytes(b"out")
+
+    def full(self, text):
+        Path.write_bytes(self, text[:3].encode())
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        resume.write_marker(out, (2, 3), "digest", 5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mkv"]
+
+
 def test_null_output_processes_and_writes_nothing(clips, tmp_path, scheduler, monkeypatch):
     monkeypatch.chdir(tmp_path)
     report = run_batch([str(p) for p in good(clips)], "null", filters=CHAIN, device="cpu", scheduler=scheduler)

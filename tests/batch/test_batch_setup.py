@@ -271,6 +271,13 @@ def test_an_output_directory_that_is_a_file_is_refused(clips, tmp_path, capsys):
     assert taken.read_text() == "a file"
 
 
+def test_a_config_with_streams_is_refused_not_half_used(clips, tmp_path, capsys):
+    config = tmp_path / "streams.toml"
+    config.write_text(f'[[streams]]\ninput = "{clips / "clip0.mkv"}"\n[[streams]]\ninput = "{clips / "clip1.mkv"}"\n')
+    message = refused(capsys, 2, str(clips / "clip0.mkv"), "-o", "null", "--config", str(config))
+    assert "[[streams]] are for `pipeline run --config`" in message
+
+
 def test_a_scheduler_without_workers_is_said_and_the_batch_can_be_stopped(clips, caplog):
     import threading
 
