@@ -20,9 +20,9 @@ from .checks import as_pipeline_error
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
 from .config import STREAM_LIST, RunConfig, build_config, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
-                     PipelineError, stop_signals)
+                     PipelineError, SignalEchoes, stop_signals)
 from .ffmpeg_args import resolve_paths
-from .log import LEVELS
+from .log import LEVELS, one_line
 from .log import install as install_log, uninstall as uninstall_log
 from .startup import PROCESS_STARTED, create_cuda_context_early
 from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, silence, stdout_errors
@@ -137,8 +137,9 @@ def _parse(argv: list[str]):
 
 
 def _one_line(error: BaseException) -> str:
-    """The message on one line: a library's text may hold newlines (FFmpeg's "Valid sizes are ...")."""
-    return " ".join(str(error).split())
+    """The message on one line: a library's text may hold newlines (FFmpeg's "Valid sizes are ..."), a
+    file name control characters."""
+    return one_line(str(error))
 
 
 def _dispatch(args: argparse.Namespace, err: Console, process_ends: bool = False) -> int:
@@ -308,8 +309,11 @@ def _install_signal_handlers(control: Any) -> None:
     """
 
     placing = []  # signals that came while frames were being placed
+    echoes = SignalEchoes()
 
     def handler(signum, frame):
+        if echoes.echo(signum):  # the same signal delivered twice (timeout's): one stop
+            return
         name = signal.Signals(signum).name
         if control.stop_event.is_set():
             if placing:  # the third: the frames not placed yet are dropped, those placed stay

@@ -100,3 +100,25 @@ def stop_signals() -> list[int]:
 
     kept = [s for s in (signal.SIGINT, signal.SIGHUP) if signal.getsignal(s) is not signal.SIG_IGN]
     return [signal.SIGTERM, *kept]
+
+
+SIGNAL_ECHO_S = 0.1
+
+
+class SignalEchoes:
+    """Whether a stop signal asks again or repeats the one just handled. ``timeout -s INT`` (without
+    ``--foreground``) sends its signal to the command and then to the command's process group: the command
+    gets it twice within microseconds (its handler may run a little later), and a second signal means "exit at
+    once, no output". A person pressing Ctrl-C again does so later than :data:`SIGNAL_ECHO_S`."""
+
+    def __init__(self):
+        self._last: tuple[int, float] | None = None  # the last signal that was not an echo
+
+    def echo(self, signum: int) -> bool:
+        import time
+
+        now = time.monotonic()
+        if self._last is not None and self._last[0] == signum and now - self._last[1] < SIGNAL_ECHO_S:
+            return True
+        self._last = (signum, now)
+        return False

@@ -10,6 +10,7 @@ FFmpeg's own lines arrive here at debug level (``pipeline: ffmpeg: [context] ...
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Callable
 
@@ -42,6 +43,15 @@ LEVELS = {
 }
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a terminal: line breaks and tabs as spaces (a library's message holds some, a
+    file name may), any other control character escaped (an ESC in a name would drive the terminal)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], " ".join(text.split()))
+
+
 class LineHandler(logging.Handler):
     """``pipeline: message`` lines through ``write`` (the CLI's console, so a progress bar stays intact)."""
 
@@ -54,7 +64,7 @@ class LineHandler(logging.Handler):
             label = "warning: " if record.levelno == logging.WARNING else ""
             if record.levelno >= logging.ERROR:
                 label = "error: "
-            self._write(f"pipeline: {label}{record.getMessage()}")
+            self._write(f"pipeline: {label}{one_line(record.getMessage())}")
         except Exception:  # a broken stderr must not end the run
             self.handleError(record)
 

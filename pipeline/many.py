@@ -244,7 +244,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
             result.stats = pipeline.stats.to_dict(per_frame=per_frame)
         if result.error:
             named = result.error.startswith(cfg.input)
-            log.warning(result.error if named else f"{cfg.input}: {result.error}")
+            log.error(result.error if named else f"{cfg.input}: {result.error}")  # the stream failed
 
     from .avlib import silence_ffmpeg_log
 

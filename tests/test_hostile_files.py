@@ -523,3 +523,15 @@ def test_the_temporary_file_of_a_replacement_is_as_private_as_the_file_it_replac
     assert tmp.stat().st_mode & 0o777 == 0o600 and tmp.read_bytes() == b""
     create_like(tmp_path / ".none.mp4", tmp_path / "absent.mp4")  # nothing to copy: nothing made
     assert not (tmp_path / ".none.mp4").exists()
+
+
+def test_a_name_with_control_characters_is_said_on_one_line_escaped(tmp_path, clip):
+    """A line break in a name would split the error over lines; an ESC would drive the terminal. A failing
+    stream of a run with several inputs says error, as one run does."""
+    odd = tmp_path / "nope\x1b[31m\nx.mp4"
+    proc = run_pipeline(odd, "-o", "null")
+    assert proc.returncode == 3 and proc.stderr == f"pipeline: error: {tmp_path}/nope\\x1b[31m x.mp4: no such file\n"
+    (tmp_path / "out").mkdir()
+    several = run_pipeline(clip, odd, "-o", f"{tmp_path / 'out'}/", "--frames", "2")
+    assert several.returncode == 3 and several.stderr.count("\n") == 1, several.stderr
+    assert several.stderr.startswith("pipeline: error: ") and "\\x1b[31m x.mp4" in several.stderr

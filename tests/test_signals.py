@@ -18,6 +18,7 @@ import pytest
 from utils import partials, pipeline_command, pipeline_threads, read_json, run_pipeline, video_times, wait_until
 
 from pipeline import cli, engine
+from pipeline.errors import SIGNAL_ECHO_S
 from pipeline.sample import make_clip
 
 FRAMES = 240
@@ -66,10 +67,14 @@ def test_first_signal_drains_and_finalises(tmp_path, long_clip, signum, code):
 
 def test_second_signal_exits_at_once_without_output(tmp_path, long_clip):
     out = tmp_path / "out.mp4"
-    proc = start(long_clip, out)
+    # A chain slow enough that the frames in flight take a second to drain: the second signal comes
+    # during that, after the time in which it would be taken for the first's echo (timeout's).
+    cmd = pipeline_command(long_clip, "-o", out, "--filters", ",".join([SLOW_CHAIN] * 2), "--ring-size", "16",
+                           "--in-flight", "8")
+    proc = subprocess.Popen(cmd, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_progress(proc, out)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)  # two signals at once would be delivered as one
+    time.sleep(SIGNAL_ECHO_S + 0.15)
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
     _, err = proc.communicate(timeout=60)
@@ -138,6 +143,7 @@ def test_a_second_signal_while_frames_are_placed_lets_them_all_be_placed(tmp_pat
 
     monkeypatch.setattr(outfile, "place_output", place)
     monkeypatch.setattr(os, "_exit", exit_now)
+    monkeypatch.setattr("pipeline.errors.SIGNAL_ECHO_S", 0)  # the two signals back to back are two
     code = cli.main(["run", str(long_clip), "-o", str(tmp_path / "f%03d.png"), "-y", "--device", "cpu", "-q",
                      "--filters", "", "--frames", "10"])
     err = capfd.readouterr().err  # the handler writes to the descriptor
@@ -209,6 +215,7 @@ def test_a_third_signal_or_sigquit_while_placing_drops_the_staging_and_exits(tmp
     exits, kills = [], []
     monkeypatch.setattr(os, "_exit", lambda code: exits.append(code))
     monkeypatch.setattr(os, "kill", lambda pid, signum: kills.append(signum))  # SIGQUIT's own default action
+    monkeypatch.setattr("pipeline.errors.SIGNAL_ECHO_S", 0)  # the signals back to back are each one
     cli._install_signal_handlers(control)
     control.stop(signal.SIGINT)  # the first signal came before
     signal.raise_signal(signal.SIGINT)  # the second: the frames are placed first
@@ -336,4 +343,29 @@ def test_ctrl_c_in_an_api_call_drains_the_run_then_reaches_the_caller(tmp_path, 
     proc.send_signal(signal.SIGINT)
     stdout, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and stdout.strip() == "KeyboardInterrupt [[]] []", (stdout, err)
+    assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []
+
+
+def test_a_signal_delivered_twice_at_once_is_one_stop(monkeypatch):
+    """``timeout -s INT`` sends its signal to the command, then to the command's process group: twice."""
+    from pipeline import errors
+
+    clock = iter([10.0, 10.0001, 10.05, 10.3, 11.0, 11.05])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))  # SIGNAL_ECHO_S: 0.1
+    echoes = errors.SignalEchoes()
+    seen = [echoes.echo(s) for s in (signal.SIGINT, signal.SIGINT, signal.SIGINT, signal.SIGINT,
+                                      signal.SIGTERM, signal.SIGINT)]
+    assert seen == [False, True, True, False, False, False]
+
+
+def test_timeout_s_int_stops_a_run_once_and_keeps_its_output(tmp_path, long_clip):
+    import shutil
+
+    if shutil.which("timeout") is None:
+        pytest.skip("no coreutils timeout")
+    out = tmp_path / "out.mp4"
+    cmd = ["timeout", "--preserve-status", "-s", "INT", "2",
+           *pipeline_command(long_clip, "-o", out, "--filters", SLOW_CHAIN, "--ring-size", "16")]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and "again" not in proc.stderr, proc.stderr
     assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []

@@ -12,7 +12,8 @@ from typing import Iterator
 from rich.console import Console
 
 from ..checks import check_report_path, real_path
-from ..errors import ConfigError, OutputError, PipelineError, stop_signals
+from ..errors import ConfigError, OutputError, PipelineError, SignalEchoes, stop_signals
+from ..log import one_line
 from ..reportfile import save_report
 from ..stdio import StdoutConsole, stdout_errors
 from .inputs import expand_inputs
@@ -123,7 +124,7 @@ def _say_failures(report: BatchReport, err: Console) -> None:
     for r in report.results:
         if r.status == "failed":  # the error names its file, as `pipeline run` says it; else it is named here
             line = r.error if Path(r.input).name in r.error else f"{r.input}: {r.error}"
-            err.print(f"pipeline: error: {line} (exit {r.exit_code})", markup=False, soft_wrap=True)
+            err.print(f"pipeline: error: {one_line(line)} (exit {r.exit_code})", markup=False, soft_wrap=True)
 
 
 def _stopped(report: BatchReport) -> str:
@@ -160,7 +161,11 @@ def _install_signal_handlers(stop: StopRequest) -> None:
     unwinding (that would wait for the workers); the workers of a local cluster exit with this process.
     SIGINT or SIGHUP ignored when the batch starts (``cmd &`` in a script, ``nohup``) stays ignored."""
 
+    echoes = SignalEchoes()
+
     def handler(signum, frame):
+        if echoes.echo(signum):  # the same signal delivered twice (timeout's): one stop
+            return
         if stop.event.is_set():
             os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now\n".encode())
             os._exit(128 + signum)

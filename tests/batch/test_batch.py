@@ -23,7 +23,7 @@ from pipeline.batch import BatchReport, FileResult, StopRequest, run_batch
 from pipeline.batch import cluster
 from pipeline.batch.resume import marker_path, options_hash, why_incomplete
 from pipeline.config import RunConfig
-from pipeline.errors import OutputError
+from pipeline.errors import SIGNAL_ECHO_S, OutputError
 
 distributed = pytest.importorskip("distributed")
 
@@ -548,6 +548,7 @@ def test_a_second_sigint_exits_at_once_with_one_line_and_the_workers_semaphores_
         wait_until(lambda: partials(out), proc, "file in progress")
         os.killpg(proc.pid, signal.SIGINT)
         wait_until(lambda: any("again to exit at once" in line for line in lines), proc, "the first stop's line")
+        time.sleep(SIGNAL_ECHO_S + 0.2)  # sooner, the second is taken for the first's echo (timeout's)
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         reader.join(60)  # the tracker holds stderr open until it has cleaned up
