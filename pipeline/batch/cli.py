@@ -16,7 +16,7 @@ from ..errors import ConfigError, OutputError, PipelineError, SignalEchoes, stop
 from ..log import one_line
 from ..reportfile import save_report
 from ..stdio import StdoutConsole, stdout_errors
-from .inputs import expand_inputs
+from .inputs import check_lists_kept, expand_inputs
 from .jobs import FileResult
 from .report import BatchReport, summary_line, table
 from .runner import BatchSettings, StopRequest, execute, planned_outputs
@@ -82,7 +82,9 @@ def main(args: argparse.Namespace, err: Console) -> int:
                           "as arguments or @LIST files")
     batch = BatchSettings(output=args.output_dir, suffix=args.suffix, gpus=args.gpus, workers=args.workers,
                           scheduler=args.scheduler, dashboard=args.dashboard)
-    sources = expand_inputs(args.inputs)
+    lists: list[Path] = []
+    sources = expand_inputs(args.inputs, lists)
+    check_lists_kept(lists, planned_outputs(sources, batch))
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
         if out_dir is not None and real_path(Path(args.results_json)) == real_path(out_dir):  # made by the batch

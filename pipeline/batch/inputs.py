@@ -18,15 +18,17 @@ from ..textfile import read_text
 LIST_LIMIT = 16 << 20  # a million paths; a list larger than that is a device or a runaway file
 
 
-def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
-    """Paths in the order given, each once. ``@FILE`` reads FILE: one input per line (a path or a glob,
-    relative to the current directory, as on the command line); blank lines and ``#`` comments are
-    skipped. A glob that matches nothing is refused, as is an empty list. A plain path is kept even
-    when it is missing: that file fails alone, with the input error ``pipeline run`` gives."""
+def expand_inputs(items: Sequence[str | os.PathLike], lists: list[Path] | None = None) -> list[Path]:
+    """Paths in the order given, each once (a link or a hard link to a file named before is that file).
+    ``@FILE`` reads FILE: one input per line (a path or a glob, relative to the current directory, as on
+    the command line); blank lines and ``#`` comments are skipped; ``lists`` gets each list's path. A glob
+    that matches nothing is refused, as is an empty list; a name whose only pattern is ``[...]`` and
+    that matches nothing is a name. A plain path is kept even when it is missing: that file fails alone,
+    with the input error ``pipeline run`` gives."""
     paths: list[Path] = []
-    seen: dict[Path, Path] = {}
-    for path in _expand(items, depth=0):
-        key = real_path(path)
+    seen: dict[object, Path] = {}
+    for path in _expand(items, depth=0, lists=[] if lists is None else lists):
+        key = _identity(path)
         if key not in seen:
             seen[key] = path
             paths.append(path)
@@ -37,21 +39,43 @@ def expand_inputs(items: Sequence[str | os.PathLike]) -> list[Path]:
     return paths
 
 
-def _expand(items: Iterable[str | os.PathLike], depth: int) -> Iterable[Path]:
+def _identity(path: Path) -> object:
+    """What makes two names one file: its device and inode where it exists, else its resolved path."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return real_path(path)
+    return st.st_dev, st.st_ino
+
+
+def _expand(items: Iterable[str | os.PathLike], depth: int, lists: list[Path]) -> Iterable[Path]:
     for item in items:
         text = os.fspath(item)
         if text.startswith("@") and not Path(text).exists():
             if depth >= 8:
                 raise ConfigError(f"{text}: @lists nested more than 8 deep (does a list name itself?)")
-            yield from _expand(_read_list(text[1:]), depth + 1)
+            lists.append(Path(text[1:]))
+            yield from _expand(_read_list(text[1:]), depth + 1, lists)
         elif glob.has_magic(text) and not Path(text).exists():
             matches = sorted(glob.glob(text, recursive=True))
             files = [m for m in matches if not Path(m).is_dir()]
-            if not files:
+            if files:
+                yield from map(Path, files)
+            elif "*" in text or "?" in text:
                 raise ConfigError(f"{text}: no file matches")
-            yield from map(Path, files)
+            else:  # "clip[1].mp4": more likely a missing file's name than a pattern
+                yield Path(text)
         else:
             yield Path(text)
+
+
+def check_lists_kept(lists: Sequence[Path], outputs: Sequence[Path | None]) -> None:
+    """No output replaces an input list (``@a_processed.mp4``), even with -y: the list is the user's."""
+    named = {real_path(lst): lst for lst in lists if special_kind(lst) is None}
+    for out in outputs:
+        if out is not None and real_path(out) in named:
+            raise ConfigError(f"{out}: an output would replace the input list {named[real_path(out)]}; "
+                              "choose another -o or --suffix")
 
 
 def _read_list(name: str) -> list[str]:

@@ -21,7 +21,7 @@ from ..config import RunConfig
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, OutputError
 from ..log import log
 from .cluster import check_dashboard_address, check_scheduler_address, connect, plan_workers, survey
-from .inputs import claim_directory, expand_inputs, outputs_for, prepare_directory
+from .inputs import check_lists_kept, claim_directory, expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
 from .report import BatchReport
 from .resume import marker_path, options_hash, why_incomplete
@@ -82,11 +82,13 @@ def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, 
     check_cluster(batch)
     stop = stop or StopRequest()
     notify = on_result or (lambda result: None)
-    sources = expand_inputs(inputs)
+    lists: list[Path] = []
+    sources = expand_inputs(inputs, lists)
     specs = [] if batch.scheduler else plan_workers(batch.gpus, batch.workers, cfg.device)
     if specs and cfg.device.startswith("cuda:"):  # the worker on that GPU sees it as its only one
         cfg = cfg.replace(device="cuda")
     outputs = planned_outputs(sources, batch)
+    check_lists_kept(lists, outputs)
     directory = None if batch.output == "null" else Path(batch.output)
     if directory is not None:
         prepare_directory(directory)

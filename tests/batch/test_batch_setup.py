@@ -42,6 +42,26 @@ def test_a_link_to_an_input_already_named_runs_once_and_says_so(clips, tmp_path,
     assert [r.getMessage() for r in caplog.records] == [f"{link}: the same file as {clips / 'clip0.mkv'}; run once"]
 
 
+def test_a_hard_link_to_an_input_already_named_runs_once(clips, tmp_path):
+    link = tmp_path / "hard.mkv"
+    os.link(clips / "clip0.mkv", link)
+    assert expand_inputs([str(clips / "clip0.mkv"), str(link)]) == [clips / "clip0.mkv"]
+
+
+def test_a_missing_name_with_brackets_is_a_name_not_a_pattern(tmp_path):
+    """It fails alone as a missing input (exit 3), not the whole batch as a pattern matching nothing."""
+    assert expand_inputs([str(tmp_path / "clip[1].mp4")]) == [tmp_path / "clip[1].mp4"]
+
+
+def test_an_output_never_replaces_an_input_list_even_with_y(clips, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    listing = tmp_path / "clip0_processed.mkv"  # the name the batch's output of clip0 would have
+    listing.write_text(f"{clips / 'clip0.mkv'}\n")
+    message = refused(capsys, 2, f"@{listing.name}", "-o", ".", "-y")
+    assert "would replace the input list" in message
+    assert listing.read_text() == f"{clips / 'clip0.mkv'}\n"
+
+
 def test_inputs_refused_a_glob_matching_nothing_a_missing_list_or_nothing(tmp_path):
     with pytest.raises(ConfigError, match="no file matches"):
         expand_inputs([str(tmp_path / "*.mp4")])
