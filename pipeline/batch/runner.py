@@ -20,6 +20,7 @@ from ..checks import check_name_length
 from ..config import RunConfig
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, OutputError
 from ..log import log
+from ..outfile import remove_stale_partials
 from .cluster import check_dashboard_address, check_scheduler_address, connect, plan_workers, survey
 from .inputs import check_lists_kept, claim_directory, expand_inputs, outputs_for, prepare_directory
 from .jobs import FileResult, Job
@@ -153,6 +154,7 @@ def plan(report: BatchReport, cfg: RunConfig, digest: str, notify: OnResult) -> 
             continue
         reason = why_incomplete(Path(r.input), out, digest) if out is not None else "not kept"
         if reason is None:
+            remove_stale_partials(out)  # of a run stopped at once, whose file a later batch finished
             r.status = "skipped"
             notify(r)
         elif out is not None and out.exists() and not cfg.overwrite:

@@ -76,8 +76,19 @@ def test_resume_skips_complete_outputs_and_refuses_others_without_y(clips, tmp_p
     inputs = [str(p) for p in good(clips)]
     first = run_batch(inputs, tmp_path, filters=CHAIN, device="cpu", scheduler=scheduler)
     assert [r.status for r in first.results] == ["done"] * 3
+    # A worker's temporary file, left by a batch stopped at once: its process gone, or still exiting.
+    from pipeline.outfile import partial_prefix
+
+    out = Path(first.results[0].output)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    stale, live = (out.with_name(f"{partial_prefix(out)}{pid}{out.suffix}") for pid in (ended.pid, 1))
+    stale.write_bytes(b"half")
+    live.write_bytes(b"half")
     again = run_batch(inputs, tmp_path, filters=CHAIN, device="cpu", scheduler=scheduler, ring_size=4)
     assert [r.status for r in again.results] == ["skipped"] * 3 and again.exit_code == 0
+    assert not stale.exists() and live.exists()
+    live.unlink()
     other = run_batch(inputs, tmp_path, filters="gblur=sigma=2", device="cpu", scheduler=scheduler)
     assert [(r.status, r.exit_code) for r in other.results] == [("failed", 2)] * 3
     assert all("other options" in r.error and "-y" in r.error for r in other.results)
