@@ -35,9 +35,9 @@ from .config import file_url, is_url
 from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_signals
 from .outfile import create_like, final_path, place_output, remove_stale_partials, temp_path_for
 from .sink import check_hardware_encoder
-from .source import MAX_SIDE
 from .stdio import stdout_errors
 from .synth import synth_frame
+from .video import MAX_SIDE
 
 # What FFmpeg answers when it cannot do what the settings ask (as opposed to a write that failed)
 _REFUSALS = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}

@@ -48,7 +48,7 @@ from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .opening import open_file, open_input
 from .span import Span
-from .video import MAX_SIDE, StreamInfo, VideoFormat, check_frame_size  # noqa: F401 (MAX_SIDE: sample)
+from .video import StreamInfo, VideoFormat, check_frame_size
 
 # How much of a live stream FFmpeg analyses before the first frame (its defaults: 5 s and 5 MB). The
 # stream is read from its start anyway, and frames that arrive during the probe come out in a burst that

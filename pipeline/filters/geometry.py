@@ -19,9 +19,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..gpu.cuda import cupy, i32, launch_2d, raw_kernel
 from ..gpu.kernels import kernel, load, source
+from ..video import MAX_SIDE  # an output no later stage takes is refused as a bad argument
 from .registry import Filter, Param, register_filter
-
-MAX_SIDE = 16384
 
 _AFFINE_SRC = r"""
 // dst(x, y) = src(ax * x + bx * y + cx, ay * x + by * y + cy), every plane (blockIdx.z).
