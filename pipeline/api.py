@@ -173,11 +173,12 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
                           "for one, use run() or pass [source]")
     if not sources:
         raise ConfigError("run_many needs at least one source")
-    if not all(_is_location(_as_location(s)) for s in sources) or not _is_location(_as_location(output)):
+    locations, output = [_as_location(s) for s in sources], _as_location(output)
+    if not all(map(_is_location, [*locations, output])):
         raise ConfigError("run_many takes files or URLs (str or os.PathLike) and an output directory or \"null\"")
-    locations = [os.fspath(_as_location(s)) for s in sources]
+    locations = [os.fspath(s) for s in locations]
     base = settings(locations[0], None, filters, device, alloc, options)
-    configs = configs_for(base, locations, os.fspath(_as_location(output)))
+    configs = configs_for(base, locations, os.fspath(output))
     if base.stats_json:
         from .checks import check_streams_stats
 
@@ -190,9 +191,9 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
 def _write_stats(stats, cfg: RunConfig) -> None:
     """``stats_json``, as the command line writes it (a file that appeared during the run is kept)."""
     if cfg.stats_json:
-        from .reportfile import save_report
+        from .reportfile import save_json
 
-        save_report(cfg.stats_json, "stats_json", lambda p: stats.write_json(p, exclusive=not cfg.overwrite), "run")
+        save_json(stats, cfg.stats_json, "stats_json", cfg.overwrite, "run")
 
 
 def settings(source, output, filters: str | None, device: str, alloc: str, options: dict[str, Any]) -> RunConfig:

@@ -264,10 +264,10 @@ def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool =
     """Write --stats-json (``stats.write_json``: one run's, or many streams'); on a run already failing, a
     write error is a notice, never a new exit code. Without -y a file that appeared during the run is kept:
     the check before the run saw none."""
-    from .reportfile import save_report
+    from .reportfile import save_json
 
     try:
-        save_report(path, "--stats-json", lambda p: stats.write_json(p, exclusive=not overwrite), "run")
+        save_json(stats, path, "--stats-json", overwrite, "run")
     except PipelineError as e:
         if not failing:
             raise

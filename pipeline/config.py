@@ -262,15 +262,19 @@ def _wrong_type(name: str, value: Any) -> str | None:
     return None
 
 
-def _text_table(name: str, table: Any) -> Any:
-    """An option table's keys and values as text; a table that is not a mapping is left to _check_table."""
+def _text_table(name: str, table: Any) -> dict[str, str]:
+    """An option table, a mapping of text keys to text or numbers, with its values as text."""
+    flag = _table_flag(name)
     if not isinstance(table, Mapping):
-        return table
+        raise ConfigError(f"Invalid {flag} ({table!r}): options are a mapping of KEY to VALUE")
     for key, value in table.items():
         if not isinstance(key, str) or not isinstance(value, (str, int, float)):
-            raise ConfigError(f"Invalid --{name[:-1].replace('_', '-')} {key!r}={value!r}: keys are text, values "
-                              "text or numbers")
+            raise ConfigError(f"Invalid {flag} {key!r}={value!r}: keys are text, values text or numbers")
     return {key: str(value) for key, value in table.items()}
+
+
+def _table_flag(name: str) -> str:
+    return f"--{name[:-1].replace('_', '-')}"  # encoder_opts: --encoder-opt
 
 
 def _plugin_paths(value: Any) -> tuple[str, ...]:
@@ -478,13 +482,11 @@ def _check_text(cfg: "RunConfig") -> None:
 _CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tabs and line breaks allowed
 
 
-def _check_table(name: str, table: Any) -> None:
-    flag = f"--{name[:-1].replace('_', '-')}"
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"Invalid {flag} ({table!r}): options are a mapping of KEY to VALUE")
+def _check_table(name: str, table: dict[str, str]) -> None:
+    flag = _table_flag(name)
     in_value = _CONTROL if name == "encoder_opts" else _CONTROL_IN_VALUE
     for key, item in table.items():
-        if _CONTROL.search(str(key)) or in_value.search(str(item)):
+        if _CONTROL.search(key) or in_value.search(item):  # text by now (_check_types)
             allowed = "" if name == "encoder_opts" else " but tabs and line breaks"
             raise ConfigError(f"Invalid {flag} {key!r}={item!r}: keys hold no control characters, values none"
                               f"{allowed}")

@@ -55,6 +55,12 @@ def save_report(path: str | Path, option: str, write: Callable[[str | Path], T],
         raise OutputError(f"{path}: cannot write {option}: {e.strerror or e}") from e
 
 
+def save_json(report, path: str | Path, option: str, overwrite: bool, during: str) -> None:
+    """``report.write_json`` (a run's, several streams' or a batch's statistics) into ``path``, as
+    :func:`save_report` reports its failures; an existing file is replaced only with ``overwrite``."""
+    save_report(path, option, lambda p: report.write_json(p, exclusive=not overwrite), during)
+
+
 def _open_fifo(path: Path) -> int:
     deadline = time.monotonic() + FIFO_WAIT_S
     while True:

@@ -14,7 +14,7 @@ from rich.console import Console
 from ..checks import check_report_path, real_path
 from ..errors import ConfigError, OutputError, PipelineError, SignalEchoes, stop_signals
 from ..log import one_line
-from ..reportfile import save_report
+from ..reportfile import save_json
 from ..stdio import StdoutConsole, stdout_errors
 from .inputs import check_lists_kept, expand_inputs
 from .jobs import FileResult
@@ -151,7 +151,7 @@ def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool
     """Write --json. Without -y a file that appeared during the batch is kept (the check before saw none).
     On a batch that failed or was stopped, a write error is a warning: the batch's exit code stands."""
     try:
-        save_report(path, "--json", lambda p: report.write_json(p, exclusive=not overwrite), "batch")
+        save_json(report, path, "--json", overwrite, "batch")
     except PipelineError as e:
         if report.exit_code == 0:
             raise
