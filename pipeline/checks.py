@@ -29,9 +29,8 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
     A stream URL is the receiver's business: nothing to check here. ``source`` None: a command with no
     input (``pipeline sample``)."""
     if isinstance(target, str):  # a stream URL or a pipe; but file:// writes a local file directly
-        if pipe_fd(target, 1) is not None and output_format in MULTI_FILE_MUXERS:
-            raise ConfigError(f"{target}: the {output_format} muxer writes several files, a pipe carries one "
-                              "stream (-f mpegts or -f matroska do)")
+        if pipe_fd(target, 1) is not None:
+            check_single_file(target, output_format)
         local = local_path(target)
         if source is not None and local is not None and local.exists() and _is_input(local, source):
             raise ConfigError(f"{target}: output is the input; choose another -o")
@@ -63,8 +62,14 @@ MULTI_FILE_MUXERS = ("hls", "dash", "segment", "ssegment", "stream_segment", "hd
 _MULTI_FILE_SUFFIXES = {".m3u8": "hls", ".mpd": "dash", ".ism": "smoothstreaming"}
 
 
-def check_single_file(target: Path, output_format: str | None) -> None:
-    """A local output is one file: refuse a muxer that writes several (a URL output is the receiver's)."""
+def check_single_file(target: Path | str, output_format: str | None) -> None:
+    """A local output is one file, a pipe (``target`` a str) one stream: refuse a muxer that writes several
+    (a URL output is the receiver's)."""
+    if isinstance(target, str):
+        if output_format in MULTI_FILE_MUXERS:
+            raise ConfigError(f"{target}: the {output_format} muxer writes several files, a pipe carries one "
+                              "stream (-f mpegts or -f matroska do)")
+        return
     muxer = output_format or _MULTI_FILE_SUFFIXES.get(target.suffix.lower())
     if muxer in MULTI_FILE_MUXERS:
         raise ConfigError(f"{target}: the {muxer} muxer writes several files; pipeline writes one file, put in "
