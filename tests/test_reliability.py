@@ -38,7 +38,7 @@ from utils import (
 from pipeline import build, cli
 from pipeline.errors import GPUError, InputError
 from pipeline.sample import make_clip
-from pipeline.source import MAX_SIDE, check_frame_size
+from pipeline.video import MAX_SIDE, check_frame_size
 
 W, H, N = 320, 180, 30
 
