@@ -631,7 +631,7 @@ def test_stale_partial_files_of_dead_runs_are_removed(tmp_path):
 
 
 def test_timestamps_stay_increasing_whatever_the_input_does():
-    from pipeline.source import _Clock
+    from pipeline.decode import _Clock
 
     clock = _Clock(step=10, max_gap=1000)
     # in order; a jump back (concatenation) keeps the spacing; a gap past max_gap (wrap, damage) is
