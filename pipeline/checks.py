@@ -127,7 +127,7 @@ def check_progress_path(path: str, source: str = "", output: Path | str | None =
     an existing file is replaced without -y, as ffmpeg replaces it, but never the run's own files."""
     theirs = [*local_files(input=source, output=output, **{"--stats-json file": stats_json}), *_linked(output),
               *theirs]
-    check_report_path(path, "-progress", theirs, overwrite=True)
+    check_report_path(path, "-progress", theirs, overwrite=True, in_place=True)
 
 
 def _links_of(output: Path | str | None) -> list[Path]:
@@ -156,12 +156,13 @@ def local_files(**named: str | Path | None) -> list[tuple[Path, str]]:
 
 
 def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]], overwrite: bool,
-                      made_by_run: Path | None = None) -> None:
-    """A report (``option``'s file) is opened and written in place: refuse, before any work, a path that
-    cannot be written, and one whose writing would destroy something: one of ``theirs`` (path, what it is
-    to the user), or, without ``overwrite``, any existing file. A FIFO or a device (``/dev/stdout``) is
-    written into, nothing is replaced. Its directory may be ``made_by_run``, which the run creates (and
-    refuses if it cannot)."""
+                      made_by_run: Path | None = None, in_place: bool = False) -> None:
+    """A report (``option``'s file): refuse, before any work, a path that cannot be written, and one whose
+    writing would destroy something: one of ``theirs`` (path, what it is to the user), or, without
+    ``overwrite``, any existing file. A file is written beside itself and renamed into place, so its
+    directory must take a new file (``in_place``: an existing file is opened and truncated instead, as
+    ``-progress`` is); a FIFO or a device (``/dev/stdout``) is written into, nothing is replaced. Its
+    directory may be ``made_by_run``, which the run creates (and refuses if it cannot)."""
     target = Path(path)
     check_name_length(target, option)
     from .sequence import is_frame_of
@@ -182,8 +183,11 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
         return
     if not parent.is_dir():
         raise OutputError(f"{target}: {option} directory {parent} does not exist")
-    if not target.exists() and not os.access(parent, os.W_OK):  # an existing file is opened in place
-        raise OutputError(f"{target}: {option} directory {parent} is not writable")
+    if special_kind(target) is not None or (in_place and target.exists()):  # written into where it is
+        return
+    place = real_path(target).parent  # a link's file is written beside the file it points to
+    if not os.access(place, os.W_OK):
+        raise OutputError(f"{target}: {option} directory {place} is not writable")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -224,14 +228,29 @@ def special_kind(path: Path | str) -> str | None:
     return next((name for test, name in _SPECIAL if test(mode)), None)
 
 
+def check_reachable(path: Path, what: str, error: type[PipelineError] = OutputError) -> None:
+    """Refuse, in one line, a path whose place cannot even be looked at: a directory on the way that the
+    user cannot enter (EACCES) or a path past the system's length limit (ENAMETOOLONG). pathlib's
+    ``exists()``, ``is_dir()`` and ``is_symlink()`` raise these instead of answering."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL, refused by the caller
+        return
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # a link loop on the way: each caller names it
+            raise error(f"{path}: {what}: {e.strerror or e}") from None
+
+
 def check_name_length(target: Path, what: str = "output") -> None:
-    """A name longer than the filesystem takes is an output error, not an OSError from deep inside."""
+    """A name longer than the filesystem takes is an output error, not an OSError from deep inside; so is
+    a place that cannot be looked at (:func:`check_reachable`)."""
     from .outfile import name_max
 
     parent = target.parent if str(target.parent) else Path(".")
     limit, length = name_max(parent), len(os.fsencode(target.name))
     if length > limit:
         raise OutputError(f"{target}: {what} file name too long ({length} bytes; this filesystem takes {limit})")
+    check_reachable(target, what)
 
 
 def _written(output: str | None) -> Path | None:

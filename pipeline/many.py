@@ -134,12 +134,12 @@ class ManyResult:
         replace a file that exists by now (a FIFO or a device is written into)."""
         import json
 
-        from .reportfile import open_report
+        from .reportfile import report_file
 
         body = {"schema_version": 1, "totals": self.totals(),
                 "streams": [{"input": s.input, "output": s.output, "exit_code": s.exit_code, "error": s.error,
                              "stats": s.stats} for s in self.streams]}
-        with open_report(path, exclusive) as f:
+        with report_file(path, exclusive) as f:
             f.write(json.dumps(body, indent=2) + "\n")
 
     def totals(self) -> dict[str, Any]:

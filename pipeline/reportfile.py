@@ -1,6 +1,10 @@
 """Where every report goes (``--stats-json``, ``pipeline batch --json``, ``pipeline bench --json`` and its
 chart, ``pipeline probe --json``): a file replaced as the caller decides, or a FIFO or a device written into.
 
+A file is written whole or not at all, as a video output is: into a temporary file beside it, renamed onto
+it once complete (:func:`report_file`), so a full disk or a stop mid-write leaves the old report as it was
+and never half a JSON document. ``-progress``, read while the run goes on, is the one written in place.
+
 A FIFO has to be opened before it is written, and opening one for writing blocks until a process opens it
 for reading, beyond the reach of a signal handler that only asks the run to stop. So a FIFO is opened
 without blocking, tried again until a reader comes, and refused after :data:`FIFO_WAIT_S` seconds: with the
@@ -13,8 +17,9 @@ import errno
 import fcntl
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Callable, TypeVar
+from typing import IO, Callable, Iterator, TypeVar
 
 from .checks import real_path, special_kind
 from .errors import ConfigError, OutputError
@@ -37,8 +42,35 @@ def open_report(path: str | Path, exclusive: bool = False, binary: bool = False)
     return open(path, mode.replace("w", "x") if exclusive else mode)
 
 
+@contextmanager
+def report_file(path: str | Path, exclusive: bool = False, binary: bool = False) -> Iterator[IO]:
+    """A file to write the report ``path`` into whole: a regular file appears (or replaces the old one)
+    only when the ``with`` block completes; an error inside it removes what was written and keeps the old
+    file. ``exclusive``: fail (FileExistsError) rather than replace a file that exists by now. A FIFO or a
+    device is written into, as :func:`open_report` does."""
+    from .outfile import create_like, rename_noreplace, temp_path_for
+
+    if special_kind(path) is not None:
+        with open_report(path, exclusive, binary) as f:
+            yield f
+        return
+    target = real_path(path)  # a link's target is what is created or replaced (a dangling link's too)
+    tmp = temp_path_for(target)
+    create_like(tmp, target)  # a private report replaced with -y stays private while it is written
+    try:
+        with open(tmp, "wb" if binary else "w") as f:
+            yield f
+        if exclusive:
+            rename_noreplace(tmp, target)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_report(path: str | Path, text: str, exclusive: bool = False) -> None:
-    with open_report(path, exclusive) as f:
+    with report_file(path, exclusive) as f:
         f.write(text)
 
 

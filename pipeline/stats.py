@@ -16,7 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from .latency import LatencyLog, Ring, hop_label, summary
-from .reportfile import open_report
+from .reportfile import report_file
 
 STAGES = ("decode", "upload", "kernels", "download", "encode")
 # Where a frame can be dropped (see engine.py): before the decode stage copied it into a host slot,
@@ -194,7 +194,7 @@ class RunStats:
         series = self.latency.series() if self.latency else {}
         columns = ",\n".join(f"    {json.dumps(name)}: {json.dumps(values)}" for name, values in series.items())
         body = body[:-2] + ',\n  "per_frame": {' + (f"\n{columns}\n  " if columns else "") + "}\n}"
-        with open_report(path, exclusive) as f:
+        with report_file(path, exclusive) as f:
             f.write(body + "\n")
 
     def table(self) -> Table:

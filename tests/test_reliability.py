@@ -543,6 +543,27 @@ def test_unwritable_output_directory_exits_4_even_as_root(tmp_path, clips, monke
     assert list(locked.iterdir()) == []
 
 
+@pytest.mark.parametrize("case", ["-o", "--stats-json", "-progress", "sequence", "sample", "batch -o",
+                                  "batch --json", "--plugin"])
+def test_a_path_past_the_systems_limit_is_one_line_not_an_internal_error(tmp_path, clips, capsys, case):
+    """pathlib's exists()/is_dir() raise for such a path (ENAMETOOLONG; EACCES for a directory on the way that
+    cannot be entered, which root never meets): each path option says so and exits with its own code."""
+    far = str(tmp_path / ("d/" * 2100 + "x"))  # more than PATH_MAX (4096) bytes, each name short
+    clip = str(clips["av"])
+    argv, code = {"-o": (["run", clip, "-o", far + ".mp4"], 4),
+                  "--stats-json": (["run", clip, "-o", "null", "--stats-json", far + ".json"], 4),
+                  "-progress": (["run", clip, "-o", "null", "-progress", far + ".txt"], 4),
+                  "sequence": (["run", clip, "-o", far + "%03d.png"], 4),
+                  "sample": (["sample", "-o", far + ".mp4"], 4),
+                  "batch -o": (["batch", clip, "-o", far], 4),
+                  "batch --json": (["batch", clip, "-o", str(tmp_path / "out"), "--json", far + ".json"], 4),
+                  "--plugin": (["run", clip, "-o", "null", "--plugin", far + ".py"], 2)}[case]
+    assert cli.main([*argv, "--device", "cpu"] if argv[0] != "sample" else argv) == code
+    err = capsys.readouterr().err
+    assert "File name too long" in err and "internal error" not in err, err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1, err
+
+
 # -- 14. output is the input --------------------------------------------------------------------------
 
 

@@ -109,3 +109,52 @@ def test_a_report_to_dev_stdout_reaches_a_pipe(option):
     proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "--frames", "2", option, "/dev/stdout")
     assert proc.returncode == 0, proc.stderr
     assert ("progress=end" if option == "-progress" else '"frames_out": 2') in proc.stdout
+
+
+def test_a_report_that_fails_mid_write_keeps_the_old_file_whole(tmp_path):
+    """A full disk or a stop while a report is written leaves the old report, never half a JSON document."""
+    path = tmp_path / "stats.json"
+    path.write_text('{"theirs": 1}\n')
+    path.chmod(0o640)
+    with pytest.raises(OSError):
+        with reportfile.report_file(path) as f:
+            f.write('{"ours": ')
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert path.read_text() == '{"theirs": 1}\n' and sorted(os.listdir(tmp_path)) == ["stats.json"]
+    reportfile.write_report(path, '{"ours": 2}\n')
+    assert path.read_text() == '{"ours": 2}\n' and (path.stat().st_mode & 0o777) == 0o640
+    assert sorted(os.listdir(tmp_path)) == ["stats.json"]
+
+
+def test_a_report_that_appears_while_it_is_written_is_kept(tmp_path):
+    path = tmp_path / "stats.json"
+    with pytest.raises(FileExistsError):
+        with reportfile.report_file(path, exclusive=True) as f:
+            f.write("ours\n")
+            path.write_text("theirs\n")  # another process, meanwhile
+    assert path.read_text() == "theirs\n" and sorted(os.listdir(tmp_path)) == ["stats.json"]
+
+
+def test_stats_json_on_a_full_disk_keeps_the_old_report(tmp_path, monkeypatch, capsys):
+    from utils import ROOT
+
+    from pipeline import cli
+
+    path = tmp_path / "stats.json"
+    path.write_text('{"theirs": 1}\n')
+    real_open = open
+
+    def full_disk(file, mode="r", *args, **kwargs):  # the temporary report takes 8 bytes, then the disk is full
+        f = real_open(file, mode, *args, **kwargs)
+        if "w" in mode and ".partial-" in os.fspath(file):
+            write = f.write
+            f.write = lambda text: write(text[:8]) if len(text) <= 8 else (_ for _ in ()).throw(
+                OSError(errno.ENOSPC, "No space left on device"))
+        return f
+
+    monkeypatch.setattr("builtins.open", full_disk)
+    code = cli.main(["run", str(ROOT / "samples" / "sample.mp4"), "-o", "null", "--frames", "2", "--device", "cpu",
+                     "-q", "-y", "--stats-json", str(path)])
+    err = capsys.readouterr().err
+    assert code == 4 and "No space left on device" in err and len(err.strip().splitlines()) == 1, err
+    assert path.read_text() == '{"theirs": 1}\n' and sorted(os.listdir(tmp_path)) == ["stats.json"]

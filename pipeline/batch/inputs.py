@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
-from ..checks import real_path, special_kind
+from ..checks import check_reachable, real_path, special_kind
 from ..errors import ConfigError, OutputError
 from ..log import log
 from ..many import output_extension
@@ -51,12 +51,13 @@ def _identity(path: Path) -> object:
 def _expand(items: Iterable[str | os.PathLike], depth: int, lists: list[Path]) -> Iterable[Path]:
     for item in items:
         text = os.fspath(item)
-        if text.startswith("@") and not Path(text).exists():
+        # os.path.exists: False, not PermissionError, for a name in a directory that cannot be entered
+        if text.startswith("@") and not os.path.exists(text):
             if depth >= 8:
                 raise ConfigError(f"{text}: @lists nested more than 8 deep (does a list name itself?)")
             lists.append(Path(text[1:]))
             yield from _expand(_read_list(text[1:]), depth + 1, lists)
-        elif glob.has_magic(text) and not Path(text).exists():
+        elif glob.has_magic(text) and not os.path.exists(text):
             matches = sorted(glob.glob(text, recursive=True))
             files = [m for m in matches if not Path(m).is_dir()]
             if files:
@@ -146,6 +147,7 @@ def check_suffix(suffix: str) -> None:
 
 def prepare_directory(directory: Path) -> None:
     """Create the output directory (and its parents) if needed; refuse one that cannot be written."""
+    check_reachable(directory, "the output directory")
     if directory.exists() and not directory.is_dir():
         raise OutputError(f"{directory}: not a directory; -o names the directory the outputs go into")
     try:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from ..reportfile import open_report, write_report
+from ..reportfile import report_file, write_report
 
 SCOPE_TITLES = {
     "gpu": "gpu scope: host slots, upload, kernels, download (frames decoded beforehand, output discarded)",
@@ -116,7 +116,7 @@ def write_chart(result: dict[str, Any], path: Path, console: Console, exclusive:
                  + f" on {dev}")
     fig.tight_layout()
     try:
-        with open_report(path, exclusive, binary=True) as f:
+        with report_file(path, exclusive, binary=True) as f:
             fig.savefig(f, dpi=110, format="png")
     finally:
         plt.close(fig)

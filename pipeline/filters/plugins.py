@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..checks import check_reachable
 from ..errors import ConfigError, Interrupted, PipelineError, PluginError
 from .registry import FILTERS
 
@@ -29,6 +30,7 @@ def load_plugin(path: str | Path) -> None:
     AttributeError); a file that fails leaves no filter of its own registered.
     """
     path = Path(path)
+    check_reachable(path, "plugin", ConfigError)
     if not path.is_file():
         raise ConfigError(f"plugin not found: {path}")
     resolved = path.resolve()
