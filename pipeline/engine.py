@@ -37,6 +37,7 @@ from .encoders import is_hardware
 from .errors import GPUError, GPUStalled, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
+from .log import log
 from .processor import FramePlan, Processor
 from .startup import Phases, trim_heap
 from .stages import Stages
@@ -428,8 +429,12 @@ class Pipeline(Stages, Tally):
             error = error or GPUError(f"CUDA error while draining: {e}")
         self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}
         error = as_pipeline_error(error) if error is not None else self._input_error
+        if consumer_left and error is not None:
+            # frames(): the caller stopped (a break, its own exception) before taking the frame that failed;
+            # raising here would replace the caller's exception with one about a frame it never saw.
+            log.warning(f"{error} (after the caller stopped taking frames)")
         try:
-            if not (consumer_left and error is None):  # frames(): the caller stopped; nothing to finalise
+            if not consumer_left:  # frames(): the caller stopped; nothing to finalise
                 self._end_sink(error)
         finally:
             # After the sink: a closed encoder holds none of the slots its frames wrapped, so each goes

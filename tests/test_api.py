@@ -8,6 +8,7 @@ are counted.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,45 @@ def test_frames_break_stops_the_run_and_gives_memory_back(device, clip):
     assert pipeline_threads() == []
     m = frames.stats.memory
     assert m["bytes_in_use"] == 0 and frames.stats.frames_out == 4
+
+
+@pytest.mark.parametrize("leave", ["break", "raise"])
+def test_leaving_frames_early_never_raises_about_a_frame_not_taken(clip, leave):
+    """The stages run ahead of the caller: a failure on a frame it never took is not raised in place of
+    its own exception (or its break)."""
+    from pipeline.filters import FILTERS, Filter, register_filter
+
+    done = []
+
+    @register_filter("test_fails_from_frame_7")
+    class FailsLater(Filter):
+        def cpu(self, src, dst, scratch):
+            done.append(1)
+            if len(done) >= 7:  # frame 6: the caller holds frame 5, the stages run two ahead
+                raise RuntimeError("a later frame")
+            dst[...] = src
+
+    def leave_at_frame_5():
+        with pipeline.frames(clip, device="cpu", filters="test_fails_from_frame_7") as frames:
+            for frame in frames:
+                if frame.index == 5:
+                    deadline = time.monotonic() + 10
+                    while len(done) < 7 and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    assert len(done) >= 7  # the stages ran ahead and failed
+                    if leave == "break":
+                        break
+                    raise ValueError("the caller's own")
+
+    try:
+        if leave == "break":
+            leave_at_frame_5()
+        else:
+            with pytest.raises(ValueError, match="the caller's own"):
+                leave_at_frame_5()
+    finally:
+        FILTERS.pop("test_fails_from_frame_7")
+    assert pipeline_threads() == []
 
 
 def test_frames_are_dlpack_arrays(clip):

@@ -156,6 +156,26 @@ def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, cli
     assert not out.exists() and partials(tmp_path) == []
 
 
+def test_a_plugin_taking_a_built_in_name_fails_alone_and_the_built_ins_stay(tmp_path, clip):
+    """In a fresh process (the built-ins not registered yet): the plugin's registration is what fails, naming
+    the built-in it collides with; the next run in the process still has every built-in."""
+    plugin = write_plugin(tmp_path, "invert")
+    script = f"""
+import pipeline
+for attempt in range(2):
+    try:
+        pipeline.run({str(clip)!r}, "null", device="cpu", plugins=[{str(plugin)!r}], filters="grayscale")
+    except pipeline.ConfigError as e:
+        print("refused:", e)
+print("then:", pipeline.run({str(clip)!r}, "null", device="cpu", filters="grayscale,invert")["frames_out"])
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 3, proc.stderr
+    assert all("'invert' is already registered (by pipeline.filters." in line for line in lines[:2]), lines
+    assert lines[2].startswith("then:") and int(lines[2].split()[1]) > 0
+
+
 # -- 7. host memory: what is touched is what is counted, and it is taken up front -----------------------------
 
 

@@ -36,6 +36,8 @@ def load_plugin(path: str | Path) -> None:
     resolved = path.resolve()
     if resolved in _LOADED_PLUGINS:
         return
+    from . import builtin  # noqa: F401  registered before: a failing plugin's own names are the ones removed
+
     before = set(FILTERS)
     try:
         _exec(path)

@@ -140,8 +140,14 @@ def register_filter(name: str):
     """Class decorator: ``@register_filter("gblur") class GBlur(Filter): ...``."""
 
     def wrap(cls: type[Filter]) -> type[Filter]:
-        if name in FILTERS and FILTERS[name] is not cls:
-            raise ConfigError(f"filter {name!r} is already registered")
+        # The built-ins first, so that a name of theirs taken by a user's filter fails here, naming both,
+        # instead of at the built-ins' own registration, which would fail every later run too.
+        from . import builtin  # noqa: F401
+
+        taken = FILTERS.get(name)
+        if taken is not None and taken is not cls:
+            raise ConfigError(f"filter {name!r} is already registered (by {taken.__module__}.{taken.__qualname__}); "
+                              f"{cls.__module__}.{cls.__qualname__} needs another name")
         cls.name = name
         FILTERS[name] = cls
         return cls
