@@ -11,6 +11,7 @@ into a host slot, so a run measures the whole memory path without an encoder set
 from __future__ import annotations
 
 import itertools
+import numbers
 from fractions import Fraction
 from typing import Any, Iterable, Iterator
 
@@ -19,7 +20,7 @@ import numpy as np
 from .errors import ConfigError, InputError
 from .video import Colour, FrameMeta, StreamInfo, VideoFormat, check_frame_size
 
-MAX_FPS = 1000  # frames a second of an array source's timestamps
+MIN_FPS, MAX_FPS = 0.001, 1000  # frames a second of an array source's timestamps
 
 
 class ArrayFrame:
@@ -37,6 +38,8 @@ class ArraySource:
     The first frame fixes the size; an odd width or height loses its last column or row (4:2:0 output).
     ``colour`` tags I420 input (and the output); RGB input is encoded with BT.709 limited range.
     ``repeat``: cycle through ``frames`` (a list) until this many frames were given (benchmarks).
+    A source gives its frames to one run. With ``copy_threads`` above 1 several frames are copied at once:
+    yield a new array for each frame, not one buffer refilled.
     """
 
     audio = None
@@ -48,10 +51,14 @@ class ArraySource:
                  repeat: int | None = None):
         if layout not in ("rgb24", "i420"):
             raise ConfigError(f"Invalid layout ({layout!r}). Supported values are rgb24, i420.")
-        if isinstance(fps, bool) or not isinstance(fps, (int, float, Fraction)) or not 0 < fps <= MAX_FPS:
-            raise ConfigError(f"Invalid fps ({fps!r}). Supported values are numbers from 0 (excluded) to {MAX_FPS}.")
+        if isinstance(fps, (bool, np.bool_)) or not isinstance(fps, numbers.Real) or not MIN_FPS <= fps <= MAX_FPS:
+            raise ConfigError(f"Invalid fps ({fps!r}). Supported values are numbers from {MIN_FPS} to {MAX_FPS}.")
+        if repeat is not None and (not _is_int(repeat) or repeat < 1):
+            raise ConfigError(f"Invalid repeat ({repeat!r}). Supported values are None and integers >= 1.")
         self.layout, self.path = layout, name
-        self._time_base = Fraction(1, 1) / Fraction(fps).limit_denominator(1001000)
+        rate = (fps if isinstance(fps, Fraction) else Fraction(float(fps))).limit_denominator(1001000)
+        self._time_base = 1 / rate
+        self._taken = False
         source = itertools.cycle(frames) if repeat is not None else iter(frames)
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
         self._first = next(self._frames, None)
@@ -59,7 +66,7 @@ class ArraySource:
             raise InputError(f"{name}: no frames")
         width, height = self._size(self._first, size)
         fmt = VideoFormat(width - width % 2, height - height % 2, colour or Colour("bt709", False, 1, 1, 1, 1))
-        self.info = StreamInfo(fmt, Fraction(fps).limit_denominator(1001000), self._time_base, repeat, None,
+        self.info = StreamInfo(fmt, rate, self._time_base, repeat, None,
                                False, name)
         self._source_size = (width, height)
 
@@ -80,6 +87,9 @@ class ArraySource:
     def items(self, limit: int | None = None) -> Iterator[Any]:
         from .source import DecodedFrame  # the entry type the engine expects (no codec involved)
 
+        if self._taken:  # its iterator is spent: a second run would get the first frame alone
+            raise ConfigError(f"{self.path}: an ArraySource gives its frames to one run; make another for the next")
+        self._taken = True
         frames = itertools.chain([self._first], self._frames)
         for index, array in enumerate(itertools.islice(frames, limit)):
             yield DecodedFrame(ArrayFrame(array), FrameMeta(index, index, self._time_base))
@@ -88,7 +98,10 @@ class ArraySource:
         array, fmt = frame.array, self.info.format
         _check_array(self.path, array)
         if self.layout == "i420":
-            np.copyto(dst, np.asarray(array).reshape(-1)[: dst.size])
+            if array.dtype != np.uint8 or array.size < dst.size:
+                raise InputError(f"{self.path}: an I420 frame of {fmt.width}x{fmt.height} is {dst.size} uint8 "
+                                 f"bytes, got {array.size} {array.dtype}")
+            np.copyto(dst, array.reshape(-1)[: dst.size])
             return
         if array.shape != (self._source_size[1], self._source_size[0], 3):
             raise InputError(f"{self.path}: frame of shape {array.shape} after frames of "

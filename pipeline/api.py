@@ -202,8 +202,15 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
         raise ConfigError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                           f"valid options: {', '.join(OPTIONS)}")
     name = os.fspath(source) if _is_location(source) else getattr(getattr(source, "info", None), "name", "<frames>")
+    output = _as_location(output)
+    if output is not None and not _is_location(output):
+        raise ConfigError(f"Invalid output ({type(output).__name__}). Supported values are a path (str, bytes or "
+                          "os.PathLike), a URL, or \"null\".")
     out = None if output is None else os.fspath(output)
-    return RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
+    cfg = RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
+    if not _is_location(source):
+        _check_for_frames(cfg)
+    return cfg
 
 
 def check_decoders(decoders) -> None:
@@ -232,6 +239,21 @@ def open_source(source, cfg: RunConfig, backend, decoders: DecoderPool | None = 
         return ArraySource(source)
     raise ConfigError(f"Invalid source ({type(source).__name__}). Supported values are a path or URL, an "
                       "iterable of H x W x 3 uint8 arrays, or a FrameSource.")
+
+
+# Options that read a file or a stream: given with frames from code, they would be ignored without a word.
+_DEMUX_OPTIONS = ("start", "duration", "end", "realtime", "input_format", "input_opts", "reconnect")
+
+
+def _check_for_frames(cfg: RunConfig) -> None:
+    """Refuse the demuxing options with a source of frames (arrays, a FrameSource): it yields what it is
+    given, in order, at the pace of the code behind it; ``frames`` limits it."""
+    defaults = RunConfig()
+    given = [name for name in _DEMUX_OPTIONS if getattr(cfg, name) != getattr(defaults, name)]
+    if given:
+        kind = "options" if len(given) > 1 else "an option"
+        raise ConfigError(f"{', '.join(given)}: {kind} of a file or stream input; a source of frames yields "
+                          "what its code gives, at its pace (frames=N limits it)")
 
 
 def _is_location(source) -> bool:

@@ -154,3 +154,32 @@ class Channel:
             self._frames = 0
             self._cond.notify_all()
         return items
+
+
+class Worker(threading.Thread):
+    """A daemon thread whose end the main thread can wait for under Ctrl-C.
+
+    ``Thread.join()`` interrupted by KeyboardInterrupt (the API caller's Ctrl-C) can mark a thread that
+    still runs as stopped (Python 3.11 and 3.12 release its state lock on the way out), after which
+    ``is_alive()`` says False and a later ``join()`` returns at once: the run would close what the
+    thread still uses. Waiting on an event the thread sets as its last step is safe to interrupt."""
+
+    def __init__(self, target: Callable[..., Any], args: tuple = (), *, name: str):
+        super().__init__(target=target, args=args, name=name, daemon=True)
+        self.ended = threading.Event()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.ended.set()
+
+
+def wait_for_all(threads: list[Worker], poll: float = 0.1, tick: Callable[[], None] | None = None) -> None:
+    """Until every thread has ended, waking every ``poll`` seconds (signal handlers run only when the main
+    thread wakes) to call ``tick``; each is joined once its ``ended`` is set, a matter of its return."""
+    for t in threads:
+        while not t.ended.wait(poll):
+            if tick is not None:
+                tick()
+        t.join()

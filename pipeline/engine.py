@@ -28,7 +28,7 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from .channels import END as _END, Aborted, Channel
+from .channels import END as _END, Aborted, Channel, Worker, wait_for_all
 from .checks import as_pipeline_error
 from .config import RunConfig
 from .control import RunControl
@@ -244,7 +244,7 @@ class Pipeline(Stages, Tally):
         self._start_preview()
         stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted),
                   ("encode", consume, None)]
-        threads = [threading.Thread(target=self._guard, args=s, name=f"pipeline-{s[0]}", daemon=True) for s in stages]
+        threads = [Worker(self._guard, s, name=f"pipeline-{s[0]}") for s in stages]
         if self._feed is not None:
             self._feed.start()
         for t in threads:
@@ -269,7 +269,7 @@ class Pipeline(Stages, Tally):
         """The encode stage's place taken by the caller: decode and submit run in threads."""
         self._channels()
         stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted)]
-        threads = [threading.Thread(target=self._guard, args=s, name=f"pipeline-{s[0]}", daemon=True) for s in stages]
+        threads = [Worker(self._guard, s, name=f"pipeline-{s[0]}") for s in stages]
         if self._feed is not None:
             self._feed.start()
         for t in threads:
@@ -289,8 +289,7 @@ class Pipeline(Stages, Tally):
             if not finished:  # the caller stopped early (break, an exception): stop every stage
                 self.stop_event.set()
                 self.abort.set()
-            for t in threads:
-                t.join()
+            wait_for_all(threads)
             self._finish(consumer_left=not finished)
 
     def _next_output(self) -> WorkItem | None:
@@ -311,18 +310,16 @@ class Pipeline(Stages, Tally):
         # After the work the caller may have queued on its current stream that reads the frame.
         self.processor.release(item, after=self.backend.ops.record_current())
 
-    def _wait_for(self, threads: list[threading.Thread]) -> None:
-        # Short waits: signal handlers run only when the main thread wakes; the preview window
-        # (GUI calls belong on the main thread) is refreshed between them.
-        poll = 0.01 if self.preview is not None else 0.1
-        for t in threads:
-            while t.is_alive():
-                t.join(poll)
-                if self.preview is not None:
-                    self.preview.pump()
-                self._watch_gpu()
+    def _wait_for(self, threads: list[Worker]) -> None:
+        # The preview window (GUI calls belong on the main thread) is refreshed between the waits.
+        wait_for_all(threads, 0.01 if self.preview is not None else 0.1, self._tick)
 
-    def _stop_on_interrupt(self, threads: list[threading.Thread]) -> None:
+    def _tick(self) -> None:
+        if self.preview is not None:
+            self.preview.pump()
+        self._watch_gpu()
+
+    def _stop_on_interrupt(self, threads: list[Worker]) -> None:
         """A Ctrl-C in the caller's thread (KeyboardInterrupt: the API's caller; the command line's handlers
         set events instead) stops the run as the command line's first one does, the frames in flight
         drained; another one meanwhile stops it at once. The threads are joined before anything closes."""

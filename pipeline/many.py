@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .channels import Worker, wait_for_all
 from .config import RunConfig
 from .errors import EXIT_INTERNAL, ConfigError, GPUStalled, PipelineError
 from .log import log
@@ -249,22 +251,35 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     from .avlib import silence_ffmpeg_log
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i, c), name=f"pipeline-stream-{i}", daemon=True)
-               for i, c in enumerate(configs)]
+    threads = [Worker(one, (i, c), name=f"pipeline-stream-{i}") for i, c in enumerate(configs)]
     with silence_ffmpeg_log():
         for t in threads:
             t.start()
         if on_start is not None:
             on_start(pipelines)
         try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.1)  # short waits: the main thread takes the signals
+            wait_for_all(threads)
+        except KeyboardInterrupt:  # the API caller's Ctrl-C (the command line's handlers set events instead)
+            _stop_then_join(threads, control, pipelines)
+            raise
         finally:
             counters = shared.counters()
             if owned and not GPUStalled.happened:  # a stream's frames stuck on the GPU: closing would wait on them
                 shared.close()
     return ManyResult(results, time.perf_counter() - t0, counters)
+
+
+def _stop_then_join(threads: list[Worker], control, pipelines: list) -> None:
+    """Every stream stopped as the command line's first Ctrl-C stops it (the frames in flight drained, the
+    frames done kept), another Ctrl-C meanwhile stops them at once; joined before the shared memory closes."""
+    control.stop(signal.SIGINT)
+    while True:
+        try:
+            wait_for_all(threads)
+            return
+        except KeyboardInterrupt:
+            for pipeline in pipelines:
+                pipeline.abort.set()
 
 
 def configs_for(base: RunConfig, inputs: list[str], output: str | None,

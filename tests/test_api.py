@@ -338,6 +338,9 @@ def test_an_empty_source_name_and_arrays_without_an_output_are_config_errors(tmp
     assert list(tmp_path.iterdir()) == []
 
 
+RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: pipeline.run_many([None]), pipeline.ConfigError, "run_many takes files or URLs"),
     (lambda: pipeline.run_many(["a.mp4"], None), pipeline.ConfigError, "run_many takes files or URLs"),
@@ -349,10 +352,30 @@ def test_an_empty_source_name_and_arrays_without_an_output_are_config_errors(tmp
      "needs size=(width, height)"),
     (lambda: pipeline.frames([np.broadcast_to(np.uint8(9), (20000, 8, 3))], device="cpu"), pipeline.InputError,
      "frame size 8x20000 is too large"),
+    (lambda: pipeline.ArraySource([RGB], fps=1e-9), pipeline.ConfigError, "Invalid fps (1e-09)"),
+    (lambda: pipeline.ArraySource([RGB], repeat=-1), pipeline.ConfigError, "Invalid repeat (-1)"),
+    (lambda: pipeline.ArraySource([RGB], repeat=2.5), pipeline.ConfigError, "Invalid repeat (2.5)"),
+    (lambda: pipeline.ArraySource([RGB], repeat=True), pipeline.ConfigError, "Invalid repeat (True)"),
+    (lambda: pipeline.run(pipeline.ArraySource([np.arange(90, dtype=np.uint8)], layout="i420", size=(8, 8)),
+                          "null", device="cpu"), pipeline.InputError, "is 96 uint8 bytes, got 90 uint8"),
+    (lambda: pipeline.run(pipeline.ArraySource([np.ones(96, np.float32)], layout="i420", size=(8, 8)),
+                          "null", device="cpu"), pipeline.InputError, "got 96 float32"),
+    (lambda: pipeline.run("clip.mp4", 5, device="cpu"), pipeline.ConfigError, "Invalid output (int)"),
+    (lambda: pipeline.run([RGB], "null", device="cpu", realtime=True), pipeline.ConfigError,
+     "realtime: an option of a file or stream input"),
+    (lambda: pipeline.frames([RGB], device="cpu", start=0.5, end=1), pipeline.ConfigError,
+     "start, end: options of a file or stream input"),
 ])
 def test_sources_of_the_wrong_kind_are_the_projects_errors(call, error, message):
     with pytest.raises(error, match=re.escape(message)):
         call()
+
+
+def test_an_array_source_gives_its_frames_to_one_run():
+    source = pipeline.ArraySource([RGB] * 3, fps=np.float32(25))
+    assert pipeline.run(source, "null", device="cpu")["frames_out"] == 3
+    with pytest.raises(pipeline.ConfigError, match="gives its frames to one run"):
+        pipeline.run(source, "null", device="cpu")
 
 
 def test_a_path_given_as_bytes_is_a_path(clip):

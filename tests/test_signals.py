@@ -346,6 +346,35 @@ def test_ctrl_c_in_an_api_call_drains_the_run_then_reaches_the_caller(tmp_path, 
     assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []
 
 
+_API_RUN_MANY = """
+import sys, threading
+import pipeline
+
+try:
+    pipeline.run_many([sys.argv[1], sys.argv[1]], sys.argv[2], device="cpu", filters=sys.argv[3], quiet=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")])
+"""
+
+
+def test_ctrl_c_in_run_many_stops_every_stream_before_it_reaches_the_caller(tmp_path, long_clip):
+    """As for run(): each stream drains and keeps its frames done, every stream's threads are joined before
+    the shared memory closes, and only then does the caller get its KeyboardInterrupt."""
+    from utils import python_command
+
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen(python_command("-c", _API_RUN_MANY, long_clip, f"{out}/", SLOW_CHAIN), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_progress(proc, out / "x")
+    proc.send_signal(signal.SIGINT)
+    stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and stdout.strip() == "KeyboardInterrupt []", (stdout, err)
+    written = sorted(out.iterdir())
+    assert len(written) == 2 and partials(out) == [], written
+    assert all(0 < len(video_times(path)) < FRAMES for path in written)
+
+
 def test_a_signal_delivered_twice_at_once_is_one_stop(monkeypatch):
     """``timeout -s INT`` sends its signal to the command, then to the command's process group: twice."""
     from pipeline import errors
