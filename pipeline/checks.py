@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Iterable
@@ -105,6 +107,7 @@ def check_stats_path(path: str | None, source: str = "", output: Path | str | No
     if path:
         check_report_path(path, "--stats-json", local_files(input=source, output=output) + _linked(output),
                           overwrite)
+        _check_not_a_video_pipe(path, [output if isinstance(output, str) else None])
 
 
 def check_streams_stats(path: str, streams: list[tuple[str, str | None]], overwrite: bool = False) -> None:
@@ -115,10 +118,16 @@ def check_streams_stats(path: str, streams: list[tuple[str, str | None]], overwr
         written = _written(output)
         theirs += local_files(input=source, output=written) + _linked(written)
     check_report_path(path, "--stats-json", theirs, overwrite)
-    report = _node(lambda: os.stat(path))  # /dev/stdout while a stream writes its video there
-    if report is not None and (i := next((i for i, (_, o) in enumerate(streams) if report in _endpoints(o, 1)),
-                                         None)) is not None:
-        raise ConfigError(f"{path}: --stats-json is where stream {i + 1} writes its video; choose another path")
+    _check_not_a_video_pipe(path, [output for _, output in streams])
+
+
+def _check_not_a_video_pipe(path: str, outputs: list[str | None]) -> None:
+    """The report is not the pipe a stream writes its video into (/dev/stdout while ``-o -`` goes there)."""
+    report = _node(lambda: os.stat(path))
+    i = next((i for i, o in enumerate(outputs) if report is not None and report in _endpoints(o, 1)), None)
+    if i is not None:
+        whose = "the output" if len(outputs) == 1 else f"where stream {i + 1} writes its video"
+        raise ConfigError(f"{path}: --stats-json is {whose}; choose another path")
 
 
 def check_progress_path(path: str, source: str = "", output: Path | str | None = None,
@@ -163,6 +172,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     directory must take a new file (``in_place``: an existing file is opened and truncated instead, as
     ``-progress`` is); a FIFO or a device (``/dev/stdout``) is written into, nothing is replaced. Its
     directory may be ``made_by_run``, which the run creates (and refuses if it cannot)."""
+    if pipe_fd(path) is not None:  # ffmpeg's pipe names are -progress's; a report file named "-" helps no one
+        raise ConfigError(f"{path}: {option} takes a path (/dev/stdout or /dev/stderr for those), not a pipe name")
     target = Path(path)
     check_name_length(target, option)
     from .sequence import is_frame_of
@@ -172,6 +183,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
             raise ConfigError(f"{target}: {option} is {what}; choose another path")
         if is_frame_of(target, other):
             raise ConfigError(f"{target}: {option} is one of the frames of {what}; choose another path")
+    if open_fd(path) is not None:  # stdout redirected to a file: written into, where it points; never replaced
+        return
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise OutputError(f"{target}: {option} is a directory")
@@ -188,6 +201,23 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     place = real_path(target).parent  # a link's file is written beside the file it points to
     if not os.access(place, os.W_OK):
         raise OutputError(f"{target}: {option} directory {place} is not writable")
+
+
+_FD_NAME = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+_STD_NAMES = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def open_fd(path: str | Path) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``) where it is open for writing: a report is written into it, as a shell's ``>`` set
+    it up, never replaced by a new file; None for any other path."""
+    text = os.fspath(path)
+    match = _FD_NAME.fullmatch(text)
+    fd = _STD_NAMES.get(text, int(match.group(1)) if match and len(match.group(1)) < 10 else None)
+    try:
+        return fd if fd is not None and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY else None
+    except OSError:
+        return None
 
 
 def _same_file(a: Path, b: Path) -> bool:

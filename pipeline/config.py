@@ -118,7 +118,7 @@ class RunConfig:
             _check_positive("latency_budget", self.latency_budget)
             _check_between("latency_budget", self.latency_budget, 0, MAX_SECONDS * 1000, "milliseconds")
         _check_span(self.start, self.duration, self.end)
-        _check_pipe_output(self.output, self.output_format)
+        _check_pipes(self.input, self.output, self.output_format)
 
     def output_path(self) -> Path:
         """The output file: ``-o`` if given, else ``<input stem>_processed<ext>`` in the current directory.
@@ -216,7 +216,14 @@ def _check_span(start: float | None, duration: float | None, end: float | None) 
         raise ConfigError(f"Invalid end ({end!r}): it must come after the start ({start or 0!r})")
 
 
-def _check_pipe_output(output: str | None, output_format: str | None) -> None:
+MAX_FD = 2**31 - 1  # a file descriptor is a C int
+
+
+def _check_pipes(source: str | None, output: str | None, output_format: str | None) -> None:
+    for name in (source, output):
+        fd = pipe_fd(name)
+        if fd is not None and fd > MAX_FD:
+            raise ConfigError(f"{name}: pipe:N takes a file descriptor, 0 to {MAX_FD}")
     if pipe_fd(output, 1) is not None and not output_format:
         raise ConfigError(f"{output}: writing to a pipe needs an output format, there is no file name to take it "
                           "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator, TypeVar
 
-from .checks import real_path, special_kind
+from .checks import open_fd, real_path, special_kind
 from .errors import ConfigError, OutputError
 
 T = TypeVar("T")
@@ -50,6 +50,11 @@ def report_file(path: str | Path, exclusive: bool = False, binary: bool = False)
     device is written into, as :func:`open_report` does."""
     from .outfile import create_like, rename_noreplace, temp_path_for
 
+    fd = open_fd(path)
+    if fd is not None:  # /dev/stdout and its kin: into the descriptor, which a shell may have sent to a file
+        with os.fdopen(os.dup(fd), "wb" if binary else "w") as f:
+            yield f
+        return
     if special_kind(path) is not None:
         with open_report(path, exclusive, binary) as f:
             yield f

@@ -403,3 +403,10 @@ def test_an_unknown_encoder_is_refused_with_a_null_output_too(tmp_path):
     proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "-c", "nope", "--frames", "2")
     assert proc.returncode == 2 and "unknown encoder 'nope'" in proc.stderr, proc.stderr
     assert run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "-c", "mpeg4", "--frames", "2").returncode == 0
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_a_pipe_past_any_file_descriptor_is_a_bad_option(tmp_path, clip, where):
+    args = ["pipe:2147483648", "-o", tmp_path / "out.mp4"] if where == "input" else \
+        [clip, "-o", "pipe:99999999999999999999", "-f", "mpegts"]
+    one_error(run_pipeline(*args, cwd=tmp_path), 2, "pipe:N takes a file descriptor")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import threading
 import time
 
@@ -158,3 +159,36 @@ def test_stats_json_on_a_full_disk_keeps_the_old_report(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert code == 4 and "No space left on device" in err and len(err.strip().splitlines()) == 1, err
     assert path.read_text() == '{"theirs": 1}\n' and sorted(os.listdir(tmp_path)) == ["stats.json"]
+
+
+def test_stats_json_names_a_path_not_a_pipe(tmp_path):
+    from utils import ROOT, run_pipeline
+
+    for name in ("-", "pipe:1"):
+        proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "--stats-json", name, cwd=tmp_path)
+        assert proc.returncode == 2 and "/dev/stdout" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_report_to_dev_stdout_redirected_to_a_file_is_written_into_it(tmp_path):
+    """As a shell's >> set it up: after what the file held, the file itself kept (no -y, nothing replaced)."""
+    from utils import ROOT, pipeline_command
+
+    log = tmp_path / "log.txt"
+    log.write_text("before\n")
+    inode = log.stat().st_ino
+    with open(log, "a") as out:
+        proc = subprocess.run(pipeline_command(ROOT / "samples" / "sample.mp4", "-o", "null", "--frames", "2",
+                                               "--stats-json", "/dev/stdout"), stdout=out, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text()
+    assert text.startswith("before\n{") and '"frames_out": 2' in text and log.stat().st_ino == inode
+
+
+def test_a_report_is_never_written_into_the_video_pipe():
+    from utils import ROOT, pipeline_command
+
+    proc = subprocess.run(pipeline_command(ROOT / "samples" / "sample.mp4", "-o", "-", "-f", "mpegts", "--frames",
+                                           "2", "--stats-json", "/dev/stdout"), capture_output=True, timeout=60)
+    assert proc.returncode == 2 and b"is the output" in proc.stderr and proc.stdout == b"", proc.stderr
