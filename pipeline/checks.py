@@ -139,6 +139,15 @@ def check_progress_path(path: str, source: str = "", output: Path | str | None =
     check_report_path(path, "-progress", theirs, overwrite=True, in_place=True)
 
 
+def check_reads_kept(read: Iterable[tuple[Path, str]], **written: str | Path | None) -> None:
+    """No file the run writes (``written``: what it is -> its path) is one the run reads besides its input
+    (``read``: the config file, a plugin, a filter's LUT), which -y would replace with what the run made."""
+    for path, option in local_files(**written):
+        for other, what in read:
+            if _same_file(path, other):
+                raise ConfigError(f"{path}: {option} is {what}; choose another path")
+
+
 def _links_of(output: Path | str | None) -> list[Path]:
     """The files an image sequence's frames that are symbolic links write through to (none for another
     output, or where a link is refused: the output's own check says why)."""

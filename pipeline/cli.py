@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from .checks import as_pipeline_error
+from .checks import as_pipeline_error, check_reads_kept
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
 from .config import STREAM_LIST, RunConfig, build_config, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
@@ -186,8 +186,10 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
     from .progress import check_progress, progress_for, progress_report
 
     to_stdout = writes_stdout(cfg)
+    read = _read_files(cfg, config)
+    check_reads_kept(read, output=_output_of(cfg), **{"--stats-json file": cfg.stats_json})
     if progress:
-        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json, _read_files(cfg, config))
+        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json, read)
     control = RunControl()
     control.process_ends = process_ends
     _install_signal_handlers(control)

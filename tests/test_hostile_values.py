@@ -410,3 +410,16 @@ def test_a_pipe_past_any_file_descriptor_is_a_bad_option(tmp_path, clip, where):
     args = ["pipe:2147483648", "-o", tmp_path / "out.mp4"] if where == "input" else \
         [clip, "-o", "pipe:99999999999999999999", "-f", "mpegts"]
     one_error(run_pipeline(*args, cwd=tmp_path), 2, "pipe:N takes a file descriptor")
+
+
+@pytest.mark.parametrize("what", ["stats-from-config", "output-is-config", "output-is-plugin"])
+def test_a_file_the_run_reads_is_never_what_it_writes(tmp_path, clip, what):
+    """Even with -y: the config file, a plugin or a LUT is not replaced by the run's output or statistics."""
+    config, plugin = tmp_path / "c.toml", write_plugin(tmp_path, "keeps")
+    config.write_text('stats_json = "c.toml"\n' if what == "stats-from-config" else 'filters = "hflip"\n')
+    args = {"stats-from-config": ["-o", "null", "--config", config],
+            "output-is-config": ["-o", config, "-f", "matroska", "--config", config],
+            "output-is-plugin": ["-o", plugin, "-f", "matroska", "--plugin", plugin]}[what]
+    before = {p: p.read_bytes() for p in (config, plugin)}
+    one_error(run_pipeline(clip, *args, "-y", cwd=tmp_path), 2, "choose another path")
+    assert {p: p.read_bytes() for p in (config, plugin)} == before
