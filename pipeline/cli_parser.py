@@ -18,6 +18,7 @@ from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, M
 from .errors import ConfigError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments
 from .log import LEVELS
+from .numbers import integer, number
 from .memory.registry import STRATEGIES
 
 EXIT_CODES = """exit codes:
@@ -229,7 +230,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--decode", choices=DECODERS,
                    help=f"decoder: cpu (PyAV, into the pinned ring), nvdec (the GPU's decoder, frames stay in device "
                         f"memory) or auto (nvdec when it takes the stream, else cpu) (default: {d.decode})")
-    p.add_argument("--nvdec-sessions", type=int, metavar="N",
+    p.add_argument("--nvdec-sessions", type=integer, metavar="N",
                    help=f"with --decode nvdec, NVDEC sessions decoding a file's GOPs side by side, 1 to "
                         f"{MAX_NVDEC_SESSIONS}; a live or paced input and --strict use one (default: {d.nvdec_sessions})")
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
@@ -247,21 +248,21 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help=f"the input's audio (default: {d.audio}): copy where the container takes the codec, "
                         "else encode to its usual one (Opus for WebM, AAC for MP4) with a notice; encode; none")
     p.add_argument("-an", dest="audio", action="store_const", const="none", help="no audio (same as --audio none)")
-    p.add_argument("--frames", type=int, help="stop after N frames (default: all)")
+    p.add_argument("--frames", type=integer, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
-    p.add_argument("--ring-size", type=int,
+    p.add_argument("--ring-size", type=integer,
                    help=f"pinned host slots each way, 2 to {MAX_RING_SIZE} (default: {d.ring_size})")
-    p.add_argument("--streams", type=int, help=f"CUDA streams, 1 to {MAX_STREAMS} (default: {d.streams})")
-    p.add_argument("--in-flight", type=int,
+    p.add_argument("--streams", type=integer, help=f"CUDA streams, 1 to {MAX_STREAMS} (default: {d.streams})")
+    p.add_argument("--in-flight", type=integer,
                    help=f"frames in flight on the GPU, 1 to {MAX_IN_FLIGHT} (default: {d.in_flight})")
-    p.add_argument("--pinned-cap-mib", type=int, metavar="MIB",
+    p.add_argument("--pinned-cap-mib", type=integer, metavar="MIB",
                    help="page-locked host memory a run may take (default: half of the RAM); over it: exit 5")
     p.add_argument("--write-combined", action=argparse.BooleanOptionalAction, default=None,
                    help="input host slots in write-combined pinned memory, which the CPU writes past its caches "
                         f"and the GPU reads unsnooped (default: {'on' if d.write_combined else 'off'}; see "
                         "`pipeline probe`)")
-    p.add_argument("--arena-headroom", type=float,
+    p.add_argument("--arena-headroom", type=number,
                    help=f"device arena size as a multiple of the frames in flight, 1 to {MAX_ARENA_HEADROOM:g} "
                         f"(default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
@@ -285,9 +286,9 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="muxer option for the output, repeatable (e.g. movflags=+faststart); one the muxer "
                         "does not use is an error; protocol options go in the URL (udp://host:port?pkt_size=1316)")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
+    p.add_argument("--timeout", type=number, metavar="SECONDS",
                    help=f"live sources: open and read timeout, and the stall watchdog (default: {d.timeout})")
-    p.add_argument("--reconnect", type=int, metavar="N",
+    p.add_argument("--reconnect", type=integer, metavar="N",
                    help=f"live sources: reopen a stalled or lost source up to N times per outage (default: "
                         f"{d.reconnect}), then exit 3 keeping the frames done")
     p.add_argument("--realtime", action="store_true", default=None,
@@ -295,7 +296,7 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("--drop-policy", choices=DROP_POLICIES,
                    help=f"when processing falls behind a live or paced source (default: {d.drop_policy}: "
                         "block for files, drop-oldest for live or --realtime)")
-    p.add_argument("--latency-budget", type=float, metavar="MS",
+    p.add_argument("--latency-budget", type=number, metavar="MS",
                    help="warn once when a frame takes longer from decode to packet, and count such frames")
     p.add_argument("--preview", action="store_true", default=None,
                    help="show the processed frames in a window, with fps and latency (needs a display)")
@@ -361,22 +362,22 @@ def _add_sample(sub, name: str, help_text: str) -> None:
     sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below); an "
                                                           "existing file is replaced only with -y")
     add_overwrite_arguments(sa)
-    sa.add_argument("--frames", type=int, metavar="N", help="number of frames (default: the clip's)")
-    sa.add_argument("--fps", type=float, help="frame rate (default: the clip's)")
+    sa.add_argument("--frames", type=integer, metavar="N", help="number of frames (default: the clip's)")
+    sa.add_argument("--fps", type=number, help="frame rate (default: the clip's)")
     sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
     sa.add_argument("--codec", help="video encoder (default: the clip's)")
     sa.add_argument("--pix-fmt", help="pixel format (default: yuv420p)")
-    sa.add_argument("--crf", type=int, help="libx264 quality, 0 (lossless) to 51 (default: the clip's)")
-    sa.add_argument("-g", "--gop", type=int, metavar="N",
+    sa.add_argument("--crf", type=integer, help="libx264 quality, 0 (lossless) to 51 (default: the clip's)")
+    sa.add_argument("-g", "--gop", type=integer, metavar="N",
                     help="a keyframe at least every N frames, as ffmpeg's -g (default: the encoder's, 250 for "
                          "libx264); short GOPs let --nvdec-sessions decode one file on several sessions")
     sa.add_argument("--no-audio", action="store_true", help="no audio track")
-    sa.add_argument("--seed", type=int, default=0, help="picture seed (default: 0)")
+    sa.add_argument("--seed", type=integer, default=0, help="picture seed (default: 0)")
 
 
 def _size(text: str) -> tuple[int, int]:
     try:
-        w, h = (int(v) for v in text.lower().split("x"))
+        w, h = (integer(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected WxH, got {text!r}") from None
     return w, h

@@ -13,8 +13,8 @@ from decimal import Decimal
 
 from .errors import ConfigError
 
-_CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2}(?:\.\d*)?)$")
-_SECONDS = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(s|ms|us)?$")
+_CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2}(?:\.\d*)?)$", re.ASCII)  # ASCII: \d is [0-9]
+_SECONDS = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(s|ms|us)?$", re.ASCII)
 _UNITS = {None: Decimal(1), "s": Decimal(1), "ms": Decimal("0.001"), "us": Decimal("0.000001")}
 
 

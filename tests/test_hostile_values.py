@@ -423,3 +423,22 @@ def test_a_file_the_run_reads_is_never_what_it_writes(tmp_path, clip, what):
     before = {p: p.read_bytes() for p in (config, plugin)}
     one_error(run_pipeline(clip, *args, "-y", cwd=tmp_path), 2, "choose another path")
     assert {p: p.read_bytes() for p in (config, plugin)} == before
+
+
+@pytest.mark.parametrize("args", [["-vf", "gblur=sigma=1_0"], ["-vf", "gblur=sigma=\uff11"], ["-ss", "\u0661"],
+                                  ["--frames", "1_0"], ["--frames", "\u0663"], ["--timeout", "1_0"]],
+                         ids=["underscore", "fullwidth", "arabic-indic-time", "frames-underscore",
+                              "frames-arabic-indic", "timeout"])
+def test_numbers_are_ascii_digits_as_every_other_video_tool_reads_them(tmp_path, clip, args):
+    one_error(run_pipeline(clip, "-o", "null", *args, cwd=tmp_path), 2, args[1])
+
+
+def test_ascii_numbers_still_read_as_python_reads_them():
+    from pipeline.numbers import integer, number
+
+    assert [integer(t) for t in ("7", "+7", "-7", " 42 ")] == [7, 7, -7, 42]
+    assert [number(t) for t in ("1", "1.", ".5", "-2.5e-3", "1E3")] == [1.0, 1.0, 0.5, -0.0025, 1000.0]
+    assert all(number(t) != number(t) for t in ("nan", "NaN"))  # let through: the range checks name them
+    for bad in ("1_0", "\uff11", "0x10", "", "1e", "e3", "--1"):
+        with pytest.raises(ValueError):
+            number(bad)

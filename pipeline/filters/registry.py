@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from ..errors import ConfigError
+from ..numbers import integer, number
+
+
+_PARSERS = {int: integer, float: number}  # from text: ASCII digits only (see pipeline.numbers)
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Param:
 
     def parse(self, filter_name: str, text: Any) -> Any:
         try:
-            value = self.kind(text) if not isinstance(text, self.kind) else text
+            value = text if isinstance(text, self.kind) else _PARSERS.get(self.kind, self.kind)(text)
         except (TypeError, ValueError):
             raise ConfigError(f"{filter_name}: {self.name} must be {self.kind.__name__}, got {text!r}") from None
         if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check
