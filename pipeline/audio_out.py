@@ -37,7 +37,13 @@ class AudioOut:
     @classmethod
     def build(cls, container, templates, mode: str, target) -> AudioOut:
         out = cls(container, str(target))
-        if mode == "none":
+        if mode == "none" or not templates:
+            return out
+        if container.default_audio_codec == "none":  # a muxer without audio (GIF): as ffmpeg, video alone
+            if mode == "encode":
+                raise ConfigError(f"{target}: {container.format.name} carries no audio; --audio none (-an) "
+                                  "leaves it out")
+            log.info(f"{target}: {container.format.name} carries no audio; the input's audio is left out")
             return out
         for template in templates:
             if mode == "copy":

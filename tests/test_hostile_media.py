@@ -414,6 +414,16 @@ def test_aac_into_webm_is_encoded_as_opus_with_a_notice(tmp_path, clip):
     assert codecs == ["opus"] and seconds == pytest.approx(_audio(clip)[1], abs=0.05)
 
 
+def test_a_muxer_without_audio_takes_the_video_alone_as_ffmpeg_does(tmp_path, clip):
+    out = tmp_path / "out.gif"
+    result = run_pipeline(clip, "-o", out, "-c", "gif", "--frames", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [f"pipeline: {out}: gif carries no audio; the input's audio is left out"]
+    assert _audio(out)[0] == []
+    one_error(run_pipeline(clip, "-o", tmp_path / "x.gif", "-c", "gif", "--audio", "encode", cwd=tmp_path), 2,
+              "gif carries no audio; --audio none (-an) leaves it out")
+
+
 @pytest.mark.parametrize("args, suffix, expected", [
     (("--audio", "none"), ".mp4", []),
     (("-an",), ".webm", []),
