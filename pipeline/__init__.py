@@ -21,9 +21,18 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, GPUError, GPUStalled, InputError, OutputError, PipelineError, StageError
+from .errors import (ConfigError, GPUError, GPUStalled, InputError, OutputError, PipelineError, PluginError,
+                     StageError)
+
+if TYPE_CHECKING:  # what type checkers see; at run time each is imported on first use (__getattr__)
+    from .adapters import ArraySource, NullSink
+    from .api import Frame, FrameIterator, frames, run, run_many
+    from .config import RunConfig
+    from .engine import Pipeline
+    from .nvdec import DecoderPool
+    from .processor import StageFrame
 
 __version__ = "0.1.0"
 
@@ -41,8 +50,8 @@ _LAZY = {
     "RunConfig": "config",
 }
 
-__all__ = ["ConfigError", "GPUError", "GPUStalled", "InputError", "OutputError", "PipelineError", "StageError",
-           "__version__", *_LAZY]
+__all__ = ["ConfigError", "GPUError", "GPUStalled", "InputError", "OutputError", "PipelineError", "PluginError",
+           "StageError", "__version__", *_LAZY]
 
 # A library prints nothing on its own: notices go to the "pipeline" logger, shown only where the
 # application configures logging (the command line does).

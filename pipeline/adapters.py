@@ -61,7 +61,10 @@ class ArraySource:
         self._taken = False
         source = itertools.cycle(frames) if repeat is not None else iter(frames)
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
-        self._first = next(self._frames, None)
+        try:
+            self._first = next(self._frames, None)
+        except Exception as e:
+            raise InputError(f"{name}: the frame source raised at frame 0: {type(e).__name__}: {e}") from e
         if self._first is None:
             raise InputError(f"{name}: no frames")
         width, height = self._size(self._first, size)
@@ -90,9 +93,18 @@ class ArraySource:
         if self._taken:  # its iterator is spent: a second run would get the first frame alone
             raise ConfigError(f"{self.path}: an ArraySource gives its frames to one run; make another for the next")
         self._taken = True
-        frames = itertools.chain([self._first], self._frames)
-        for index, array in enumerate(itertools.islice(frames, limit)):
+        frames = itertools.islice(itertools.chain([self._first], self._frames), limit)
+        index = 0
+        while True:
+            try:
+                array = next(frames)
+            except StopIteration:
+                return
+            except Exception as e:  # the application's generator: its failure, with the frame it stopped at
+                raise InputError(f"{self.path}: the frame source raised at frame {index}: "
+                                 f"{type(e).__name__}: {e}") from e
             yield DecodedFrame(ArrayFrame(array), FrameMeta(index, index, self._time_base))
+            index += 1
 
     def copy_into(self, frame: ArrayFrame, dst: np.ndarray) -> None:
         array, fmt = frame.array, self.info.format

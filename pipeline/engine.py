@@ -34,7 +34,7 @@ from .config import RunConfig
 from .control import RunControl
 from .convert import DEVICE_LAYOUTS
 from .encoders import is_hardware
-from .errors import GPUError, GPUStalled, InputError, Interrupted, SourceStalled
+from .errors import ConfigError, GPUError, GPUStalled, InputError, Interrupted, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
 from .log import log
@@ -90,6 +90,7 @@ class Pipeline(Stages, Tally):
         self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=self.cfg.latency_budget)
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
+        self._started = False
         self._input_error: SourceStalled | None = None  # a live source lost: the frames done are kept
         self._stalled: GPUStalled | None = None  # the watchdog found a frame stuck on the GPU
         self._watch: tuple[int | None, float, float] = (None, 0.0, 0.0)  # frame awaited, since, last poll
@@ -189,6 +190,9 @@ class Pipeline(Stages, Tally):
         self._give_memory_back()
 
     def _prepare(self) -> None:
+        if self._started:  # its source is spent and its memory given back: a second run would hang or lie
+            raise ConfigError("a Pipeline runs once (run() or frames()); build another for the next run")
+        self._started = True
         try:
             if self._memory is None:
                 with self.phases("memory"):

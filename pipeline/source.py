@@ -369,7 +369,7 @@ class Source(DecodeLoop):
         source's reference the generator, then the source, go as soon as nothing else holds them."""
         self._pending = []
         frames, self._frames = getattr(self, "_frames", None), iter(())
-        if frames is not None:
+        if frames is not None and hasattr(frames, "close"):  # closed before: the empty iterator left then
             try:
                 frames.close()
             except ValueError:  # running in a live source's reader thread, which closes it when its read returns

@@ -371,6 +371,46 @@ def test_sources_of_the_wrong_kind_are_the_projects_errors(call, error, message)
         call()
 
 
+def _camera_unplugged_at(n):
+    for i in range(5):
+        if i == n:
+            raise ValueError("camera unplugged")
+        yield RGB
+
+
+@pytest.mark.parametrize("at", [0, 3])
+def test_a_frame_source_that_raises_is_an_input_error_with_its_cause(at):
+    with pytest.raises(pipeline.InputError, match=f"the frame source raised at frame {at}: ValueError: camera") as e:
+        pipeline.run(_camera_unplugged_at(at), "null", device="cpu")
+    assert isinstance(e.value.__cause__, ValueError)
+    assert pipeline_threads() == []
+
+
+def test_a_filter_the_application_registers_is_blamed_when_it_fails(clip):
+    from pipeline.filters import FILTERS, Filter, register_filter
+
+    @register_filter("test_kaput")
+    class Kaput(Filter):
+        def cpu(self, src, dst, scratch):
+            raise RuntimeError("kaput")
+
+    try:
+        with pytest.raises(pipeline.PluginError, match=r"filter 'test_kaput' from .*test_api.py failed at frame 0: "
+                                                       "RuntimeError: kaput"):
+            pipeline.run(clip, "null", device="cpu", filters="test_kaput")
+    finally:
+        FILTERS.pop("test_kaput")
+
+
+def test_a_pipeline_object_runs_once(clip):
+    run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output="null", device="cpu", frames=2))
+    assert run.run().frames_out == 2
+    for again in (run.run, lambda: next(run.frames())):
+        with pytest.raises(pipeline.ConfigError, match="runs once"):
+            again()
+    assert pipeline_threads() == []
+
+
 def test_an_array_source_gives_its_frames_to_one_run():
     source = pipeline.ArraySource([RGB] * 3, fps=np.float32(25))
     assert pipeline.run(source, "null", device="cpu")["frames_out"] == 3

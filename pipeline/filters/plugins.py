@@ -1,6 +1,7 @@
 """Plugins: a user's Python file registering filters, and the line that blames it when it fails.
 
-A plugin's failure is the plugin's, never "an internal error": at load (whatever it raises, ``sys.exit``
+A plugin's failure is the plugin's, never "an internal error" (so is that of a filter the application
+registers in its own code): at load (whatever it raises, ``sys.exit``
 included) it is a config error naming the file; while the chain is built, the same; during the run, a
 :class:`~pipeline.errors.PluginError` naming the filter, the file and the frame.
 """
@@ -11,6 +12,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -82,7 +84,18 @@ def blamed_plugin(error: BaseException) -> Path | None:
 def _plugin_filters(filters: Iterable) -> list:
     from .fuse import members_of
 
-    return [m for f in filters for m in members_of(f) if PLUGIN_FILES.get(m.name) is not None]
+    return [m for f in filters for m in members_of(f) if _origin(m) is not None]
+
+
+def _origin(f) -> str | None:
+    """Where a filter that is not a built-in was written: its plugin file, or for a class registered by
+    the application itself (``@register_filter`` in its own code), its module's file; None for a built-in."""
+    if (path := PLUGIN_FILES.get(f.name)) is not None:
+        return f"plugin {path}"
+    module = type(f).__module__
+    if module == "pipeline" or module.startswith("pipeline."):
+        return None
+    return getattr(sys.modules.get(module), "__file__", None) or module
 
 
 def plugin_failure(filters: Iterable, error: BaseException, where: str) -> PluginError | None:
@@ -92,12 +105,12 @@ def plugin_failure(filters: Iterable, error: BaseException, where: str) -> Plugi
         return None
     involved = _plugin_filters(filters)
     path = blamed_plugin(error)
-    culprits = [f for f in involved if PLUGIN_FILES[f.name] == path] or involved
+    culprits = [f for f in involved if PLUGIN_FILES.get(f.name) == path] or involved
     if not culprits:
         return None
     names = ", ".join(repr(f.name) for f in culprits)
-    files = ", ".join(sorted({str(PLUGIN_FILES[f.name]) for f in culprits}))
-    return PluginError(f"filter {names} from plugin {files} failed {where}: {_describe(error)}")
+    files = ", ".join(sorted({_origin(f) for f in culprits}))
+    return PluginError(f"filter {names} from {files} failed {where}: {_describe(error)}")
 
 
 @contextlib.contextmanager
