@@ -247,8 +247,11 @@ def _check_types(cfg: RunConfig) -> None:
         value = getattr(cfg, f.name)
         if value is None and f.default is None:
             continue
-        if f.name in _PATHS and isinstance(value, os.PathLike):
-            value = os.fspath(value)
+        if f.name in _PATHS and isinstance(value, (os.PathLike, bytes, bytearray)):
+            value = os.fsdecode(value)
+            object.__setattr__(cfg, f.name, value)
+        elif type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+            value = value.item()  # a NumPy scalar (np.int64 from arithmetic, np.float32): the Python number
             object.__setattr__(cfg, f.name, value)
         if f.name in _TABLES:
             object.__setattr__(cfg, f.name, _text_table(f.name, value))
@@ -285,7 +288,7 @@ def _table_flag(name: str) -> str:
 
 
 def _plugin_paths(value: Any) -> tuple[str, ...]:
-    items = value if isinstance(value, (list, tuple)) else None
+    items = [value] if isinstance(value, (str, os.PathLike)) else value if isinstance(value, (list, tuple)) else None
     if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
         raise ConfigError(f"Invalid plugins ({value!r}). Supported values are a list of paths.")
     paths = tuple(os.fspath(v) for v in items)

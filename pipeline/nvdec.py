@@ -97,6 +97,13 @@ class DecoderPool:
         del dropped  # freed here, outside the lock
 
     def close(self) -> None:
+        """Free the idle decoders (the pool stays usable: the next run makes its own again)."""
         with self._lock:
             idle, self._idle, self._key = self._idle, [], None
         del idle
+
+    def __enter__(self) -> DecoderPool:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

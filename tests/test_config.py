@@ -303,7 +303,7 @@ def test_a_filter_chain_over_lines_and_options_from_the_api_as_numbers_are_fine(
     ({"quiet": 1}, "Invalid quiet (1)"),
     ({"codec": None}, "Invalid codec (None). Supported values are of type str."),
     ({"stats_json": 5}, "Invalid stats_json (5)"),
-    ({"output": b"o.mp4"}, "Invalid output (b'o.mp4')"),
+    ({"output": 5}, "Invalid output (5)"),
     ({"plugins": None}, "Invalid plugins (None)"),
     ({"plugins": (b"p.py",)}, "Invalid plugins"),
     ({"encoder_opts": {"crf": None}}, "Invalid --encoder-opt 'crf'=None: keys are text, values text or numbers"),
@@ -324,6 +324,16 @@ def test_paths_and_option_values_from_the_api_are_kept_as_text():
                     encoder_opts={"crf": 18, "psy-rd": 1.5})
     assert (cfg.input, cfg.output, cfg.plugins) == ("in.mp4", "out.mp4", ("p.py",))
     assert cfg.encoder_opts == {"crf": "18", "psy-rd": "1.5"}
+
+
+def test_bytes_paths_a_single_plugin_and_numpy_scalars_are_taken_as_python_gives_them():
+    import numpy as np
+
+    cfg = RunConfig(input=b"in.mp4", output=b"out.mp4", stats_json=b"s.json", plugins="p.py", frames=np.int64(3),
+                    ring_size=np.int32(4), start=np.float32(0.5), overwrite=np.bool_(True))
+    assert (cfg.input, cfg.output, cfg.stats_json, cfg.plugins) == ("in.mp4", "out.mp4", "s.json", ("p.py",))
+    assert (cfg.frames, cfg.ring_size, cfg.start, cfg.overwrite) == (3, 4, 0.5, True)
+    assert type(cfg.frames) is int and type(cfg.overwrite) is bool
 
 
 def test_protocol_options_may_hold_line_breaks():
