@@ -185,16 +185,15 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
     from .engine import Pipeline, RunControl
     from .progress import check_progress, progress_for, progress_report
 
-    to_stdout = writes_stdout(cfg)
-    read = _read_files(cfg, config)
-    check_reads_kept(read, output=_output_of(cfg), **{"--stats-json file": cfg.stats_json})
-    if progress:
-        check_progress(progress, to_stdout, cfg.input, _output_of(cfg), cfg.stats_json, read)
     control = RunControl()
     control.process_ends = process_ends
     _install_signal_handlers(control)
     control.interruptible = True  # until the output is about to be created (build_parts)
     try:
+        read = _read_files(cfg, config)  # loads the plugins: a slow one is stopped by one signal
+        check_reads_kept(read, output=_output_of(cfg), **{"--stats-json file": cfg.stats_json})
+        if progress:
+            check_progress(progress, writes_stdout(cfg), cfg.input, _output_of(cfg), cfg.stats_json, read)
         pipeline = Pipeline.from_config(cfg, control=control)
     finally:
         control.interruptible = False
@@ -214,7 +213,7 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
                         overwrite=cfg.overwrite)
     if cfg.quiet:
         return 0
-    if to_stdout:  # stdout carries the video: nothing else goes there
+    if writes_stdout(cfg):  # stdout carries the video: nothing else goes there
         _print_summary(err, stats, cfg)
     else:
         with stdout_errors("; the run itself is complete"):

@@ -16,7 +16,7 @@ from . import __version__
 from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
                      MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device, preset_names)
 from .errors import ConfigError
-from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments
+from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, path_name
 from .log import LEVELS
 from .numbers import integer, number
 from .memory.registry import STRATEGIES
@@ -213,7 +213,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                        help="input video file, stream URL, capture device or - (stdin); then, optionally, the "
                             "output (as -o). Several inputs with -o DIR/ or -o null run side by side in this "
                             "process, sharing the GPU's memory (also: [[streams]] in a --config file)")
-        p.add_argument("-o", "--output", help="output file, stream URL or - (stdout, with -f) (default: <input "
+        p.add_argument("-o", "--output", type=path_name, help="output file, stream URL or - (stdout, with -f) (default: <input "
                                               "stem>_processed<ext> in the current directory; a URL input needs -o); "
                                               "with several inputs, a directory (DIR/: each writes "
                                               "DIR/<stem>_processed<ext>) or null")
@@ -221,7 +221,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     if single:
         add_ffmpeg_arguments(p)
     p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
-    p.add_argument("--config", metavar="PRESET|FILE",
+    p.add_argument("--config", metavar="PRESET|FILE", type=path_name,
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
     p.add_argument("--device", type=_device, metavar="auto|cuda|cuda:N|cpu",
@@ -265,9 +265,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--arena-headroom", type=number,
                    help=f"device arena size as a multiple of the frames in flight, 1 to {MAX_ARENA_HEADROOM:g} "
                         f"(default: {d.arena_headroom})")
-    p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH",
+    p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
                    help="Python file registering extra filters, repeatable")
-    p.add_argument("--stats-json", help="write the run statistics as JSON to this path (an existing file "
+    p.add_argument("--stats-json", type=path_name, help="write the run statistics as JSON to this path (an existing file "
                                         "needs -y; never the input or the output)")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
     p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
@@ -359,7 +359,7 @@ def _add_sample(sub, name: str, help_text: str) -> None:
                                     "Ctrl-C, SIGTERM or SIGHUP stops at once with no clip written (exit 130/143/129).",
                         epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
-    sa.add_argument("-o", "--output", metavar="PATH", help="where to write it (default: the clip's path below); an "
+    sa.add_argument("-o", "--output", metavar="PATH", type=path_name, help="where to write it (default: the clip's path below); an "
                                                           "existing file is replaced only with -y")
     add_overwrite_arguments(sa)
     sa.add_argument("--frames", type=integer, metavar="N", help="number of frames (default: the clip's)")

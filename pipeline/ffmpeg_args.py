@@ -34,6 +34,14 @@ def parse_time(text: str) -> float:
                                      "(01:30, 0:01:30.5)")
 
 
+def path_name(text: str) -> str:
+    """A file name given on the command line: never empty (``-o "$OUT"`` with OUT unset would otherwise
+    quietly mean the default, or nothing)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty name (an unset shell variable?)")
+    return text
+
+
 def add_overwrite_arguments(p) -> None:
     """``-y`` replaces an existing output, ``-n`` never does (exit 2, as without either): one or the other."""
     group = p.add_mutually_exclusive_group()
@@ -54,7 +62,7 @@ def add_ffmpeg_arguments(p) -> None:
     ends.add_argument("-t", "--duration", type=parse_time, metavar="TIME", help="stop after this much of the input")
     ends.add_argument("-to", "--end", type=parse_time, metavar="TIME",
                       help="stop at this time of the input (counted from its start, as -ss)")
-    p.add_argument("-progress", dest="progress", metavar="URL",
+    p.add_argument("-progress", dest="progress", metavar="URL", type=path_name,
                    help="write ffmpeg's key=value progress blocks (about once a second, and at the end) to a "
                         "file, or to pipe:1 (stdout) or pipe:2 (stderr)")
 

@@ -442,3 +442,17 @@ def test_ascii_numbers_still_read_as_python_reads_them():
     for bad in ("1_0", "\uff11", "0x10", "", "1e", "e3", "--1"):
         with pytest.raises(ValueError):
             number(bad)
+
+
+@pytest.mark.parametrize("args", [["run", "IN", "-o", ""], ["run", "IN", "-o", "null", "--config", ""],
+                                  ["run", "IN", "-o", "null", "--stats-json", ""],
+                                  ["run", "IN", "-o", "null", "-progress", ""], ["sample", "-o", ""],
+                                  ["batch", "IN", "-o", ""], ["probe", "--json", ""]],
+                         ids=["output", "config", "stats-json", "progress", "sample", "batch", "probe"])
+def test_an_empty_file_name_is_a_bad_option_not_a_default(tmp_path, clip, args):
+    """``-o "$OUT"`` with OUT unset: refused, rather than writing the default name or nothing."""
+    from utils import run_cli
+
+    argv = [str(clip) if a == "IN" else a for a in args]
+    one_error(run_cli(*argv, cwd=tmp_path, timeout=60), 2, "an empty name")
+    assert list(tmp_path.iterdir()) == []

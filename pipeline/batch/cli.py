@@ -13,7 +13,9 @@ from rich.console import Console
 
 from ..checks import check_report_path, real_path
 from ..errors import ConfigError, OutputError, PipelineError, SignalEchoes, stop_signals
+from ..ffmpeg_args import path_name
 from ..log import one_line
+from ..numbers import integer
 from ..reportfile import save_json
 from ..stdio import StdoutConsole, stdout_errors
 from .inputs import check_lists_kept, expand_inputs
@@ -47,11 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="input files, globs, or @LIST (a text file listing inputs, one per line)")
-    p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR",
+    p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR", type=path_name,
                    help="output directory, created if needed; 'null' processes and discards (default: .)")
     p.add_argument("--suffix", default="_processed",
                    help="outputs are DIR/<stem><suffix><ext> (default: _processed); no path separator")
-    p.add_argument("--json", dest="results_json", metavar="PATH",
+    p.add_argument("--json", dest="results_json", metavar="PATH", type=path_name,
                    help="write per-file results and totals as JSON (docs/batch.md has the schema); an existing "
                         "file is replaced only with -y, an input or an output never")
     g = p.add_argument_group("cluster")
@@ -59,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one worker per GPU: 'all' (default when a GPU is visible) or ids as nvidia-smi "
                         "shows them, e.g. 0,1 (an id twice: two workers on that GPU; in all at most one "
                         "worker per core, or one per GPU)")
-    g.add_argument("--workers", type=int, metavar="N",
+    g.add_argument("--workers", type=integer, metavar="N",
                    help="N CPU workers instead (default without a GPU: half the cores; at most one per core, and "
                         "never more than the files to run)")
     g.add_argument("--scheduler", metavar="ADDRESS",

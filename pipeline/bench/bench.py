@@ -20,7 +20,8 @@ from ..config import DEFAULT_FILTERS, RunConfig
 from ..memory.registry import STRATEGIES
 from ..checks import check_report_path, special_kind
 from ..errors import ConfigError, GPUError, InputError
-from ..ffmpeg_args import add_overwrite_arguments
+from ..ffmpeg_args import add_overwrite_arguments, path_name
+from ..numbers import integer
 from ..filters import fuse_pointwise, parse_chain
 from ..reportfile import save_report
 
@@ -50,9 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: gpu,e2e,run)")
     p.add_argument("--decode", dest="decoders", type=_csv(("cpu", "nvdec")), default=["cpu", "nvdec"],
                    help="decoders for the e2e and run scopes (default: cpu,nvdec)")
-    p.add_argument("--repeats", type=int, default=3, help="measured repeats per strategy; the median is reported (default: 3)")
-    p.add_argument("--frames", type=int, default=300, help="frames per measured run (default: 300)")
-    p.add_argument("--warmup", type=int, default=30, help="frames run first and not measured (default: 30)")
+    p.add_argument("--repeats", type=integer, default=3, help="measured repeats per strategy; the median is reported (default: 3)")
+    p.add_argument("--frames", type=integer, default=300, help="frames per measured run (default: 300)")
+    p.add_argument("--warmup", type=integer, default=30, help="frames run first and not measured (default: 30)")
     p.add_argument("--filters", default=DEFAULT_FILTERS, help=f"filter chain (default: {DEFAULT_FILTERS!r})")
     p.add_argument("--peer-filters", default=HEAVY_CHAIN,
                    help=f"heavier chain run by the pipeline and by FFmpeg's CPU filters (default: {HEAVY_CHAIN!r})")
@@ -61,12 +62,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--codec", default="libx264", help="encoder for e2e and the peers (default: libx264)")
     p.add_argument("--encoder-opt", action="append", default=None, metavar="KEY=VALUE",
                    help="encoder option, repeatable (default: preset=ultrafast for libx264)")
-    p.add_argument("--streams", type=int, default=RunConfig.streams, help="CUDA streams (default: %(default)s)")
-    p.add_argument("--in-flight", type=int, default=RunConfig.in_flight, help="frames in flight (default: %(default)s)")
-    p.add_argument("--ring-size", type=int, default=RunConfig.ring_size, help="host slots each way (default: %(default)s)")
-    p.add_argument("--copy-threads", type=int, default=4, help="threads copying frames into host slots, gpu scope (default: 4)")
-    p.add_argument("--json", help="write the results as JSON (default: <input stem>_bench.json)")
-    p.add_argument("--chart", help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
+    p.add_argument("--streams", type=integer, default=RunConfig.streams, help="CUDA streams (default: %(default)s)")
+    p.add_argument("--in-flight", type=integer, default=RunConfig.in_flight, help="frames in flight (default: %(default)s)")
+    p.add_argument("--ring-size", type=integer, default=RunConfig.ring_size, help="host slots each way (default: %(default)s)")
+    p.add_argument("--copy-threads", type=integer, default=4, help="threads copying frames into host slots, gpu scope (default: 4)")
+    p.add_argument("--json", type=path_name, help="write the results as JSON (default: <input stem>_bench.json)")
+    p.add_argument("--chart", type=path_name, help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
     p.add_argument("--no-chart", dest="chart_enabled", action="store_false", help="do not draw the chart")
     add_overwrite_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print only the file names written")

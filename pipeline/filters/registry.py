@@ -35,7 +35,8 @@ class Param:
 
     def parse(self, filter_name: str, text: Any) -> Any:
         try:
-            value = text if isinstance(text, self.kind) else _PARSERS.get(self.kind, self.kind)(text)
+            parse = _PARSERS.get(self.kind, self.kind) if isinstance(text, str) else self.kind
+            value = text if isinstance(text, self.kind) else parse(text)
         except (TypeError, ValueError):
             raise ConfigError(f"{filter_name}: {self.name} must be {self.kind.__name__}, got {text!r}") from None
         if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check
