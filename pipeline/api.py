@@ -207,6 +207,9 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
         raise ConfigError(f"Invalid output ({type(output).__name__}). Supported values are a path (str, bytes or "
                           "os.PathLike), a URL, or \"null\".")
     out = None if output is None else os.fspath(output)
+    if filters is not None and not isinstance(filters, str):
+        raise ConfigError(f"Invalid filters ({filters!r}). Supported values are a chain as text "
+                          "(\"gblur=sigma=2,hflip\") or None.")
     cfg = RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
     if not _is_location(source):
         _check_for_frames(cfg)

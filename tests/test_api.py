@@ -361,6 +361,8 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
     (lambda: pipeline.run(pipeline.ArraySource([np.ones(96, np.float32)], layout="i420", size=(8, 8)),
                           "null", device="cpu"), pipeline.InputError, "got 96 float32"),
     (lambda: pipeline.run("clip.mp4", 5, device="cpu"), pipeline.ConfigError, "Invalid output (int)"),
+    (lambda: pipeline.run("clip.mp4", "null", filters=["hflip"]), pipeline.ConfigError, "Invalid filters (['hflip'])"),
+    (lambda: pipeline.frames("clip.mp4", filters=0), pipeline.ConfigError, "Invalid filters (0)"),
     (lambda: pipeline.run([RGB], "null", device="cpu", realtime=True), pipeline.ConfigError,
      "realtime: an option of a file or stream input"),
     (lambda: pipeline.frames([RGB], device="cpu", start=0.5, end=1), pipeline.ConfigError,
