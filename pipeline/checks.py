@@ -194,6 +194,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
             raise ConfigError(f"{target}: {option} is one of the frames of {what}; choose another path")
     if open_fd(path) is not None:  # stdout redirected to a file: written into, where it points; never replaced
         return
+    if _fd_named(path) is not None:  # /dev/fd/9 not open now: by the time of writing, it could be anything
+        raise ConfigError(f"{target}: {option} names a file descriptor this process has not open for writing")
     parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise OutputError(f"{target}: {option} is a directory")
@@ -212,7 +214,7 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
         raise OutputError(f"{target}: {option} directory {place} is not writable")
 
 
-_FD_NAME = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)")
+_FD_NAME = re.compile(r"/(?:dev/fd|proc/self/fd)/(\d+)", re.ASCII)
 _STD_NAMES = {"/dev/stdout": 1, "/dev/stderr": 2}
 
 
@@ -220,13 +222,17 @@ def open_fd(path: str | Path) -> int | None:
     """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``,
     ``/proc/self/fd/N``) where it is open for writing: a report is written into it, as a shell's ``>`` set
     it up, never replaced by a new file; None for any other path."""
-    text = os.fspath(path)
-    match = _FD_NAME.fullmatch(text)
-    fd = _STD_NAMES.get(text, int(match.group(1)) if match and len(match.group(1)) < 10 else None)
+    fd = _fd_named(path)
     try:
         return fd if fd is not None and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY else None
     except OSError:
         return None
+
+
+def _fd_named(path: str | Path) -> int | None:
+    text = os.fspath(path)
+    match = _FD_NAME.fullmatch(text)
+    return _STD_NAMES.get(text, int(match.group(1)) if match and len(match.group(1)) < 10 else None)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -164,7 +164,7 @@ def local_path(name: str | Path | None, dash: bool = True) -> Path | None:
     if fd is not None:
         try:
             return Path(f"/dev/fd/{fd}") if stat.S_ISREG(os.fstat(fd).st_mode) else None
-        except OSError:
+        except (OSError, OverflowError):  # OverflowError: pipe:N past any descriptor (RunConfig refuses it)
             return None
     if name.lower().startswith("file://"):
         parts = urllib.parse.urlsplit(name)

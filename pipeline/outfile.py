@@ -29,6 +29,7 @@ _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 # The filesystem (FUSE without rename2, 9p, NFS) or the kernel cannot do it: try link + unlink instead.
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP}
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS}  # link() on a filesystem without hard links
 
 
 PARTIAL = ".partial-"
@@ -136,7 +137,16 @@ def create_like(tmp: Path, target: Path) -> None:
 
 
 def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
-    os.link(src, dst)  # never replaces: FileExistsError if dst appeared
+    try:
+        os.link(src, dst)  # never replaces: FileExistsError if dst appeared
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        # No hard links here (FAT, exFAT, some SMB and FUSE mounts): claim the name (FileExistsError if it
+        # appeared), then move onto the claim; only a process replacing files between the two steps slips by.
+        os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.replace(src, dst)
+        return
     os.unlink(src)
 
 

@@ -13,6 +13,7 @@ error an unwritable file gives (ENXIO), so each caller reports it as it reports 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -48,7 +49,7 @@ def report_file(path: str | Path, exclusive: bool = False, binary: bool = False)
     only when the ``with`` block completes; an error inside it removes what was written and keeps the old
     file. ``exclusive``: fail (FileExistsError) rather than replace a file that exists by now. A FIFO or a
     device is written into, as :func:`open_report` does."""
-    from .outfile import create_like, rename_noreplace, temp_path_for
+    from .outfile import final_path, rename_noreplace, replaced_mode, temp_path_for
 
     fd = open_fd(path)
     if fd is not None:  # /dev/stdout and its kin: into the descriptor, which a shell may have sent to a file
@@ -59,19 +60,36 @@ def report_file(path: str | Path, exclusive: bool = False, binary: bool = False)
         with open_report(path, exclusive, binary) as f:
             yield f
         return
-    target = real_path(path)  # a link's target is what is created or replaced (a dangling link's too)
+    target = final_path(Path(path))  # a link's file is created or replaced (a dangling link's too); a loop refused
     tmp = temp_path_for(target)
-    create_like(tmp, target)  # a private report replaced with -y stays private while it is written
+    handle = _create(tmp, replaced_mode(target))
     try:
-        with open(tmp, "wb" if binary else "w") as f:
+        with os.fdopen(handle, "wb" if binary else "w") as f:
             yield f
         if exclusive:
             rename_noreplace(tmp, target)
+        elif (kind := special_kind(target)) is not None:
+            raise OutputError(f"{path}: became a {kind} while the report was written; only regular files are "
+                              "replaced")
         else:
             os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _create(tmp: Path, mode: int | None) -> int:
+    """The temporary file, new (never a file or a link already under its name), with the permissions of the
+    file it replaces (``mode``) from the start: a private report stays private while it is written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        handle = os.open(tmp, flags, 0o666 if mode is None else mode & 0o600)
+    except FileExistsError:  # this process's own name: another thread writes the same report right now
+        raise OSError(errno.EBUSY, "another write of this report is under way", str(tmp)) from None
+    if mode is not None:
+        with contextlib.suppress(OSError):
+            os.fchmod(handle, mode & 0o777)
+    return handle
 
 
 def write_report(path: str | Path, text: str, exclusive: bool = False) -> None:

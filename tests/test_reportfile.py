@@ -12,6 +12,7 @@ import time
 import pytest
 
 from pipeline import reportfile
+from pipeline.errors import OutputError
 from utils import run_cli
 
 
@@ -143,17 +144,26 @@ def test_stats_json_on_a_full_disk_keeps_the_old_report(tmp_path, monkeypatch, c
 
     path = tmp_path / "stats.json"
     path.write_text('{"theirs": 1}\n')
-    real_open = open
+    real_fdopen = os.fdopen
 
-    def full_disk(file, mode="r", *args, **kwargs):  # the temporary report takes 8 bytes, then the disk is full
-        f = real_open(file, mode, *args, **kwargs)
-        if "w" in mode and ".partial-" in os.fspath(file):
-            write = f.write
-            f.write = lambda text: write(text[:8]) if len(text) <= 8 else (_ for _ in ()).throw(
-                OSError(errno.ENOSPC, "No space left on device"))
-        return f
+    class FullDisk:  # the temporary report's writes fail: the disk is full
+        def __init__(self, f):
+            self.f = f
 
-    monkeypatch.setattr("builtins.open", full_disk)
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.f.close()
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd, *args, **kwargs):
+        f = real_fdopen(fd, *args, **kwargs)
+        return FullDisk(f) if ".partial-" in os.readlink(f"/proc/self/fd/{fd}") else f
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
     code = cli.main(["run", str(ROOT / "samples" / "sample.mp4"), "-o", "null", "--frames", "2", "--device", "cpu",
                      "-q", "-y", "--stats-json", str(path)])
     err = capsys.readouterr().err
@@ -192,3 +202,35 @@ def test_a_report_is_never_written_into_the_video_pipe():
     proc = subprocess.run(pipeline_command(ROOT / "samples" / "sample.mp4", "-o", "-", "-f", "mpegts", "--frames",
                                            "2", "--stats-json", "/dev/stdout"), capture_output=True, timeout=60)
     assert proc.returncode == 2 and b"is the output" in proc.stderr and proc.stdout == b"", proc.stderr
+
+
+def test_a_report_through_a_link_loop_is_refused_and_the_link_kept(tmp_path):
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(OutputError, match="cannot be followed"):
+        reportfile.write_report(tmp_path / "loop1", "{}\n")
+    assert (tmp_path / "loop1").is_symlink() and sorted(os.listdir(tmp_path)) == ["loop1", "loop2"]
+
+
+def test_a_descriptor_name_not_open_now_is_refused(tmp_path):
+    from utils import ROOT, run_pipeline
+
+    proc = run_pipeline(ROOT / "samples" / "sample.mp4", "-o", "null", "--stats-json", "/dev/fd/57", cwd=tmp_path)
+    assert proc.returncode == 2 and "file descriptor" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_without_hard_links_a_report_is_still_placed_only_where_nothing_is(tmp_path, monkeypatch, exists):
+    """FAT and some network mounts have no link(): the name is claimed, then replaced."""
+    from pipeline import outfile
+
+    monkeypatch.setattr(outfile, "_RENAMEAT2", None)
+    monkeypatch.setattr(os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EPERM, "Operation not permitted")))
+    path = tmp_path / "r.json"
+    if exists:
+        path.write_text("theirs\n")
+        with pytest.raises(FileExistsError):
+            reportfile.write_report(path, "ours\n", exclusive=True)
+    else:
+        reportfile.write_report(path, "ours\n", exclusive=True)
+    assert path.read_text() == ("theirs\n" if exists else "ours\n") and os.listdir(tmp_path) == ["r.json"]
