@@ -430,12 +430,14 @@ class Pipeline(Stages, Tally):
             error = error or GPUError(f"CUDA error while draining: {e}")
         self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}
         error = as_pipeline_error(error) if error is not None else self._input_error
-        if consumer_left and error is not None:
+        if consumer_left and error is not None and not isinstance(error, GPUError):
             # frames(): the caller stopped (a break, its own exception) before taking the frame that failed;
-            # raising here would replace the caller's exception with one about a frame it never saw.
+            # raising here would replace the caller's exception with one about a frame it never saw. A GPU
+            # failure is raised all the same: the device may be unusable for what the caller does next.
             log.warning(f"{error} (after the caller stopped taking frames)")
+            error = None
         try:
-            if not consumer_left:  # frames(): the caller stopped; nothing to finalise
+            if not (consumer_left and error is None):  # frames(): the caller stopped; nothing to finalise
                 self._end_sink(error)
         finally:
             # After the sink: a closed encoder holds none of the slots its frames wrapped, so each goes

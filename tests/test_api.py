@@ -127,6 +127,34 @@ def test_leaving_frames_early_never_raises_about_a_frame_not_taken(clip, leave):
     assert pipeline_threads() == []
 
 
+def test_leaving_frames_early_still_raises_a_gpu_failure(clip):
+    """The device may be unusable for what the caller does next: that one is never kept quiet."""
+    from pipeline.filters import FILTERS, Filter, register_filter
+
+    @register_filter("test_gpu_lost_at_frame_7")
+    class GpuLost(Filter):
+        def cpu(self, src, dst, scratch):
+            if self.seen == 6:
+                raise pipeline.GPUError("the device was lost")
+            self.seen += 1
+            dst[...] = src
+
+        seen = 0
+
+    try:
+        with pytest.raises(pipeline.GPUError, match="the device was lost"):
+            with pipeline.frames(clip, device="cpu", filters="test_gpu_lost_at_frame_7") as frames:
+                for frame in frames:
+                    if frame.index == 5:
+                        deadline = time.monotonic() + 10
+                        while frames._pipeline._error is None and time.monotonic() < deadline:
+                            time.sleep(0.01)
+                        break
+    finally:
+        FILTERS.pop("test_gpu_lost_at_frame_7")
+    assert pipeline_threads() == []
+
+
 def test_frames_are_dlpack_arrays(clip):
     with pipeline.frames(clip, device="cpu", frames=2) as frames:
         frame = next(frames)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..checks import check_reachable
+from ..checks import as_pipeline_error, check_reachable
 from ..errors import ConfigError, Interrupted, PipelineError, PluginError
 from .registry import FILTERS
 
@@ -87,6 +87,18 @@ def _plugin_filters(filters: Iterable) -> list:
     return [m for f in filters for m in members_of(f) if _origin(m) is not None]
 
 
+def _files_of(error: BaseException) -> set[str]:
+    files, tb = set(), error.__traceback__
+    while tb is not None:
+        files.add(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    return files
+
+
+def _module_file(f) -> str | None:
+    return getattr(sys.modules.get(type(f).__module__), "__file__", None)
+
+
 def _origin(f) -> str | None:
     """Where a filter that is not a built-in was written: its plugin file, or for a class registered by
     the application itself (``@register_filter`` in its own code), its module's file; None for a built-in."""
@@ -101,9 +113,12 @@ def _origin(f) -> str | None:
 def plugin_failure(filters: Iterable, error: BaseException, where: str) -> PluginError | None:
     """A PluginError for ``error`` if a plugin's filter is among ``filters`` (fused ones opened up): the
     one whose file raised it, else every plugin filter there. None: no plugin's filter is involved."""
-    if isinstance(error, PipelineError) or isinstance(error, KeyboardInterrupt):
-        return None
-    involved = _plugin_filters(filters)
+    if isinstance(error, (PipelineError, KeyboardInterrupt)) or as_pipeline_error(error) is not error:
+        return None  # ours, the user's stop, or a CUDA error (a GPUError, whichever code met it)
+    # A plugin file's filter is blamed when a plugin's code raised or none did (its step failed); one the
+    # application registered only when its own module's code raised.
+    raised_in = _files_of(error)
+    involved = [f for f in _plugin_filters(filters) if f.name in PLUGIN_FILES or _module_file(f) in raised_in]
     path = blamed_plugin(error)
     culprits = [f for f in involved if PLUGIN_FILES.get(f.name) == path] or involved
     if not culprits:
