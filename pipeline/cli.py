@@ -153,7 +153,8 @@ def _dispatch(args: argparse.Namespace, err: Console, process_ends: bool = False
                 raise ConfigError(f"-progress {args.progress}: reports one run; several streams run here "
                                   "(--stats-json has each stream's figures)")
 
-            return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers, process_ends)
+            return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers, process_ends,
+                                config=args.config)
         return cmd_run(cfg, err, progress=args.progress, config=args.config, process_ends=process_ends)
     if args.command == "bench":
         from .bench import bench
@@ -190,7 +191,7 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
     _install_signal_handlers(control)
     control.interruptible = True  # until the output is about to be created (build_parts)
     try:
-        read = _read_files(cfg, config)  # loads the plugins: a slow one is stopped by one signal
+        read = read_files(cfg, config)  # loads the plugins: a slow one is stopped by one signal
         check_reads_kept(read, output=_output_of(cfg), **{"--stats-json file": cfg.stats_json})
         if progress:
             check_progress(progress, writes_stdout(cfg), cfg.input, _output_of(cfg), cfg.stats_json, read)
@@ -275,14 +276,14 @@ def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool =
         err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
 
 
-def _read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:
+def read_files(cfg: RunConfig, config: str | None, load_plugins: bool = True) -> list[tuple[Path, str]]:
     """Files the run reads besides its input, which a report must never truncate: the config file, the
-    plugins, the filters' files (a LUT)."""
+    plugins, the filters' files (a LUT; ``load_plugins``: a plugin's filters' too, the plugins loaded here)."""
     from .config import find_config
     from .filters.plugins import load_plugin
     from .filters.registry import chain_files
 
-    for plugin in cfg.plugins:  # a plugin's filters name their files too (loaded once: the run reuses them)
+    for plugin in cfg.plugins if load_plugins else ():  # loaded once: the run reuses them
         load_plugin(plugin)
     files = [(find_config(config), "the --config file")] if config else []
     files += [(Path(p), "a --plugin file") for p in cfg.plugins]

@@ -15,9 +15,10 @@ from .stdio import StdoutConsole, stdout_errors
 
 
 def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dict[str, Any]] | None,
-                 err: Console, install_signal_handlers: Callable, process_ends: bool = False) -> int:
-    from .checks import check_streams_stats
-    from .cli import write_stats, writes_stdout
+                 err: Console, install_signal_handlers: Callable, process_ends: bool = False,
+                 config: str | None = None) -> int:
+    from .checks import check_reads_kept, check_streams_stats
+    from .cli import read_files, write_stats, writes_stdout
     from .engine import RunControl
     from .many import configs_for, run_many
 
@@ -29,6 +30,10 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     else:
         per_stream = None
     configs = configs_for(cfg, inputs, cfg.output, per_stream)
+    read = read_files(cfg, config, load_plugins=False)  # the streams load them, each in its own thread
+    check_reads_kept(read, **{"--stats-json file": cfg.stats_json})
+    for c in configs:
+        check_reads_kept(read, output=c.output)
     if cfg.stats_json:  # before any stream starts, as for one run
         check_streams_stats(cfg.stats_json, [(c.input, c.output) for c in configs], cfg.overwrite)
     control = RunControl()

@@ -412,16 +412,25 @@ def test_a_pipe_past_any_file_descriptor_is_a_bad_option(tmp_path, clip, where):
     one_error(run_pipeline(*args, cwd=tmp_path), 2, "pipe:N takes a file descriptor")
 
 
-@pytest.mark.parametrize("what", ["stats-from-config", "output-is-config", "output-is-plugin"])
+@pytest.mark.parametrize("what", ["stats-from-config", "output-is-config", "output-is-plugin", "streams-stats",
+                                  "batch-json-config", "batch-json-plugin"])
 def test_a_file_the_run_reads_is_never_what_it_writes(tmp_path, clip, what):
-    """Even with -y: the config file, a plugin or a LUT is not replaced by the run's output or statistics."""
+    """Even with -y: the config file, a plugin or a LUT is not replaced by the run's output or statistics,
+    in one run, streams side by side or a batch."""
+    from utils import run_cli
+
     config, plugin = tmp_path / "c.toml", write_plugin(tmp_path, "keeps")
     config.write_text('stats_json = "c.toml"\n' if what == "stats-from-config" else 'filters = "hflip"\n')
-    args = {"stats-from-config": ["-o", "null", "--config", config],
-            "output-is-config": ["-o", config, "-f", "matroska", "--config", config],
-            "output-is-plugin": ["-o", plugin, "-f", "matroska", "--plugin", plugin]}[what]
+    (tmp_path / "out").mkdir()
+    args = {"stats-from-config": ["run", clip, "-o", "null", "--config", config],
+            "output-is-config": ["run", clip, "-o", config, "-f", "matroska", "--config", config],
+            "output-is-plugin": ["run", clip, "-o", plugin, "-f", "matroska", "--plugin", plugin],
+            "streams-stats": ["run", clip, clip, "-o", f"{tmp_path / 'out'}/", "--config", config,
+                              "--stats-json", config],
+            "batch-json-config": ["batch", clip, "-o", tmp_path / "out", "--config", config, "--json", config],
+            "batch-json-plugin": ["batch", clip, "-o", tmp_path / "out", "--plugin", plugin, "--json", plugin]}[what]
     before = {p: p.read_bytes() for p in (config, plugin)}
-    one_error(run_pipeline(clip, *args, "-y", cwd=tmp_path), 2, "choose another path")
+    one_error(run_cli(*args, "-y", "--device", "cpu", cwd=tmp_path, timeout=60), 2, "choose another path")
     assert {p: p.read_bytes() for p in (config, plugin)} == before
 
 

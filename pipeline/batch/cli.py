@@ -11,7 +11,7 @@ from typing import Iterator
 
 from rich.console import Console
 
-from ..checks import check_report_path, real_path
+from ..checks import check_reads_kept, check_report_path, real_path
 from ..errors import ConfigError, OutputError, PipelineError, SignalEchoes, stop_signals
 from ..ffmpeg_args import path_name
 from ..log import one_line
@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, err: Console) -> int:
-    from ..cli import config_from_args
+    from ..cli import config_from_args, read_files
     from .cluster import start_thread_pools_deaf
 
     start_thread_pools_deaf()  # before anything imports NumPy: a Ctrl-C while the workers start is kept
@@ -87,6 +87,10 @@ def main(args: argparse.Namespace, err: Console) -> int:
     lists: list[Path] = []
     sources = expand_inputs(args.inputs, lists)
     check_lists_kept(lists, planned_outputs(sources, batch))
+    read = read_files(cfg, args.config, load_plugins=False)  # the workers load the plugins
+    check_reads_kept(read, **{"--json file": args.results_json})
+    for out in planned_outputs(sources, batch):
+        check_reads_kept(read, output=out)
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
         if out_dir is not None and real_path(Path(args.results_json)) == real_path(out_dir):  # made by the batch
