@@ -203,6 +203,9 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
                           f"valid options: {', '.join(OPTIONS)}")
     name = os.fspath(source) if _is_location(source) else getattr(getattr(source, "info", None), "name", "<frames>")
     output = _as_location(output)
+    for field, value in (("output", output), ("stats_json", options.get("stats_json"))):
+        if isinstance(value, (str, os.PathLike)) and not os.fspath(value):
+            raise ConfigError(f"{field} is an empty name (None means {'the default' if field == 'output' else 'none'})")
     if output is not None and not _is_location(output):
         raise ConfigError(f"Invalid output ({type(output).__name__}). Supported values are a path (str, bytes or "
                           "os.PathLike), a URL, or \"null\".")

@@ -179,6 +179,8 @@ def wait_for_all(threads: list[Worker], poll: float = 0.1, tick: Callable[[], No
     """Until every thread has ended, waking every ``poll`` seconds (signal handlers run only when the main
     thread wakes) to call ``tick``; each is joined once its ``ended`` is set, a matter of its return."""
     for t in threads:
+        if t.ident is None:  # never started (starting the one before failed): nothing to wait for
+            continue
         while not t.ended.wait(poll):
             if tick is not None:
                 tick()

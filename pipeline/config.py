@@ -292,8 +292,8 @@ def _plugin_paths(value: Any) -> tuple[str, ...]:
     if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
         raise ConfigError(f"Invalid plugins ({value!r}). Supported values are a list of paths.")
     paths = tuple(os.fspath(v) for v in items)
-    if not all(isinstance(v, str) for v in paths):
-        raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text.")
+    if not all(isinstance(v, str) and v for v in paths):
+        raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text, none empty.")
     return paths
 
 

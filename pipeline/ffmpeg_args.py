@@ -98,4 +98,6 @@ def resolve_paths(args: argparse.Namespace) -> None:
     args.input = inputs[0]
     if given:
         args.output = given[0]
+        if not given[0]:
+            raise ConfigError("run: the output is an empty name (an unset shell variable?)")
     args.paths = None

@@ -253,14 +253,15 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     t0 = time.perf_counter()
     threads = [Worker(one, (i, c), name=f"pipeline-stream-{i}") for i, c in enumerate(configs)]
     with silence_ffmpeg_log():
-        for t in threads:
-            t.start()
-        if on_start is not None:
-            on_start(pipelines)
         try:
+            for t in threads:
+                t.start()
+            if on_start is not None:
+                on_start(pipelines)
             wait_for_all(threads)
-        except KeyboardInterrupt:  # the API caller's Ctrl-C (the command line's handlers set events instead)
-            _stop_then_join(threads, control, pipelines)
+        except BaseException as e:  # the API caller's Ctrl-C (the command line's handlers set events instead),
+            # or no thread to be had: the streams started stop and end before the shared memory closes
+            _stop_then_join(threads, control, pipelines, signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
             raise
         finally:
             counters = shared.counters()
@@ -269,10 +270,10 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     return ManyResult(results, time.perf_counter() - t0, counters)
 
 
-def _stop_then_join(threads: list[Worker], control, pipelines: list) -> None:
+def _stop_then_join(threads: list[Worker], control, pipelines: list, signum: int | None) -> None:
     """Every stream stopped as the command line's first Ctrl-C stops it (the frames in flight drained, the
     frames done kept), another Ctrl-C meanwhile stops them at once; joined before the shared memory closes."""
-    control.stop(signal.SIGINT)
+    control.stop(signum)
     while True:
         try:
             wait_for_all(threads)

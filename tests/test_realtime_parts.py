@@ -147,3 +147,22 @@ def test_a_plain_file_is_never_dropped_from(tmp_path):
 ])
 def test_a_live_streams_queues_hold_a_quarter_second_of_its_video(in_flight, rate, depth):
     assert queue_depth(in_flight, rate) == depth
+
+
+def test_waiting_for_workers_survives_one_that_never_started_and_an_interrupt():
+    """A Ctrl-C while waiting leaves each worker's state true (Thread.join can mark a running thread stopped)."""
+    import _thread
+
+    from pipeline.channels import Worker, wait_for_all
+
+    release = threading.Event()
+    running = Worker(release.wait, name="pipeline-test-running")
+    never = Worker(lambda: None, name="pipeline-test-never")
+    running.start()
+    threading.Timer(0.2, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        wait_for_all([running, never], poll=0.05)
+    assert running.is_alive() and not running.ended.is_set()
+    release.set()
+    wait_for_all([running, never], poll=0.05)
+    assert not running.is_alive()
