@@ -213,10 +213,10 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                        help="input video file, stream URL, capture device or - (stdin); then, optionally, the "
                             "output (as -o). Several inputs with -o DIR/ or -o null run side by side in this "
                             "process, sharing the GPU's memory (also: [[streams]] in a --config file)")
-        p.add_argument("-o", "--output", type=path_name, help="output file, stream URL or - (stdout, with -f) (default: <input "
-                                              "stem>_processed<ext> in the current directory; a URL input needs -o); "
-                                              "with several inputs, a directory (DIR/: each writes "
-                                              "DIR/<stem>_processed<ext>) or null")
+        p.add_argument("-o", "--output", type=path_name,
+                       help="output file, stream URL or - (stdout, with -f) (default: <input stem>_processed<ext> in "
+                            "the current directory; a URL input needs -o); with several inputs, a directory (DIR/: "
+                            "each writes DIR/<stem>_processed<ext>) or null")
     add_overwrite_arguments(p)
     if single:
         add_ffmpeg_arguments(p)
@@ -267,8 +267,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                         f"(default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
                    help="Python file registering extra filters, repeatable")
-    p.add_argument("--stats-json", type=path_name, help="write the run statistics as JSON to this path (an existing file "
-                                        "needs -y; never the input or the output)")
+    p.add_argument("--stats-json", type=path_name,
+                   help="write the run statistics as JSON to this path (an existing file needs -y; never the input "
+                        "or the output)")
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
     p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
@@ -359,8 +360,8 @@ def _add_sample(sub, name: str, help_text: str) -> None:
                                     "Ctrl-C, SIGTERM or SIGHUP stops at once with no clip written (exit 130/143/129).",
                         epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
-    sa.add_argument("-o", "--output", metavar="PATH", type=path_name, help="where to write it (default: the clip's path below); an "
-                                                          "existing file is replaced only with -y")
+    sa.add_argument("-o", "--output", metavar="PATH", type=path_name,
+                    help="where to write it (default: the clip's path below); an existing file is replaced only with -y")
     add_overwrite_arguments(sa)
     sa.add_argument("--frames", type=integer, metavar="N", help="number of frames (default: the clip's)")
     sa.add_argument("--fps", type=number, help="frame rate (default: the clip's)")
