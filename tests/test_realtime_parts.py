@@ -149,14 +149,16 @@ def test_a_live_streams_queues_hold_a_quarter_second_of_its_video(in_flight, rat
     assert queue_depth(in_flight, rate) == depth
 
 
-def test_waiting_for_workers_survives_one_that_never_started_and_an_interrupt():
+def test_waiting_for_workers_survives_one_that_never_started_and_an_interrupt(restore_signals):
     """A Ctrl-C while waiting leaves each worker's state true (Thread.join can mark a running thread stopped)."""
     import _thread
+    import signal
 
     from pipeline.channels import Worker, wait_for_all
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever a test before installed
     release = threading.Event()
-    running = Worker(release.wait, name="pipeline-test-running")
+    running = Worker(lambda: release.wait(10), name="pipeline-test-running")  # bounded, should no Ctrl-C come
     never = Worker(lambda: None, name="pipeline-test-never")
     running.start()
     threading.Timer(0.2, _thread.interrupt_main).start()

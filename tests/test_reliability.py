@@ -545,7 +545,8 @@ def test_unwritable_output_directory_exits_4_even_as_root(tmp_path, clips, monke
 
 @pytest.mark.parametrize("case", ["-o", "--stats-json", "-progress", "sequence", "sample", "batch -o",
                                   "batch --json", "--plugin"])
-def test_a_path_past_the_systems_limit_is_one_line_not_an_internal_error(tmp_path, clips, capsys, case):
+def test_a_path_past_the_systems_limit_is_one_line_not_an_internal_error(tmp_path, clips, capsys, case,
+                                                                         restore_signals):
     """pathlib's exists()/is_dir() raise for such a path (ENAMETOOLONG; EACCES for a directory on the way that
     cannot be entered, which root never meets): each path option says so and exits with its own code."""
     far = str(tmp_path / ("d/" * 2100 + "x"))  # more than PATH_MAX (4096) bytes, each name short

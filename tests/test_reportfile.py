@@ -137,7 +137,7 @@ def test_a_report_that_appears_while_it_is_written_is_kept(tmp_path):
     assert path.read_text() == "theirs\n" and sorted(os.listdir(tmp_path)) == ["stats.json"]
 
 
-def test_stats_json_on_a_full_disk_keeps_the_old_report(tmp_path, monkeypatch, capsys):
+def test_stats_json_on_a_full_disk_keeps_the_old_report(tmp_path, monkeypatch, capsys, restore_signals):
     from utils import ROOT
 
     from pipeline import cli
