@@ -79,6 +79,8 @@ class ArraySource:
             if not (isinstance(size, tuple) and len(size) == 2 and all(_is_int(v) for v in size)):
                 raise ConfigError(f"an I420 array source needs size=(width, height), not {size!r}")
             width, height = size
+            if width % 2 or height % 2:  # its planes would be read with the even size's strides: a sheared picture
+                raise ConfigError(f"an I420 array source needs an even width and height (4:2:0), not {width}x{height}")
         else:
             if first.ndim != 3 or first.shape[2] != 3 or first.dtype != np.uint8:
                 raise InputError(f"{self.path}: frames must be H x W x 3 uint8 RGB arrays, got {first.shape} "

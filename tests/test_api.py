@@ -388,6 +388,8 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
                           "null", device="cpu"), pipeline.InputError, "is 96 uint8 bytes, got 90 uint8"),
     (lambda: pipeline.run(pipeline.ArraySource([np.ones(96, np.float32)], layout="i420", size=(8, 8)),
                           "null", device="cpu"), pipeline.InputError, "got 96 float32"),
+    (lambda: pipeline.ArraySource([np.zeros(1000, np.uint8)], layout="i420", size=(9, 8)), pipeline.ConfigError,
+     "needs an even width and height (4:2:0), not 9x8"),
     (lambda: pipeline.run("clip.mp4", 5, device="cpu"), pipeline.ConfigError, "Invalid output (int)"),
     (lambda: pipeline.run("clip.mp4", "", device="cpu"), pipeline.ConfigError, "output is an empty name"),
     (lambda: pipeline.run("clip.mp4", "null", stats_json=""), pipeline.ConfigError, "stats_json is an empty name"),
