@@ -72,27 +72,23 @@ def _describe(error: BaseException) -> str:
 
 def blamed_plugin(error: BaseException) -> Path | None:
     """The loaded plugin file in whose code ``error`` was raised (the innermost one), if any."""
-    found, tb = None, error.__traceback__
+    loaded = [Path(name).resolve() for name in _raised_in(error) if name]
+    return next((path for path in reversed(loaded) if path in _LOADED_PLUGINS), None)
+
+
+def _raised_in(error: BaseException) -> list[str]:
+    """The files of the code ``error`` went through, outermost first."""
+    files, tb = [], error.__traceback__
     while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if filename and Path(filename).resolve() in _LOADED_PLUGINS:
-            found = Path(filename).resolve()
+        files.append(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
-    return found
+    return files
 
 
 def _plugin_filters(filters: Iterable) -> list:
     from .fuse import members_of
 
     return [m for f in filters for m in members_of(f) if _origin(m) is not None]
-
-
-def _files_of(error: BaseException) -> set[str]:
-    files, tb = set(), error.__traceback__
-    while tb is not None:
-        files.add(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    return files
 
 
 def _module_file(f) -> str | None:
@@ -107,7 +103,7 @@ def _origin(f) -> str | None:
     module = type(f).__module__
     if module == "pipeline" or module.startswith("pipeline."):
         return None
-    return getattr(sys.modules.get(module), "__file__", None) or module
+    return _module_file(f) or module
 
 
 def plugin_failure(filters: Iterable, error: BaseException, where: str) -> PluginError | None:
@@ -117,7 +113,7 @@ def plugin_failure(filters: Iterable, error: BaseException, where: str) -> Plugi
         return None  # ours, the user's stop, or a CUDA error (a GPUError, whichever code met it)
     # A plugin file's filter is blamed when a plugin's code raised or none did (its step failed); one the
     # application registered only when its own module's code raised.
-    raised_in = _files_of(error)
+    raised_in = set(_raised_in(error))
     involved = [f for f in _plugin_filters(filters) if f.name in PLUGIN_FILES or _module_file(f) in raised_in]
     path = blamed_plugin(error)
     culprits = [f for f in involved if PLUGIN_FILES.get(f.name) == path] or involved
