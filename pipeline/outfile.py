@@ -125,15 +125,23 @@ def create_like(tmp: Path, target: Path) -> None:
     if mode is None:
         return
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode & 0o600)
+        os.close(open_temporary(tmp, mode, truncate=True))
     except OSError:  # the muxer's own open says what is wrong
         return
-    try:
-        os.fchmod(fd, mode & 0o777)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+
+
+def open_temporary(tmp: Path, mode: int | None, truncate: bool = False) -> int:
+    """``tmp`` opened for writing, never through a link, with the permission bits ``mode`` (those of the
+    file it will replace; None: a new file's) from its creation. Without ``truncate`` it must be new
+    (FileExistsError otherwise)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    handle = os.open(tmp, flags | (os.O_TRUNC if truncate else os.O_EXCL), 0o666 if mode is None else mode & 0o600)
+    if mode is not None:
+        try:
+            os.fchmod(handle, mode & 0o777)
+        except OSError:
+            pass
+    return handle
 
 
 def _link_then_unlink(src: Path | str, dst: Path | str) -> None:

@@ -13,7 +13,6 @@ error an unwritable file gives (ENXIO), so each caller reports it as it reports 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -81,15 +80,12 @@ def report_file(path: str | Path, exclusive: bool = False, binary: bool = False)
 def _create(tmp: Path, mode: int | None) -> int:
     """The temporary file, new (never a file or a link already under its name), with the permissions of the
     file it replaces (``mode``) from the start: a private report stays private while it is written."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    from .outfile import open_temporary
+
     try:
-        handle = os.open(tmp, flags, 0o666 if mode is None else mode & 0o600)
+        return open_temporary(tmp, mode)
     except FileExistsError:  # this process's own name: another thread writes the same report right now
         raise OSError(errno.EBUSY, "another write of this report is under way", str(tmp)) from None
-    if mode is not None:
-        with contextlib.suppress(OSError):
-            os.fchmod(handle, mode & 0o777)
-    return handle
 
 
 def write_report(path: str | Path, text: str, exclusive: bool = False) -> None:
