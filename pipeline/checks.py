@@ -139,10 +139,13 @@ def check_progress_path(path: str, source: str = "", output: Path | str | None =
     check_report_path(path, "-progress", theirs, overwrite=True, in_place=True)
 
 
-def check_reads_kept(read: Iterable[tuple[Path, str]], **written: str | Path | None) -> None:
-    """No file the run writes (``written``: what it is -> its path) is one the run reads besides its input
-    (``read``: the config file, a plugin, a filter's LUT), which -y would replace with what the run made."""
-    for path, option in local_files(**written):
+def check_reads_kept(read: Iterable[tuple[Path, str]], outputs: Iterable[str | Path | None],
+                     **reports: str | Path | None) -> None:
+    """No file the run writes (its ``outputs``, its ``reports``: what each is -> its path) is one the run
+    reads besides its input (``read``: the config file, a plugin, a filter's LUT), which -y would replace
+    with what the run made."""
+    written = [found for output in outputs for found in local_files(output=output)] + local_files(**reports)
+    for path, option in written:
         for other, what in read:
             if _same_file(path, other):
                 raise ConfigError(f"{path}: {option} is {what}; choose another path")

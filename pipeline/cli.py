@@ -192,7 +192,7 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
     control.interruptible = True  # until the output is about to be created (build_parts)
     try:
         read = read_files(cfg, config)  # loads the plugins: a slow one is stopped by one signal
-        check_reads_kept(read, output=_output_of(cfg), **{"--stats-json file": cfg.stats_json})
+        check_reads_kept(read, [_output_of(cfg)], **{"--stats-json file": cfg.stats_json})
         if progress:
             check_progress(progress, writes_stdout(cfg), cfg.input, _output_of(cfg), cfg.stats_json, read)
         pipeline = Pipeline.from_config(cfg, control=control)

@@ -31,9 +31,7 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
         per_stream = None
     configs = configs_for(cfg, inputs, cfg.output, per_stream)
     read = read_files(cfg, config, load_plugins=False)  # the streams load them, each in its own thread
-    check_reads_kept(read, **{"--stats-json file": cfg.stats_json})
-    for c in configs:
-        check_reads_kept(read, output=c.output)
+    check_reads_kept(read, [c.output for c in configs], **{"--stats-json file": cfg.stats_json})
     if cfg.stats_json:  # before any stream starts, as for one run
         check_streams_stats(cfg.stats_json, [(c.input, c.output) for c in configs], cfg.overwrite)
     control = RunControl()

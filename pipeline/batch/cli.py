@@ -86,11 +86,10 @@ def main(args: argparse.Namespace, err: Console) -> int:
                           scheduler=args.scheduler, dashboard=args.dashboard)
     lists: list[Path] = []
     sources = expand_inputs(args.inputs, lists)
-    check_lists_kept(lists, planned_outputs(sources, batch))
+    outputs = planned_outputs(sources, batch)
+    check_lists_kept(lists, outputs)
     read = read_files(cfg, args.config, load_plugins=False)  # the workers load the plugins
-    check_reads_kept(read, **{"--json file": args.results_json})
-    for out in planned_outputs(sources, batch):
-        check_reads_kept(read, output=out)
+    check_reads_kept(read, outputs, **{"--json file": args.results_json})
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
         if out_dir is not None and real_path(Path(args.results_json)) == real_path(out_dir):  # made by the batch
