@@ -209,7 +209,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
 
     ``single=False``: without the input, the output and the span options (``pipeline batch`` has its own)."""
     if single:
-        p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]",
+        p.add_argument("paths", nargs="*", metavar="INPUT [OUTPUT]", type=path_name,
                        help="input video file, stream URL, capture device or - (stdin); then, optionally, the "
                             "output (as -o). Several inputs with -o DIR/ or -o null run side by side in this "
                             "process, sharing the GPU's memory (also: [[streams]] in a --config file)")

@@ -52,7 +52,7 @@ def add_overwrite_arguments(p) -> None:
 
 def add_ffmpeg_arguments(p) -> None:
     """``-i``, the span of the input and ``-progress``."""
-    p.add_argument("-i", dest="input", action="append", metavar="INPUT",
+    p.add_argument("-i", dest="input", action="append", metavar="INPUT", type=path_name,
                    help="the input, as an option (ffmpeg style): then a positional is the output")
     span = p.add_argument_group("span of the input (ffmpeg's time syntax: seconds, or [HH:]MM:SS[.m])")
     span.add_argument("-ss", "--start", type=parse_time, metavar="TIME",
@@ -98,6 +98,4 @@ def resolve_paths(args: argparse.Namespace) -> None:
     args.input = inputs[0]
     if given:
         args.output = given[0]
-        if not given[0]:
-            raise ConfigError("run: the output is an empty name (an unset shell variable?)")
     args.paths = None

@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..cli import add_run_arguments
     from ..config import RunConfig
 
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
+    p.add_argument("inputs", nargs="+", metavar="INPUT", type=path_name,
                    help="input files, globs, or @LIST (a text file listing inputs, one per line)")
     p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR", type=path_name,
                    help="output directory, created if needed; 'null' processes and discards (default: .)")
