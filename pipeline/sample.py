@@ -20,6 +20,7 @@ import errno
 import math
 import os
 import signal
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
@@ -241,10 +242,13 @@ def _audio_frame(start: int, stop: int, seed: int) -> av.AudioFrame:
     return frame
 
 
-def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix_fmt, seed, hdr=False):
+def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix_fmt, seed, hdr=False,
+                checkpoint=None):
     time_base = 1 / rate
     audio_done = 0
     for i in range(frames):
+        if checkpoint is not None:
+            checkpoint()
         frame = rgb_to_frame(synth_frame(i, width, height, seed), pix_fmt, hdr)
         frame.pts = i
         frame.time_base = time_base
@@ -276,6 +280,7 @@ def make_clip(
     options: dict | None = None,
     hdr: bool = False,
     overwrite: bool = True,
+    checkpoint: Callable[[], None] | None = None,
 ) -> Path:
     """Write a synthetic clip and return its path.
 
@@ -295,6 +300,9 @@ def make_clip(
     and keeps exact timestamps but drops the colour tags; it cannot store
     negative timestamps either, so with audio it shifts all streams by the
     AAC encoder delay (1024 samples) and video starts there, not at 0.
+
+    ``checkpoint`` is called before each frame and once more before the clip is moved into place; what it
+    raises ends the call with no clip written (``pipeline sample`` stops there on a signal).
     """
     path = Path(path)
     _check_args(width, height, frames, codec, pix_fmt, seed)
@@ -318,7 +326,10 @@ def make_clip(
                 pix_fmt=pix_fmt,
                 seed=seed,
                 hdr=hdr,
+                checkpoint=checkpoint,
             )
+        if checkpoint is not None:
+            checkpoint()
         place_output(tmp, final, overwrite, name=path)
     except BaseException:
         # A half-written clip looks valid to a quick glance; do not leave one.
@@ -391,12 +402,17 @@ def _check_target(out: Path, default: bool, overwrite: bool) -> None:
 
 
 @contextmanager
-def _stopped_by_signals(tmp: Path):
-    """SIGINT, SIGTERM and SIGHUP stop the clip at once with none written (exit 130/143/129; SIGINT or
-    SIGHUP ignored at the start, ``cmd &`` or ``nohup``, stays ignored): a clip cut short is not the one asked
-    for. The first raises where the main thread is, and :func:`make_clip` removes ``tmp`` on the
-    way out; a second, while that happens, removes it itself and leaves at once, as ``pipeline run`` does."""
-    stopping = []
+def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
+    """SIGINT, SIGTERM and SIGHUP stop the clip before its next frame with none written (exit 130/143/129;
+    SIGINT or SIGHUP ignored at the start, ``cmd &`` or ``nohup``, stays ignored): a clip cut short is not
+    the one asked for. Yields :func:`make_clip`'s checkpoint, which raises Interrupted once a signal came,
+    and :func:`make_clip` removes ``tmp`` on the way out; a second signal, while that happens, removes it
+    itself and leaves at once, as ``pipeline run`` does.
+
+    The handler only records the signal. Raised from the handler, where the main thread happens to be,
+    the exception can land inside PyAV's own error handling (one raised while its audio resampler reads
+    the EAGAIN that ends its output is taken for that EAGAIN) and be lost: the clip then went on to the end."""
+    stopping: list[int] = []
 
     def handler(signum, frame):
         if stopping:
@@ -404,11 +420,14 @@ def _stopped_by_signals(tmp: Path):
             os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no clip written\n".encode())
             os._exit(128 + signum)
         stopping.append(signum)
-        raise Interrupted(signum, "no clip written")
+
+    def checkpoint() -> None:
+        if stopping:
+            raise Interrupted(stopping[0], "no clip written")
 
     previous = {sig: signal.signal(sig, handler) for sig in stop_signals()}
     try:
-        yield
+        yield checkpoint
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -450,7 +469,7 @@ def run(args) -> int:
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
     try:
-        with _stopped_by_signals(temp_path_for(out)):
+        with _stopped_by_signals(temp_path_for(out)) as checkpoint:
             path = make_clip(
                 out,
                 width=width,
@@ -464,6 +483,7 @@ def run(args) -> int:
                 crf=args.crf if args.crf is not None else preset.crf,
                 options={"g": str(args.gop)} if args.gop is not None else None,
                 overwrite=bool(args.overwrite),
+                checkpoint=checkpoint,
             )
     except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
         raise

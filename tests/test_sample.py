@@ -15,6 +15,7 @@ from utils import cli_command, partials, run_command, wait_until
 
 from pipeline import sample
 from pipeline.cli import SAMPLES, main
+from pipeline.errors import Interrupted
 
 
 W, H, N = 160, 96, 10
@@ -361,6 +362,42 @@ def test_a_signal_leaves_no_partial_clip_and_the_old_file_as_it_was(tmp_path, si
     assert proc.returncode == code, err
     assert len(err.strip().splitlines()) == 1 and "interrupted by" in err and "Traceback" not in err
     assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
+
+
+def test_make_clip_asks_its_checkpoint_before_each_frame_and_before_placing_the_clip(tmp_path):
+    calls = []
+    out = sample.make_clip(tmp_path / "c.mp4", width=64, height=32, frames=3, audio=False,
+                           checkpoint=lambda: calls.append(len(calls)))
+    assert len(calls) == 3 + 1 and len(_decode(out)[1]) == 3
+
+
+@pytest.mark.parametrize("stop_at", [0, 2, 3], ids=["first frame", "mid-clip", "before placing"])
+def test_what_the_checkpoint_raises_ends_make_clip_with_no_clip_written(tmp_path, stop_at):
+    out = tmp_path / "mine.mp4"
+    out.write_bytes(b"the user's own file")
+    calls = []
+
+    def checkpoint():
+        if len(calls) == stop_at:
+            raise Interrupted(signal.SIGTERM, "no clip written")
+        calls.append(None)
+
+    with pytest.raises(Interrupted):
+        sample.make_clip(out, width=64, height=32, frames=3, checkpoint=checkpoint)
+    assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
+
+
+def test_the_sample_signal_handler_only_records_the_signal_and_the_checkpoint_raises(tmp_path):
+    # Raised where the main thread is, the exception could be lost inside PyAV's error handling; the
+    # handler records the signal and the clip stops at the next checkpoint instead.
+    before = signal.getsignal(signal.SIGTERM)
+    with sample._stopped_by_signals(tmp_path / ".x.partial") as checkpoint:
+        checkpoint()  # no signal yet
+        os.kill(os.getpid(), signal.SIGTERM)  # handled here, in the main thread: nothing raised
+        with pytest.raises(Interrupted) as raised:
+            checkpoint()
+    assert raised.value.signum == signal.SIGTERM and raised.value.exit_code == 143
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 @pytest.mark.parametrize("args, message", [
