@@ -175,6 +175,25 @@ class Worker(threading.Thread):
             self.ended.set()
 
 
+class Startable(Protocol):
+    def start(self) -> None: ...
+
+
+def start_all(threads: list[Startable]) -> None:
+    """Start each thread (or what starts one: a live source's reader). Where the system gives no more (its
+    limit on processes, ``ulimit -u``, or memory for a stack): a PipelineError (exit 1) instead of Python's
+    RuntimeError, which reads as a bug. Those started before run on: the caller stops them and waits
+    (:func:`wait_for_all` skips the ones never started)."""
+    from .errors import PipelineError
+
+    for t in threads:
+        try:
+            t.start()
+        except RuntimeError as e:  # "can't start new thread"
+            raise PipelineError(f"cannot start a thread ({e}): the system's limit on processes (ulimit -u) "
+                                "or its memory is exhausted") from e
+
+
 def wait_for_all(threads: list[Worker], poll: float = 0.1, tick: Callable[[], None] | None = None) -> None:
     """Until every thread has ended, waking every ``poll`` seconds (signal handlers run only when the main
     thread wakes) to call ``tick``; each is joined once its ``ended`` is set, a matter of its return."""

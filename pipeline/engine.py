@@ -28,13 +28,13 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from .channels import END as _END, Aborted, Channel, Worker, wait_for_all
+from .channels import END as _END, Aborted, Channel, Worker, start_all, wait_for_all
 from .checks import as_pipeline_error
 from .config import RunConfig
 from .control import RunControl
 from .convert import DEVICE_LAYOUTS
 from .encoders import is_hardware
-from .errors import ConfigError, GPUError, GPUStalled, InputError, Interrupted, SourceStalled
+from .errors import ConfigError, GPUError, GPUStalled, InputError, Interrupted, PipelineError, SourceStalled
 from .gpu.nvtx import ranges as nvtx_ranges
 from .latency import LatencyLog
 from .log import log
@@ -125,6 +125,11 @@ class Pipeline(Stages, Tally):
         Safe from a signal handler: it only sets an event the decode stage polls.
         """
         self.control.stop(signum)
+
+    def fail(self, error: PipelineError) -> None:
+        """End the run as a failing stage ends it: the stages stop at once, no output is kept, and the run
+        raises ``error`` (unless it failed first). Safe from any thread."""
+        self._fail(error)
 
     @property
     def signum(self) -> int | None:
@@ -249,10 +254,7 @@ class Pipeline(Stages, Tally):
         stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted),
                   ("encode", consume, None)]
         threads = [Worker(self._guard, s, name=f"pipeline-{s[0]}") for s in stages]
-        if self._feed is not None:
-            self._feed.start()
-        for t in threads:
-            t.start()
+        self._start(threads)
         interrupted = False
         try:
             self._wait_for(threads)
@@ -274,10 +276,7 @@ class Pipeline(Stages, Tally):
         self._channels()
         stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted)]
         threads = [Worker(self._guard, s, name=f"pipeline-{s[0]}") for s in stages]
-        if self._feed is not None:
-            self._feed.start()
-        for t in threads:
-            t.start()
+        self._start(threads)
         held: WorkItem | None = None
         finished = False
         try:
@@ -313,6 +312,14 @@ class Pipeline(Stages, Tally):
     def _release_held(self, item: WorkItem) -> None:
         # After the work the caller may have queued on its current stream that reads the frame.
         self.processor.release(item, after=self.backend.ops.record_current())
+
+    def _start(self, threads: list[Worker]) -> None:
+        """The reader (live sources) and the stages started. With no thread to be had the run fails as a
+        failing stage fails it: the threads started see the abort and end, and no output is kept."""
+        try:
+            start_all([self._feed, *threads] if self._feed is not None else threads)
+        except PipelineError as e:
+            self._fail(e)
 
     def _wait_for(self, threads: list[Worker]) -> None:
         # The preview window (GUI calls belong on the main thread) is refreshed between the waits.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .channels import Worker, wait_for_all
+from .channels import Worker, start_all, wait_for_all
 from .config import RunConfig
 from .errors import EXIT_INTERNAL, ConfigError, GPUStalled, PipelineError
 from .log import log
@@ -254,14 +254,13 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     threads = [Worker(one, (i, c), name=f"pipeline-stream-{i}") for i, c in enumerate(configs)]
     with silence_ffmpeg_log():
         try:
-            for t in threads:
-                t.start()
+            start_all(threads)
             if on_start is not None:
                 on_start(pipelines)
             wait_for_all(threads)
         except BaseException as e:  # the API caller's Ctrl-C (the command line's handlers set events instead),
-            # or no thread to be had: the streams started stop and end before the shared memory closes
-            _stop_then_join(threads, control, pipelines, signal.SIGINT if isinstance(e, KeyboardInterrupt) else None)
+            # no thread to be had, on_start raising: the streams started end before the shared memory closes
+            _stop_then_join(threads, control, pipelines, e)
             raise
         finally:
             counters = shared.counters()
@@ -270,10 +269,16 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     return ManyResult(results, time.perf_counter() - t0, counters)
 
 
-def _stop_then_join(threads: list[Worker], control, pipelines: list, signum: int | None) -> None:
-    """Every stream stopped as the command line's first Ctrl-C stops it (the frames in flight drained, the
-    frames done kept), another Ctrl-C meanwhile stops them at once; joined before the shared memory closes."""
-    control.stop(signum)
+def _stop_then_join(threads: list[Worker], control, pipelines: list, cause: BaseException) -> None:
+    """Every stream stopped, and joined before the shared memory closes. A Ctrl-C stops them as the command
+    line's first one does (the frames in flight drained, the frames done kept), another one meanwhile stops
+    them at once. Any other ``cause`` fails them all, as a failing stage fails a run: no output kept (the
+    streams still setting up see the stop and end before they make one)."""
+    interrupted = isinstance(cause, KeyboardInterrupt)
+    control.stop(signal.SIGINT if interrupted else None)
+    if not interrupted:
+        for pipeline in list(pipelines):
+            pipeline.fail(PipelineError(f"stopped: {cause}"))
     while True:
         try:
             wait_for_all(threads)

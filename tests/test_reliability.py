@@ -11,6 +11,7 @@ import errno
 import os
 import random
 import shutil
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -702,6 +703,73 @@ def test_a_failing_stage_stops_the_others_and_is_reported_once(tmp_path, clips, 
     assert "internal error while processing" in err and "av.mp4" in err and "Traceback" not in err
     assert not out.exists() and partials(tmp_path) == []
     assert pipeline_threads() == []
+
+
+def _no_thread_for(name: str, monkeypatch, after=lambda: None) -> None:
+    """Thread ``name`` cannot be started, as where the process limit (ulimit -u) or memory ran out; its
+    start fails once ``after()`` returns."""
+    import threading
+
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name == name:
+            after()
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
+@pytest.mark.parametrize("thread, options", [
+    ("decode", []), ("submit", []), ("encode", []),
+    ("read", ["--realtime"]),  # a paced or live source's reader
+])
+def test_a_stage_without_a_thread_fails_the_run_in_one_line_and_the_others_end(tmp_path, clips, monkeypatch,
+                                                                               capsys, restore_signals, thread,
+                                                                               options):
+    _no_thread_for(f"pipeline-{thread}", monkeypatch)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["av"]), "-o", str(out), "--device", "cpu", "-q", *options])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "cannot start a thread (can't start new thread)" in err and "ulimit -u" in err
+    assert not out.exists() and partials(tmp_path) == []
+    assert pipeline_threads() == []
+
+
+def test_frames_without_a_thread_raise_the_same_error_and_leave_no_thread(clips, monkeypatch):
+    import pipeline
+    from pipeline.errors import PipelineError
+
+    _no_thread_for("pipeline-submit", monkeypatch)
+    with pytest.raises(PipelineError, match="cannot start a thread"):
+        for _ in pipeline.frames(clips["video"], device="cpu"):
+            pass
+    assert pipeline_threads() == []
+
+
+def test_streams_side_by_side_without_a_thread_stop_those_started(clips, tmp_path, monkeypatch):
+    from pipeline.config import RunConfig
+    from pipeline.control import RunControl
+    from pipeline.errors import PipelineError
+    from pipeline.many import configs_for, run_many
+
+    control = RunControl()
+
+    def first_stream_has_frames_done():  # paced at 30 fps: 2 s of them
+        deadline = time.monotonic() + 30
+        while not any(p.stats.frames_out for ref in list(control.pipelines) if (p := ref()) is not None):
+            assert time.monotonic() < deadline, "the first stream did no frame"
+            time.sleep(0.01)
+
+    _no_thread_for("pipeline-stream-1", monkeypatch, after=first_stream_has_frames_done)
+    configs = configs_for(RunConfig(device="cpu", quiet=True, realtime=True), [str(clips["video"])] * 3,
+                          str(tmp_path))
+    with pytest.raises(PipelineError, match="cannot start a thread"):
+        run_many(configs, control=control)
+    assert pipeline_threads() == []
+    assert list(tmp_path.iterdir()) == []  # the first stream, frames done or not, kept no output
 
 
 @pytest.mark.slow
