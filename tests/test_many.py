@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +301,23 @@ def test_streams_stopped_early_keep_the_statistics_of_the_frames_they_did(clips,
         assert 1 <= stream.stats["frames_out"] < 12
         assert len(decode(stream.output).frames) == stream.stats["frames_out"]
     assert max(s.stats["frames_out"] for s in result.streams) >= 4
+
+
+def test_on_start_raising_fails_every_stream_and_keeps_no_output(clips, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def on_start(pipelines) -> None:  # once frames are done (paced at 30 fps: 0.4 s of them)
+        deadline = time.monotonic() + 30
+        while not any(p.stats.frames_out for p in list(pipelines)):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        raise ValueError("the application's own mistake")
+
+    base = RunConfig(device="cpu", codec="ffv1", quiet=True, realtime=True)
+    with pytest.raises(ValueError, match="own mistake"):
+        run_many(configs_for(base, [str(c) for c in clips], str(out)), on_start=on_start)
+    assert pipeline_threads() == [] and list(out.iterdir()) == []
 
 
 def test_run_many_takes_a_list_of_sources_not_one(clips):
