@@ -170,6 +170,7 @@ class DecodeLoop:
         self._damage.packet(packet)
         self._bad_data(f"last packet cut short at pts {packet.pts}, not decoded")
         self.decode_errors += 1
+        self.last_rejection = "cut short"
 
     def _loss(self, error: Exception) -> str:
         if isinstance(error, av.error.ExitError):  # our own interrupt: the read timeout expired
@@ -226,6 +227,7 @@ class DecodeLoop:
                                  f"{error}") from error
         self._bad_data(f"undecodable packet at pts {pts}", error)
         self.decode_errors += 1
+        self.last_rejection = error.strerror or str(error)  # EAGAIN or ENOMEM: the system, not the input
 
     def _check_corrupt(self, frame: av.VideoFrame) -> None:
         if frame.is_corrupt:

@@ -111,6 +111,7 @@ class Source(DecodeLoop):
             self.options = {**LIVE_PROBE, **self.options}
         self.timeout = timeout if self.live else None
         self.decode_errors = 0  # packets the decoder rejected (skipped)
+        self.last_rejection = ""  # what the decoder said of the last one
         self.corrupt_frames = 0  # frames the decoder concealed errors in (processed)
         self.retimed_frames = 0  # frames whose timestamp was missing or went backwards
         self._index = 0  # frames decoded, across reconnections
@@ -300,7 +301,8 @@ class Source(DecodeLoop):
             self._pending.append(item)
             if isinstance(item, DecodedFrame):
                 return item
-        errors = f" ({self.decode_errors} packets failed to decode)" if self.decode_errors else ""
+        last = f"; the last: {self.last_rejection}" if self.last_rejection else ""
+        errors = f" ({self.decode_errors} packets failed to decode{last})" if self.decode_errors else ""
         if self._trim is not None and not errors:
             why = self._span_too_short() if self.span_ended else "the input ends before it starts"
             raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): {why}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import shutil
 import time
 from fractions import Fraction
@@ -165,6 +166,31 @@ def test_not_a_video_exits_3_without_output(tmp_path, build):
     out.parent.mkdir()
     result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert_failed(result, 3, out, name=src.name)
+
+
+def test_an_input_whose_every_packet_is_refused_says_what_the_decoder_said(tmp_path, clips):
+    """Every packet a slice of random bytes behind a valid header: the line counts them and gives the
+    decoder's own reason (the one that tells a system out of threads or memory from a damaged input)."""
+    import struct
+
+    src = tmp_path / "refused.mp4"
+    rng = random.Random(1)
+    with av.open(str(clips["video"])) as inp, av.open(str(src), "w") as out:
+        video = inp.streams.video[0]
+        stream = out.add_stream_from_template(video)
+        for packet in list(inp.demux(video))[:12]:
+            if not packet.size:
+                continue
+            body = b"\x65" + rng.randbytes(400)  # an IDR slice's NAL header, then noise
+            refused = av.Packet(struct.pack(">I", len(body)) + body)
+            refused.stream, refused.pts, refused.dts = stream, packet.pts, packet.dts
+            refused.time_base, refused.is_keyframe = packet.time_base, packet.is_keyframe
+            out.mux(refused)
+    out_path = tmp_path / "out.mp4"
+    result = run_pipeline(src, "-o", out_path, cwd=tmp_path)
+    assert_failed(result, 3, out_path, name=src.name)
+    assert re.search(r"no decodable video frames \(1[12] packets failed to decode; the last: Invalid data found",
+                     result.stderr)  # (the last packet may still be in the decoder at the end)
 
 
 # -- 2. truncated files ---------------------------------------------------------------------------
