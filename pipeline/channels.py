@@ -189,9 +189,11 @@ def start_all(threads: list[Startable]) -> None:
     for t in threads:
         try:
             t.start()
-        except RuntimeError as e:  # "can't start new thread"
-            raise PipelineError(f"cannot start a thread ({e}): the system's limit on processes (ulimit -u) "
-                                "or its memory is exhausted") from e
+        except RuntimeError as e:
+            if "can't start new thread" not in str(e):  # started twice, or at the interpreter's exit: a bug
+                raise
+            raise PipelineError(f"cannot start a thread ({e}): the limit on processes (ulimit -u, or the "
+                                "container's) or memory is exhausted") from e
 
 
 def wait_for_all(threads: list[Worker], poll: float = 0.1, tick: Callable[[], None] | None = None) -> None:

@@ -11,7 +11,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from .errors import Interrupted
+from .errors import Interrupted, PipelineError
 
 if TYPE_CHECKING:
     from .engine import Pipeline
@@ -38,13 +38,32 @@ class RunControl:
         # of the frames done. A batch, whose outputs are whole files or nothing, turns this off: such a run
         # then leaves the target as it was (an earlier output of the same name included).
         self.keep_partial = True
+        self.failure: BaseException | None = None  # set by fail()
 
     def before_output(self) -> None:
         """Called by the set-up just before it creates the output: from here on a stop is a graceful
         one (the run sees the event), and one requested already ends the set-up now."""
         self.interruptible = False
         if self.stop_event.is_set():
-            raise Interrupted(self.signum or 2, "no output written")
+            raise self.stop_error("no output written")
+
+    def fail(self, cause: BaseException) -> None:
+        """Stop every run of this control because the call running them failed (streams side by side: no
+        thread to be had, the caller's ``on_start`` raising): each stops as for a signal but keeps no
+        output, and raises :meth:`stop_error`. Safe from any thread."""
+        if self.failure is None:
+            self.failure = cause
+        self.keep_partial = False
+        self.stop_event.set()
+
+    def stop_error(self, detail: str) -> PipelineError:
+        """What a run stopped through this control raises: Interrupted by its signal, or, after
+        :meth:`fail`, the failure that stopped it."""
+        if self.failure is None:
+            return Interrupted(self.signum or 2, detail)
+        cause = self.failure
+        why = str(cause) if isinstance(cause, PipelineError) else f"{type(cause).__name__}: {cause}"
+        return PipelineError(f"stopped: {why}; {detail}")
 
     def stop(self, signum: int | None = None) -> None:
         """Safe from a signal handler: it only sets an event the stages poll."""

@@ -126,11 +126,6 @@ class Pipeline(Stages, Tally):
         """
         self.control.stop(signum)
 
-    def fail(self, error: PipelineError) -> None:
-        """End the run as a failing stage ends it: the stages stop at once, no output is kept, and the run
-        raises ``error`` (unless it failed first). Safe from any thread."""
-        self._fail(error)
-
     @property
     def signum(self) -> int | None:
         return self.control.signum
@@ -472,7 +467,7 @@ class Pipeline(Stages, Tally):
             raise error
         if self.stop_event.is_set():
             kept = f"{target} holds the {done} frames done" if keep else "no output written"
-            raise Interrupted(self.signum or 2, kept)
+            raise self.control.stop_error(kept)
         if not keep:
             raise InputError(f"{self.source.info.name}: no frames decoded; no output written")
 

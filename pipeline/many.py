@@ -244,7 +244,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
         if not result.stats and pipeline is not None and pipeline.stats.frames_out:
             # Stopped early (a signal, a source gone) with its output kept: what it did, as one run reports.
             result.stats = pipeline.stats.to_dict(per_frame=per_frame)
-        if result.error:
+        if result.error and control.failure is None:  # failed with the whole call: the caller's error says why
             named = result.error.startswith(cfg.input)
             log.error(result.error if named else f"{cfg.input}: {result.error}")  # the stream failed
 
@@ -272,13 +272,12 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
 def _stop_then_join(threads: list[Worker], control, pipelines: list, cause: BaseException) -> None:
     """Every stream stopped, and joined before the shared memory closes. A Ctrl-C stops them as the command
     line's first one does (the frames in flight drained, the frames done kept), another one meanwhile stops
-    them at once. Any other ``cause`` fails them all, as a failing stage fails a run: no output kept (the
-    streams still setting up see the stop and end before they make one)."""
-    interrupted = isinstance(cause, KeyboardInterrupt)
-    control.stop(signal.SIGINT if interrupted else None)
-    if not interrupted:
-        for pipeline in list(pipelines):
-            pipeline.fail(PipelineError(f"stopped: {cause}"))
+    them at once. Any other ``cause`` (the call fails: it is what the caller gets) stops every stream still
+    running with no output kept (:meth:`RunControl.fail`); one already finished keeps its output."""
+    if isinstance(cause, KeyboardInterrupt):
+        control.stop(signal.SIGINT)
+    else:
+        control.fail(cause)
     while True:
         try:
             wait_for_all(threads)

@@ -407,7 +407,8 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
     SIGINT or SIGHUP ignored at the start, ``cmd &`` or ``nohup``, stays ignored): a clip cut short is not
     the one asked for. Yields :func:`make_clip`'s checkpoint, which raises Interrupted once a signal came,
     and :func:`make_clip` removes ``tmp`` on the way out; a second signal, while that happens, removes it
-    itself and leaves at once, as ``pipeline run`` does.
+    itself and leaves at once, as ``pipeline run`` does. A signal after the last checkpoint, while the
+    finished clip is moved into place (a rename), is too late to stop it: the clip is written.
 
     The handler only records the signal. Raised from the handler, where the main thread happens to be,
     the exception can land inside PyAV's own error handling (one raised while its audio resampler reads
@@ -416,8 +417,12 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
 
     def handler(signum, frame):
         if stopping:
-            tmp.unlink(missing_ok=True)
-            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now, no clip written\n".encode())
+            try:
+                tmp.unlink()
+                what = ", no clip written"
+            except OSError:  # not made yet, or already moved into place
+                what = ""
+            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now{what}\n".encode())
             os._exit(128 + signum)
         stopping.append(signum)
 
@@ -469,7 +474,7 @@ def run(args) -> int:
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
     try:
-        with _stopped_by_signals(temp_path_for(out)) as checkpoint:
+        with _stopped_by_signals(temp_path_for(final_path(out))) as checkpoint:  # where make_clip writes
             path = make_clip(
                 out,
                 width=width,

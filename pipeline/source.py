@@ -301,8 +301,10 @@ class Source(DecodeLoop):
             self._pending.append(item)
             if isinstance(item, DecodedFrame):
                 return item
+        # Counted per refusal: a decoder working on several frames at once refuses a batch of packets once.
         last = f"; the last: {self.last_rejection}" if self.last_rejection else ""
-        errors = f" ({self.decode_errors} packets failed to decode{last})" if self.decode_errors else ""
+        times = "once" if self.decode_errors == 1 else f"{self.decode_errors} times"
+        errors = f" (decoding failed {times}{last})" if self.decode_errors else ""
         if self._trim is not None and not errors:
             why = self._span_too_short() if self.span_ended else "the input ends before it starts"
             raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): {why}")

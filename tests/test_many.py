@@ -307,16 +307,25 @@ def test_on_start_raising_fails_every_stream_and_keeps_no_output(clips, tmp_path
     out = tmp_path / "out"
     out.mkdir()
 
-    def on_start(pipelines) -> None:  # once frames are done (paced at 30 fps: 0.4 s of them)
+    from pipeline.control import RunControl
+
+    control = RunControl()
+
+    def on_start(pipelines) -> None:  # once a stream has done frames
         deadline = time.monotonic() + 30
         while not any(p.stats.frames_out for p in list(pipelines)):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         raise ValueError("the application's own mistake")
 
-    base = RunConfig(device="cpu", codec="ffv1", quiet=True, realtime=True)
+    def stage(frame) -> None:  # no stream ends before the call fails
+        if frame.index >= 2:
+            control.stop_event.wait(30)
+
+    base = RunConfig(device="cpu", codec="ffv1", quiet=True)
     with pytest.raises(ValueError, match="own mistake"):
-        run_many(configs_for(base, [str(c) for c in clips], str(out)), on_start=on_start)
+        run_many(configs_for(base, [str(c) for c in clips], str(out)), control=control, on_start=on_start,
+                 stage=stage)
     assert pipeline_threads() == [] and list(out.iterdir()) == []
 
 

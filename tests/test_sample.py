@@ -11,7 +11,7 @@ import av
 import numpy as np
 import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
-from utils import cli_command, partials, run_command, wait_until
+from utils import cli_command, partials, run_command, run_python, wait_until
 
 from pipeline import sample
 from pipeline.cli import SAMPLES, main
@@ -398,6 +398,35 @@ def test_the_sample_signal_handler_only_records_the_signal_and_the_checkpoint_ra
             checkpoint()
     assert raised.value.signum == signal.SIGTERM and raised.value.exit_code == 143
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_second_signal_removes_the_partial_clip_and_exits_at_once(tmp_path):
+    code = f"""
+import os, signal
+from pathlib import Path
+from pipeline import sample
+tmp = Path({str(tmp_path / ".c.partial-1.mp4")!r})
+tmp.write_bytes(b"half a clip")
+with sample._stopped_by_signals(tmp):
+    os.kill(os.getpid(), signal.SIGTERM)  # recorded: the clip would stop at its next frame
+    os.kill(os.getpid(), signal.SIGTERM)  # the second: out at once
+raise SystemExit("not reached")
+"""
+    result = run_python("-c", code, cwd=tmp_path)
+    assert result.returncode == 143 and result.stderr == "pipeline: SIGTERM again: exiting now, no clip written\n"
+    assert partials(tmp_path) == []
+
+
+def test_the_partial_clip_a_second_signal_removes_is_the_one_beside_the_links_target(tmp_path, monkeypatch,
+                                                                                      restore_signals):
+    target = tmp_path / "real" / "clip.mp4"
+    target.parent.mkdir()
+    (link := tmp_path / "link.mp4").symlink_to(target)
+    given = []
+    real = sample._stopped_by_signals
+    monkeypatch.setattr(sample, "_stopped_by_signals", lambda tmp: given.append(tmp) or real(tmp))
+    assert main(["sample", "-o", str(link), *SMALL]) == 0
+    assert given == [sample.temp_path_for(target)] and target.is_file() and link.is_symlink()
 
 
 @pytest.mark.parametrize("args, message", [
