@@ -20,13 +20,16 @@ Importing the package loads neither PyAV, CuPy nor OpenCV: the names below are i
 from __future__ import annotations
 
 import importlib
-import logging
-from typing import TYPE_CHECKING, Any
 
 from .errors import (ConfigError, GPUError, GPUStalled, InputError, OutputError, PipelineError, PluginError,
                      StageError)
 
+# typing.TYPE_CHECKING without importing typing or logging here: until the command's first lines take
+# Ctrl-C (pipeline.launch), one would end in the interpreter's traceback of the import it interrupted.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see; at run time each is imported on first use (__getattr__)
+    from typing import Any
+
     from .adapters import ArraySource, NullSink
     from .api import Frame, FrameIterator, frames, run, run_many
     from .config import RunConfig
@@ -52,11 +55,6 @@ _LAZY = {
 
 __all__ = ["ConfigError", "GPUError", "GPUStalled", "InputError", "OutputError", "PipelineError", "PluginError",
            "StageError", "__version__", *_LAZY]
-
-# A library prints nothing on its own: notices go to the "pipeline" logger, shown only where the
-# application configures logging (the command line does).
-logging.getLogger("pipeline").addHandler(logging.NullHandler())
-
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)

@@ -15,6 +15,9 @@ import threading
 from typing import Callable
 
 log = logging.getLogger("pipeline")
+# A library prints nothing on its own: notices are shown only where the application configures logging
+# (the command line does). Every module that logs imports this one.
+log.addHandler(logging.NullHandler())
 
 _said: set[tuple[int, str]] = set()
 _said_lock = threading.Lock()

@@ -68,6 +68,22 @@ def test_import_pipeline_loads_no_codec_gpu_or_opencv_module():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_the_commands_first_lines_come_before_any_import_that_takes_long():
+    """pipeline.launch takes Ctrl-C once it runs; what the package imports before that (logging, typing:
+    tens of milliseconds on a busy machine) would end in the interpreter's traceback instead."""
+    code = ("import sys; before = set(sys.modules); import pipeline.launch; "
+            "print(sorted(m for m in ('logging', 'typing', 're', 'pathlib') if m in set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_library_logs_nothing_unless_the_application_configures_logging():
+    code = ("import logging, pipeline.memory.host_ring; "
+            "print([type(h).__name__ for h in logging.getLogger('pipeline').handlers])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['NullHandler']"], out.stdout + out.stderr
+
+
 def test_the_public_names_resolve_lazily():
     code = ("import sys, pipeline; assert 'pipeline.api' not in sys.modules; "
             "f = pipeline.frames; r = pipeline.run; print(f.__module__, r.__module__, "

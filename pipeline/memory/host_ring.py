@@ -14,7 +14,6 @@ that grows pays that at most ``size - 1`` times.)
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import weakref
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
+
+from ..log import log
 
 
 class Event(Protocol):
@@ -147,7 +148,7 @@ class HostRing:
             except Exception as e:  # out of pinned memory mid-run: go on with the slots there are
                 if len(self.slots) < min(self.size, self.MIN_SLOTS):
                     raise  # as it would have failed, allocated whole before the first frame
-                logging.getLogger("pipeline").warning(
+                log.warning(
                     "host ring: allocating slot %d of %d failed (%s); going on with %d",
                     len(self.slots) + 1, self.size, e, len(self.slots))
                 self.size = len(self.slots)
@@ -177,6 +178,6 @@ class HostRing:
                 self._release(slot.array)
             returned += 1
         if self._release is not None and returned < len(self.slots):
-            logging.getLogger("pipeline").warning(
+            log.warning(
                 "host ring closed with %d of its %d buffers still in use; they are not returned to the pool",
                 len(self.slots) - returned, len(self.slots))

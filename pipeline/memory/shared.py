@@ -32,7 +32,6 @@ is testable on any machine.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,12 +39,11 @@ from typing import Any, Callable
 
 
 from ..errors import ConfigError, GPUError
+from ..log import log
 from .arena import ALIGN, Block, FreeSpace, align_up, size_class
 from .device_pool import Backing, BufferSpec
 from .host_ring import Event
 from .lease import ArenaLease, _Client  # noqa: F401  (ArenaLease re-exported)
-
-log = logging.getLogger("pipeline")
 
 MiB = 1 << 20
 DEFAULT_GRANULARITY = 64 * MiB
