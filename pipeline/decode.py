@@ -228,7 +228,7 @@ class DecodeLoop:
         self._bad_data(f"undecodable packet at pts {pts}", error)
         self.decode_errors += 1
         self.last_rejection = error.strerror or str(error)  # its words tell a system out of threads or memory
-        # (EAGAIN, ENOMEM) from damaged data
+        self.last_rejection_errno = error.errno  # (EAGAIN, ENOMEM) from damaged data
 
     def _check_corrupt(self, frame: av.VideoFrame) -> None:
         if frame.is_corrupt:

@@ -194,6 +194,27 @@ def test_an_input_whose_every_packet_is_refused_says_what_the_decoder_said(tmp_p
                      result.stderr)
 
 
+def test_a_decoder_without_threads_is_the_systems_limit_not_a_bad_input(tmp_path, clips, monkeypatch, capsys,
+                                                                          restore_signals):
+    """FFmpeg's frame threads that cannot start make it refuse every packet with EAGAIN (seen as uid 65534
+    under ``prlimit --nproc=4``): exit 1 naming the limit, not exit 3 blaming the file."""
+    import errno
+
+    from pipeline.decode import DecodeLoop
+
+    def refused(self, packet):
+        self._rejected(packet.pts, av.error.BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN)))
+        return []
+
+    monkeypatch.setattr(DecodeLoop, "_decode_packet", refused)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["video"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "could not start its threads" in err and "ulimit -u" in err and "video.mp4" in err
+    assert not out.exists() and partials(tmp_path) == []
+
+
 # -- 2. truncated files ---------------------------------------------------------------------------
 
 
