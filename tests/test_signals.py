@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from utils import partials, pipeline_command, pipeline_threads, read_json, run_pipeline, video_times, wait_until
+from utils import (partials, pipeline_command, pipeline_threads, read_json, run_pipeline, run_python, video_times,
+                   wait_until)
 
 from pipeline import cli, engine
 from pipeline.errors import SIGNAL_ECHO_S
@@ -44,6 +45,32 @@ def wait_for_progress(proc: subprocess.Popen, out: Path, settle: float = 1.0) ->
     wait_until(lambda: partials(out.parent), proc, "progress", timeout=30)
     time.sleep(settle)
     assert proc.poll() is None, "finished before the signal: make the run slower"
+
+
+def test_ctrl_c_while_the_command_imports_its_modules_is_exit_130_and_one_line(tmp_path):
+    """The Ctrl-C lands while a module being imported makes a dataclass (code run through exec() of a
+    string): the interpreter then marks itself to end by SIGINT, which an exit code does not undo."""
+    code = """
+import importlib.abc, importlib.machinery, sys
+
+class Loader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec("raise KeyboardInterrupt")  # as inside dataclasses' generated __init__, when the Ctrl-C comes
+
+class Finder:
+    def find_spec(self, name, path, target=None):
+        return importlib.machinery.ModuleSpec(name, Loader()) if name == "pipeline.cli" else None
+
+sys.meta_path.insert(0, Finder())
+from pipeline.launch import entry
+entry()
+"""
+    (tmp_path / "interrupted_import.py").write_text(code)
+    result = run_python("-m", "interrupted_import", cwd=tmp_path)  # as `python -m pipeline` runs
+    assert result.returncode == 130 and result.stderr == "pipeline: interrupted\n", result
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
