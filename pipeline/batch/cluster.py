@@ -317,15 +317,17 @@ def _quiet_tracker() -> Iterator[None]:
         sys.warnoptions[:] = before
 
 
-# Signals a terminal sends the whole process group: the batch process handles them for its workers.
-LEFT_TO_THE_BATCH = (signal.SIGINT, signal.SIGHUP)
+# Signals sent to the whole process group: a terminal's Ctrl-C and its closing, `timeout` and a service
+# manager's stop (SIGTERM). The batch process handles them for its workers.
+LEFT_TO_THE_BATCH = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
 
 
 @contextlib.contextmanager
 def _terminal_signals_ignored_by_children() -> Iterator[None]:
-    """Worker processes started in here ignore SIGINT and SIGHUP: Ctrl-C on a terminal, and the terminal
-    closing, signal the whole process group, and a worker must not die of it mid-file; the batch process
-    stops its runs instead (an ignored signal stays ignored in a spawned child, and Python then leaves it
+    """Worker processes started in here ignore SIGINT, SIGHUP and SIGTERM: Ctrl-C on a terminal, the
+    terminal closing, `timeout` and a service manager's stop signal the whole process group, and a worker
+    must not die of it mid-file (its file would read as a crash, its temporary output left); the batch
+    process stops its runs instead (an ignored signal stays ignored in a spawned child, and Python then leaves it
     so). Meanwhile this thread blocks them, as do the threads started in here (the cluster's event loop)
     and those started before in :func:`threads_started_deaf` (NumPy's, the progress bar's): Linux does
     not discard a signal that every thread blocks, so one that comes during these seconds waits, and

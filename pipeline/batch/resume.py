@@ -24,20 +24,26 @@ from ..textfile import read_text
 MARKER_VERSION = 1
 MAX_MARKER_BYTES = 1 << 16
 
-# Fields that cannot change the output's pixels or frames: where it goes, how it is reported, and the
-# memory and queue sizes (the pooled and per-frame paths give the same frames). Every other field,
-# including ones added later, is hashed: an unknown field makes a file be processed again, never skipped.
+# Fields that cannot change the output's pixels or frames: where it goes, how it is reported, the memory
+# and queue sizes (the pooled and per-frame paths give the same frames), and a live source's read timeout
+# and reconnects (a batch reads files). Every other field, including ones added later, is hashed: an
+# unknown field makes a file be processed again, never skipped.
 _NOT_HASHED = frozenset({
     "input", "output", "overwrite", "quiet", "stats_json", "debug", "preview", "nvtx", "alloc", "ring_size",
     "streams", "in_flight", "copy_threads", "nvdec_sessions", "arena_headroom", "latency_budget",
+    "pinned_cap_mib", "write_combined", "timeout", "reconnect",
 })
 
 
 def options_hash(cfg: RunConfig) -> str:
-    """A short hash of the options that shape an output; plugins count by their contents too."""
+    """A short hash of the options that shape an output; plugins and the files the filter chain reads (a
+    3D LUT) count by their contents too."""
+    from ..filters.registry import chain_files
+
     values: dict[str, Any] = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
                               if f.name not in _NOT_HASHED}
     values["plugins"] = [[p, _file_digest(p)] for p in cfg.plugins]
+    values["filter_files"] = [[str(p), _file_digest(p)] for p in chain_files(cfg.filters)]
     text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

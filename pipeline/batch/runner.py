@@ -123,6 +123,10 @@ def check_options(cfg: RunConfig) -> None:
         raise ConfigError("--stats-json is one run's; a batch writes its results with --json PATH")
     if cfg.preview:
         raise ConfigError("--preview shows one run; batch workers have no window")
+    if not cfg.plugins:  # a plugin's filters are known once the workers load it
+        from ..filters import parse_chain
+
+        parse_chain(cfg.filters)  # a bad chain (or a missing LUT) is the whole batch's, before any work
 
 
 def check_cluster(batch: BatchSettings) -> None:

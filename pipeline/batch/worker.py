@@ -147,7 +147,7 @@ class BatchPlugin(WorkerPlugin):
         self.state = WorkerState(str(worker.name))
         log.addHandler(self.state.handler)
         if self.ignore_sigint and threading.current_thread() is threading.main_thread():
-            # A worker of the batch's own cluster leaves Ctrl-C and SIGHUP to the batch process (see
+            # A worker of the batch's own cluster leaves Ctrl-C, SIGHUP and SIGTERM to the batch process (see
             # cluster.py), also when its Nanny restarted it after a crash, with the batch's own handler in place.
             for sig in LEFT_TO_THE_BATCH:
                 signal.signal(sig, signal.SIG_IGN)

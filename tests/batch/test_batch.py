@@ -510,9 +510,10 @@ def slow_clips(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM], ids=["SIGINT", "SIGHUP", "SIGTERM"])
 def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(slow_clips, tmp_path, signum):
-    """Ctrl-C, or the terminal closing (SIGHUP), both signal the whole process group."""
+    """Ctrl-C, the terminal closing (SIGHUP), `timeout` and a service manager's stop (SIGTERM) all signal
+    the whole process group."""
     out, results = tmp_path / "out", tmp_path / "r.json"
     cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--filters", SLOW_CHAIN, "--json", str(results),
                         "-q")

@@ -331,6 +331,26 @@ def test_options_hash_counts_what_shapes_the_output_only(tmp_path):
     assert options_hash(base.replace(plugins=(str(plugin),))) != with_plugin
 
 
+def test_options_hash_counts_a_luts_contents_and_not_a_live_sources_or_the_memorys_settings(tmp_path):
+    lut = tmp_path / "look.cube"
+    lut.write_text("LUT_3D_SIZE 2\n" + "".join(f"{r} {g} {b}\n" for b in (0, 1) for g in (0, 1) for r in (0, 1)))
+    graded = RunConfig(filters=f"lut3d=file={lut}")
+    before = options_hash(graded)
+    lut.write_text("LUT_3D_SIZE 2\n" + "".join(f"{1 - r} {g} {b}\n" for b in (0, 1) for g in (0, 1)
+                                                for r in (0, 1)))
+    assert options_hash(graded) != before  # the same path, another grade: the outputs are redone
+    same = graded.replace(pinned_cap_mib=64, write_combined=True, timeout=5.0, reconnect=3)
+    assert options_hash(same) == options_hash(graded)
+
+
+@pytest.mark.parametrize("chain, message", [("nosuch=1", "unknown filter 'nosuch'"),
+                                            ("lut3d=file=missing.cube", "file not found")])
+def test_a_bad_filter_chain_is_refused_before_any_work(clips, tmp_path, capsys, chain, message):
+    out = tmp_path / "out"
+    assert message in refused(capsys, 2, str(clips / "clip0.mkv"), "-o", str(out), "--filters", chain)
+    assert not out.exists()  # no directory made, no cluster started
+
+
 def test_exit_code_is_the_largest_files_or_the_signals():
     results = [FileResult(i, f"{i}.mp4", None, status=s, exit_code=c)
                for i, (s, c) in enumerate([("done", 0), ("failed", 3), ("failed", 5), ("skipped", 0)])]
