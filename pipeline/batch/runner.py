@@ -1,9 +1,11 @@
 """Running a batch: plan the files (resume), submit one task per file, collect results, stop on request.
 
-The client submits every file at once, largest first (the long ones start early, so the batch does not
-end waiting on one), and collects results as they come. A stop request (Ctrl-C) stops the batch on every
-worker, which drains and stops its file in progress and starts no other, and cancels the files still
-queued at the scheduler; the outputs already complete are kept.
+The client submits the files largest first (the long ones start early, so the batch does not end waiting
+on one), as many as the cluster has threads and the next as each ends, and collects results as they come.
+A worker so holds one file at a time: Dask would hand a worker its next file in advance, and a worker that
+dies (a crash in one file's run, killed) fails every file it holds. A stop request (Ctrl-C) stops the batch
+on every worker, which drains and stops its file in progress and starts no other, and cancels the files
+not started; the outputs already complete are kept.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from .report import BatchReport
 from .resume import marker_path, options_hash, why_incomplete
 
 OnResult = Callable[[FileResult], None]
+
+REFILL_S = 1.0  # while files wait for a thread: how often the cluster is asked for workers that joined
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,8 @@ class Collector:
     def __init__(self, client, report: BatchReport, stop: StopRequest, notify: OnResult):
         self.client, self.report, self.stop, self.notify = client, report, stop, notify
         self.done: queue.Queue = queue.Queue()
-        self.pending: dict[str, tuple[Any, Job]] = {}
+        self.pending: dict[str, tuple[Any, Job]] = {}  # submitted, not collected
+        self.queued: list[Job] = []  # not submitted yet, the largest first
         self.offsets: dict[str, float] = {}
 
     def run(self, jobs: list[Job], own_cluster: bool = True) -> None:
@@ -214,30 +219,45 @@ class Collector:
         if not self.report.workers:  # a joined cluster's workers may be on their way: wait, but say so
             log.warning("the scheduler has no workers yet: the files wait for one to join (Ctrl-C stops "
                         "the batch)")
-        self._submit(jobs)
-        stopping = False
-        while self.pending:
+        sizes = {job.index: _size(job.input) for job in jobs}
+        self.queued = sorted(jobs, key=lambda j: -sizes[j.index])
+        stopping, looked = False, time.monotonic()
+        self._refill()
+        while self.pending or self.queued:
             if self.stop.event.is_set() and not stopping:
                 stopping = True
                 self._stop_batch(jobs[0].batch_id)
             try:
                 future = self.done.get(timeout=0.1)  # short: the stop request is polled between
             except queue.Empty:
+                if self.queued and time.monotonic() - looked > REFILL_S:  # workers that joined
+                    looked = time.monotonic()
+                    self._refill()
                 continue
             entry = self.pending.pop(future.key, None)
             if entry is not None:
                 self._collect(future, entry[1])
+            self._refill()
 
-    def _submit(self, jobs: list[Job]) -> None:
+    def _refill(self) -> None:
+        """Submit queued files while the cluster has a thread without one (none once the batch stops)."""
+        if self.stop.event.is_set() or not self.queued:
+            return
+        try:
+            threads = sum(self.client.nthreads().values())
+        except Exception:  # the scheduler unreachable: the files submitted fail and say so
+            threads = 0
+        while self.queued and len(self.pending) < threads:
+            self._submit(self.queued.pop(0))
+
+    def _submit(self, job: Job) -> None:
         from .worker import process_file
 
-        sizes = {job.index: _size(job.input) for job in jobs}
-        for job in sorted(jobs, key=lambda j: -sizes[j.index]):
-            future = self.client.submit(process_file, job, key=f"pipeline-batch-{job.batch_id}-{job.index}",
-                                        pure=False)
-            self.report.results[job.index].submitted = time.time() - self.report.started
-            self.pending[future.key] = (future, job)
-            future.add_done_callback(self.done.put)  # called on the client's event loop thread
+        future = self.client.submit(process_file, job, key=f"pipeline-batch-{job.batch_id}-{job.index}",
+                                    pure=False)
+        self.report.results[job.index].submitted = time.time() - self.report.started
+        self.pending[future.key] = (future, job)
+        future.add_done_callback(self.done.put)  # called on the client's event loop thread
 
     def _collect(self, future, job: Job) -> None:
         start = self.report.started
@@ -245,8 +265,11 @@ class Collector:
         try:
             result: FileResult = future.result()
         except Exception as e:  # the worker died during the file (a crash, killed), or lost contact
+            why = ("its worker process died while processing it (a crash in its run, or killed)"
+                   if type(e).__name__ == "KilledWorker" else f"worker failed while processing it: "
+                   f"{type(e).__name__}: {e}")  # (Dask's own words on a dead worker run to a paragraph)
             result = FileResult(job.index, job.input, job.output, status="failed", exit_code=EXIT_INTERNAL,
-                                error=f"worker failed while processing it: {type(e).__name__}: {e}")
+                                error=why)
         received = time.time()
         future.release()
         if result.started is not None:
@@ -281,8 +304,10 @@ class Collector:
         self.client.cancel([f for _, f, _ in queued])
         for key, _, job in queued:
             del self.pending[key]
+        for job in [job for _, _, job in queued] + self.queued:
             _cancelled(self.report.results[job.index], signum)
             self.notify(self.report.results[job.index])
+        self.queued = []
 
 
 def _size(path: str) -> int:

@@ -497,6 +497,45 @@ def test_cli_refuses_options_of_a_single_run(clips, tmp_path):
 # --- Ctrl-C ----------------------------------------------------------------------------------------------
 
 SLOW_CHAIN = "gblur=sigma=8,gblur=sigma=8"  # about 25 fps at 640x360 per worker, two workers on two cores
+CRASH_PLUGIN = """
+import os
+
+from pipeline.filters import Filter, register_filter
+
+
+@register_filter("crash_on_wide")
+class CrashOnWide(Filter):
+    help = "Ends its process on frames 96 pixels wide, as a crashing plugin would; copies the others."
+
+    def cpu(self, src, dst, scratch):
+        if src.shape[2] == 96:
+            os._exit(1)
+        dst[...] = src
+
+    def cuda(self, src, dst, scratch):
+        self.cpu(src, dst, scratch)
+"""
+
+
+def test_a_file_that_kills_its_worker_fails_alone(tmp_path):
+    """A worker holds one file at a time: Dask would hand it the next in advance, and that file would fail
+    with the worker that crashed on the first."""
+    ins = tmp_path / "in"
+    ins.mkdir()
+    make_sample.make_clip(ins / "wide.mp4", width=96, height=64, frames=4, audio=False)  # the largest: first
+    for i in range(4):
+        make_sample.make_clip(ins / f"small{i}.mp4", width=64, height=48, frames=4, audio=False, seed=i)
+    plugin = tmp_path / "crash.py"
+    plugin.write_text(CRASH_PLUGIN)
+    results = tmp_path / "r.json"
+    proc = run_command(batch_command(str(ins / "*.mp4"), "-o", str(tmp_path / "out"), "--plugin", str(plugin),
+                                     "--filters", "crash_on_wide", "--json", str(results), "-q"),
+                       env=child_env(), timeout=240)
+    statuses = {Path(f["input"]).name: f["status"] for f in read_json(results)["files"]}
+    assert statuses == {"wide.mp4": "failed", **{f"small{i}.mp4": "done" for i in range(4)}}, proc.stderr
+    assert proc.returncode == 1 and "wide.mp4: its worker process died while processing it" in proc.stderr
+
+
 SLOW_FRAMES = 45
 
 
