@@ -6,6 +6,7 @@ Kept apart from :mod:`pipeline.source`, which builds the decoding source on what
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -121,8 +122,13 @@ def check_local(path: str) -> None:
         exists = p.exists()
     except OSError as e:  # a name too long for the filesystem, a loop of links
         raise InputError(f"{path}: cannot open: {e.strerror}") from None
-    if not exists:
-        raise InputError(f"{path}: no such file")
+    if not exists:  # Path.exists() is False for a loop of links too
+        try:
+            os.stat(path)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise InputError(f"{path}: cannot open: {e.strerror}") from None
+        raise InputError(f"{path}: no such file" + (" (a symbolic link to nothing)" if os.path.islink(path) else ""))
     if p.is_dir():
         raise InputError(f"{path}: is a directory")
 

@@ -168,6 +168,19 @@ def test_not_a_video_exits_3_without_output(tmp_path, build):
     assert_failed(result, 3, out, name=src.name)
 
 
+@pytest.mark.parametrize("target, message", [("loop", "Too many levels of symbolic links"),
+                                             ("nothing", "no such file (a symbolic link to nothing)")])
+def test_a_link_loop_or_a_dangling_link_as_input_says_which(tmp_path, target, message):
+    src = tmp_path / "in.mp4"
+    src.symlink_to(tmp_path / target)
+    if target == "loop":
+        (tmp_path / "loop").symlink_to(src)
+    out = tmp_path / "out.mp4"
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
+    assert_failed(result, 3, out, name=src.name)
+    assert message in result.stderr
+
+
 def test_an_input_whose_every_packet_is_refused_says_what_the_decoder_said(tmp_path, clips):
     """Every packet a slice of random bytes behind a valid header: the line counts them and gives the
     decoder's own reason (the one that tells a system out of threads or memory from a damaged input)."""
