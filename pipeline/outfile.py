@@ -167,13 +167,7 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
     replaced)."""
     name = target if name is None else name
     try:
-        if overwrite:
-            kind = special_kind(target)
-            if kind is not None:
-                raise OutputError(f"{name}: became a {kind} during the run; only regular files are replaced")
-            os.replace(tmp, target)
-        else:
-            rename_noreplace(tmp, target)
+        move_into_place(tmp, target, overwrite, name)
     except FileExistsError:
         tmp.unlink(missing_ok=True)
         raise ConfigError(f"{name}: appeared during the run (another process wrote it); kept as it is, "
@@ -181,6 +175,19 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
     except OutputError:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def move_into_place(tmp: Path, target: Path, overwrite: bool, name: Path | str) -> None:
+    """``tmp`` renamed onto ``target``: without ``overwrite`` never over a file that exists by now
+    (FileExistsError), with it only over a regular file (OutputError for one that became a FIFO or a
+    device). A video's output (:func:`place_output`) and a report (:func:`pipeline.reportfile.report_file`)."""
+    if not overwrite:
+        rename_noreplace(tmp, target)
+        return
+    kind = special_kind(target)
+    if kind is not None:
+        raise OutputError(f"{name}: became a {kind} during the run; only regular files are replaced")
+    os.replace(tmp, target)
 
 
 def remove_stale_partials(target: Path) -> None:

@@ -48,7 +48,7 @@ def report_file(path: str | Path, exclusive: bool = False, binary: bool = False)
     only when the ``with`` block completes; an error inside it removes what was written and keeps the old
     file. ``exclusive``: fail (FileExistsError) rather than replace a file that exists by now. A FIFO or a
     device is written into, as :func:`open_report` does."""
-    from .outfile import final_path, rename_noreplace, replaced_mode, temp_path_for
+    from .outfile import final_path, move_into_place, replaced_mode, temp_path_for
 
     fd = open_fd(path)
     if fd is not None:  # /dev/stdout and its kin: into the descriptor, which a shell may have sent to a file
@@ -65,13 +65,7 @@ def report_file(path: str | Path, exclusive: bool = False, binary: bool = False)
     try:
         with os.fdopen(handle, "wb" if binary else "w") as f:
             yield f
-        if exclusive:
-            rename_noreplace(tmp, target)
-        elif (kind := special_kind(target)) is not None:
-            raise OutputError(f"{path}: became a {kind} while the report was written; only regular files are "
-                              "replaced")
-        else:
-            os.replace(tmp, target)
+        move_into_place(tmp, target, not exclusive, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
