@@ -25,7 +25,7 @@ from .ffmpeg_args import resolve_paths
 from .log import LEVELS, one_line
 from .log import install as install_log, uninstall as uninstall_log
 from .startup import PROCESS_STARTED, create_cuda_context_early
-from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, silence, stdout_errors
+from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, say, silence, stdout_errors
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -320,13 +320,13 @@ def _install_signal_handlers(control: Any) -> None:
         if control.stop_event.is_set():
             if placing:  # the third: the frames not placed yet are dropped, those placed stay
                 control.discard_output(force=True)
-                _say(f"pipeline: {name} again: exiting now, some frames placed, the others dropped\n")
+                say(f"pipeline: {name} again: exiting now, some frames placed, the others dropped\n")
                 os._exit(128 + signum)
             if control.discard_output():
-                _say(f"pipeline: {name} again: exiting now, no output\n")
+                say(f"pipeline: {name} again: exiting now, no output\n")
                 os._exit(128 + signum)
             placing.append(signum)
-            _say(f"pipeline: {name} again: the frames are being moved into place; exiting once they are "
+            say(f"pipeline: {name} again: the frames are being moved into place; exiting once they are "
                  "(again to exit at once)\n")
             return
         control.stop(signum)
@@ -337,7 +337,7 @@ def _install_signal_handlers(control: Any) -> None:
     def quit_now(signum, frame):
         partial = control.placing()
         control.discard_output(force=True)
-        _say(f"pipeline: SIGQUIT: exiting now, {'some frames placed, the others dropped' if partial else 'no output'}\n")
+        say(f"pipeline: SIGQUIT: exiting now, {'some frames placed, the others dropped' if partial else 'no output'}\n")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # the default action: the exit status (and core) say SIGQUIT
 
@@ -345,14 +345,6 @@ def _install_signal_handlers(control: Any) -> None:
         signal.signal(sig, handler)
     if signal.getsignal(signal.SIGQUIT) is not signal.SIG_IGN:
         signal.signal(signal.SIGQUIT, quit_now)
-
-
-def _say(line: str) -> None:
-    """A line on stderr from a signal handler, which must go on if stderr is gone (a closed terminal)."""
-    try:
-        os.write(2, line.encode())
-    except OSError:
-        pass
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:

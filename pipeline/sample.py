@@ -36,7 +36,7 @@ from .config import file_url, is_url
 from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_signals
 from .outfile import create_like, final_path, place_output, remove_stale_partials, temp_path_for
 from .sink import check_hardware_encoder
-from .stdio import stdout_errors
+from .stdio import say, stdout_errors
 from .synth import synth_frame
 from .video import MAX_SIDE
 
@@ -422,7 +422,7 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
                 what = ", no clip written"
             except OSError:  # not made yet, or already moved into place
                 what = ""
-            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now{what}\n".encode())
+            say(f"pipeline: {signal.Signals(signum).name} again: exiting now{what}\n")
             os._exit(128 + signum)
         stopping.append(signum)
 

@@ -22,6 +22,15 @@ from rich.console import Console
 from .errors import OutputError
 
 
+def say(line: str) -> None:
+    """A line on stderr from a signal handler, which must go on if stderr is gone (a closed terminal): by
+    its descriptor, unbuffered, nothing raised."""
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass
+
+
 def hold_closed_descriptors() -> None:
     """Where the process started with stdin, stdout or stderr closed (``2>&-``), put /dev/null there, opened
     the wrong way round (reading for stdout and stderr, writing for stdin), so each stays unusable, as

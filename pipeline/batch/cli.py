@@ -17,7 +17,7 @@ from ..ffmpeg_args import path_name
 from ..log import one_line
 from ..numbers import integer
 from ..reportfile import save_json
-from ..stdio import StdoutConsole, stdout_errors
+from ..stdio import StdoutConsole, say, stdout_errors
 from .inputs import check_lists_kept, expand_inputs
 from .jobs import FileResult
 from .report import BatchReport, summary_line, table
@@ -174,11 +174,10 @@ def _install_signal_handlers(stop: StopRequest) -> None:
         if echoes.echo(signum):  # the same signal delivered twice (timeout's): one stop
             return
         if stop.event.is_set():
-            os.write(2, f"pipeline: {signal.Signals(signum).name} again: exiting now\n".encode())
+            say(f"pipeline: {signal.Signals(signum).name} again: exiting now\n")
             os._exit(128 + signum)
         stop(signum)
-        os.write(2, b"pipeline: stopping: files in progress are stopped, queued ones cancelled "
-                    b"(again to exit at once)\n")
+        say("pipeline: stopping: files in progress are stopped, queued ones cancelled (again to exit at once)\n")
 
     for sig in stop_signals():
         signal.signal(sig, handler)
