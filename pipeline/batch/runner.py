@@ -235,9 +235,13 @@ class Collector:
                     self._refill()
                 continue
             entry = self.pending.pop(future.key, None)
-            if entry is not None:
-                self._collect(future, entry[1])
+            result = _outcome(future, entry[1]) if entry is not None else None
+            received = time.time()
+            # The next file before this one's key is released: the client's stream to the scheduler holds a
+            # message sent within 10 ms of the one before (it batches them), a submission too.
             self._refill()
+            if entry is not None:
+                self._collect(future, entry[1], result, received)
 
     def _refill(self) -> None:
         """Submit queued files while the cluster has a thread without one (none once the batch stops)."""
@@ -259,18 +263,9 @@ class Collector:
         self.pending[future.key] = (future, job)
         future.add_done_callback(self.done.put)  # called on the client's event loop thread
 
-    def _collect(self, future, job: Job) -> None:
+    def _collect(self, future, job: Job, result: FileResult, received: float) -> None:
         start = self.report.started
         previous = self.report.results[job.index]
-        try:
-            result: FileResult = future.result()
-        except Exception as e:  # the worker died during the file (a crash, killed), or lost contact
-            why = ("its worker process died while processing it (a crash in its run, or killed)"
-                   if type(e).__name__ == "KilledWorker" else f"worker failed while processing it: "
-                   f"{type(e).__name__}: {e}")  # (Dask's own words on a dead worker run to a paragraph)
-            result = FileResult(job.index, job.input, job.output, status="failed", exit_code=EXIT_INTERNAL,
-                                error=why)
-        received = time.time()
         future.release()
         if result.started is not None:
             offset = self._offset(result.address)
@@ -308,6 +303,17 @@ class Collector:
             _cancelled(self.report.results[job.index], signum)
             self.notify(self.report.results[job.index])
         self.queued = []
+
+
+def _outcome(future, job: Job) -> FileResult:
+    """The file's result, fetched from its worker; a failed one where the worker died or lost contact."""
+    try:
+        return future.result()
+    except Exception as e:  # the worker died during the file (a crash, killed), or lost contact
+        why = ("its worker process died while processing it (a crash in its run, or killed)"
+               if type(e).__name__ == "KilledWorker" else f"worker failed while processing it: "
+               f"{type(e).__name__}: {e}")  # (Dask's own words on a dead worker run to a paragraph)
+        return FileResult(job.index, job.input, job.output, status="failed", exit_code=EXIT_INTERNAL, error=why)
 
 
 def _size(path: str) -> int:
