@@ -18,7 +18,8 @@ from rich.console import Console
 
 from .checks import as_pipeline_error, check_reads_kept
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
-from .config import STREAM_LIST, RunConfig, build_config, load_toml, preset_names
+from .config import RunConfig, build_config
+from .config_file import STREAM_LIST, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
                      PipelineError, SignalEchoes, stop_signals)
 from .ffmpeg_args import resolve_paths
@@ -279,7 +280,7 @@ def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool =
 def read_files(cfg: RunConfig, config: str | None, load_plugins: bool = True) -> list[tuple[Path, str]]:
     """Files the run reads besides its input, which a report must never truncate: the config file, the
     plugins, the filters' files (a LUT; ``load_plugins``: a plugin's filters' too, the plugins loaded here)."""
-    from .config import find_config
+    from .config_file import find_config
     from .filters.plugins import load_plugin
     from .filters.registry import chain_files
 
@@ -368,7 +369,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 def cmd_presets() -> int:
     from rich.table import Table
 
-    from .config import PRESETS_DIR, preset_summary
+    from .config_file import PRESETS_DIR, preset_summary
 
     table = Table(title="presets (pipeline run IN --config NAME)", title_justify="left",
                   caption=f"files: {PRESETS_DIR}/NAME.toml (a starting point for your own)", caption_justify="left")

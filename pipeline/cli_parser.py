@@ -14,7 +14,8 @@ import sys
 
 from . import __version__
 from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
-                     MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device, preset_names)
+                     MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device)
+from .config_file import preset_names
 from .errors import ConfigError
 from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, path_name
 from .log import LEVELS

@@ -7,7 +7,6 @@ import math
 import os
 import re
 import stat
-import tomllib
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -16,7 +15,6 @@ from typing import Any
 
 from .errors import ConfigError
 from .memory.registry import STRATEGIES
-from .textfile import read_text
 
 DEVICES = ("auto", "cuda", "cpu")  # and cuda:N, a GPU by its index
 DECODERS = ("cpu", "nvdec", "auto")
@@ -341,123 +339,6 @@ def _check_between(name: str, value: Any, low: float, high: float, what: str = "
         raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {what} from {low:,} to {high:,}.")
 
 
-FIELD_NAMES = {f.name for f in fields(RunConfig)}
-MAX_CONFIG_BYTES = 1 << 20  # a preset is a few lines: anything near this is not one
-
-PRESETS_DIR = Path(__file__).resolve().parent / "presets"  # shipped in the package (package data)
-
-
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.toml"))
-
-
-def preset_summary(name: str) -> str:
-    """The first line of the preset's file: a comment saying what it is for."""
-    first = (PRESETS_DIR / f"{name}.toml").read_text().partition("\n")[0]
-    return first.removeprefix("#").strip().rstrip(".")
-
-
-def find_config(name: str | Path) -> Path:
-    """``--config``: a preset's name (``denoise``), or a path (it has a ``/`` or ends in ``.toml``)."""
-    text = str(name)
-    if isinstance(name, Path) or text.endswith(".toml") or "/" in text or os.sep in text:
-        return Path(name)
-    path = PRESETS_DIR / f"{text}.toml"
-    if not path.is_file():
-        raise ConfigError(f"unknown preset {text!r}; presets: {', '.join(preset_names())} "
-                          f"(a config file's path needs a '/' or the .toml suffix: ./{text}.toml)")
-    return path
-
-
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """Read a config file or preset (see :func:`find_config`); keys may use dashes or underscores; an
-    unknown key is an error naming it. Paths in it (plugins, filter files) are relative to the file."""
-    path = find_config(path)
-    text = read_text(path, MAX_CONFIG_BYTES, "config file")
-    _check_key_depth(path, text)
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML: {e}") from e
-    except RecursionError:  # tomllib parses each nested array or inline table with one more call
-        raise ConfigError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
-                          "(a config file's values nest a level or two)") from None
-    values = {}
-    base = Path(os.path.abspath(path)).parent
-    for key, value in raw.items():
-        name = key.replace("-", "_")
-        if name == "streams" and isinstance(value, list):  # [[streams]]: the inputs of a many-stream run
-            values[STREAM_LIST] = [_stream_entry(path, base, i, entry) for i, entry in enumerate(value)]
-            continue
-        if name not in FIELD_NAMES or name == "input":
-            raise ConfigError(f"{path}: unknown key {key!r}")
-        values[name] = _coerce(path, name, value)
-    return _resolve_paths(values, base)
-
-
-MAX_KEY_PARTS = 64  # a config file's keys have a part or two; TOML's parser takes quadratic time in them
-_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
-
-
-_DOTTED = re.compile(r"[\w-]+(?:[ \t]*\.[ \t]*[\w-]+)*")  # a dotted key's bare parts, quoted ones masked
-
-
-def _check_key_depth(path: Path, text: str) -> None:
-    """Refuse, before parsing, a key of hundreds of dotted parts (``a.a.a... = 1``, or inside an inline
-    table), which would keep the parser busy for minutes where a nesting limit's error was due. Quoted
-    parts count as one; a string holds no key."""
-    for line in text.splitlines():
-        masked = _QUOTED.sub("q", line)
-        if any(m.group().count(".") >= MAX_KEY_PARTS for m in _DOTTED.finditer(masked)):
-            raise ConfigError(f"{path}: invalid TOML: a key of more than {MAX_KEY_PARTS} dotted parts "
-                              "(a config file's keys have a part or two)")
-
-
-STREAM_LIST = "stream_list"  # load_toml's key for a [[streams]] list (not a RunConfig field)
-# Settings of the whole run, never of one [[streams]] entry: the streams share one GPU's memory, and write
-# one statistics file.
-RUN_WIDE = ("device", "pinned_cap_mib", "stats_json")
-
-
-def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, Any]:
-    """One [[streams]] table: ``input`` (required), ``output``, and any run setting for that stream."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("input"), str):
-        raise ConfigError(f"{path}: [[streams]] entry {index + 1} needs input = \"PATH or URL\"")
-    values = {}
-    for key, value in entry.items():
-        name = key.replace("-", "_")
-        if name not in FIELD_NAMES:
-            raise ConfigError(f"{path}: [[streams]] entry {index + 1}: unknown key {key!r}")
-        if name in RUN_WIDE:
-            raise ConfigError(f"{path}: [[streams]] entry {index + 1}: {key} is a setting of the whole run "
-                              "(the streams share one GPU and one statistics file); set it before [[streams]]")
-        values[name] = value if name == "input" else _coerce(path, name, value)
-    values["input"] = _beside(values["input"], base)
-    return _resolve_paths(values, base)
-
-
-def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A config file's paths are relative to it: an input's and an output's as a plugin's or a LUT's."""
-    from .filters.registry import resolve_paths
-
-    for name in ("output", "stats_json"):
-        if name in values:
-            values[name] = _beside(values[name], base)
-    if "filters" in values:
-        values["filters"] = resolve_paths(values["filters"], base)
-    if "plugins" in values:
-        values["plugins"] = tuple(str(base / Path(p).expanduser()) for p in values["plugins"])
-    return values
-
-
-def _beside(name: str, base: Path) -> str:
-    """A file named in a config file, relative to its folder; a URL, a pipe, ``-``, ``null`` and an empty
-    name as they are."""
-    if name in ("", "-", "null") or is_url(name) or pipe_fd(name) is not None:  # "": left to the checks
-        return name
-    return str(base / Path(name).expanduser())
-
-
 _TYPES: dict[str, tuple[type, ...]] = {
     "output": (str,), "filters": (str,), "device": (str,), "decode": (str,), "codec": (str,), "stats_json": (str,),
     "pix_fmt": (str,),
@@ -500,24 +381,6 @@ def _check_table(name: str, table: dict[str, str]) -> None:
             allowed = "" if name == "encoder_opts" else " but tabs and line breaks"
             raise ConfigError(f"Invalid {flag} {key!r}={item!r}: keys hold no control characters, values none"
                               f"{allowed}")
-
-
-def _coerce(path: Path, name: str, value: Any) -> Any:
-    if name in _TABLES:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: {name} must be a table of KEY = VALUE")
-        return {str(k): str(v) for k, v in value.items()}
-    if name == "plugins":
-        items = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, str) for v in items):
-            raise ConfigError(f"{path}: invalid plugins ({value!r}). Supported values are paths (strings).")
-        return tuple(items)
-    expected = _TYPES.get(name)
-    # bool is an int in Python; a TOML 'true' is never a frame count.
-    if expected and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):
-        kinds = " or ".join(t.__name__ for t in expected)
-        raise ConfigError(f"{path}: invalid {name} ({value!r}). Supported values are of type {kinds}.")
-    return value
 
 
 def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> RunConfig:

@@ -12,7 +12,8 @@ import pytest
 
 from utils import run_cli
 from pipeline.cli import add_run_arguments, build_parser, config_from_args, main
-from pipeline.config import DEFAULT_FILTERS, RunConfig, build_config, load_toml
+from pipeline.config import DEFAULT_FILTERS, RunConfig, build_config
+from pipeline.config_file import load_toml
 from pipeline.errors import ConfigError
 from pipeline.filters import parse_chain
 
@@ -140,7 +141,7 @@ def test_toml_plugins_become_a_tuple_of_paths_relative_to_the_file(tmp_path):
 def test_a_config_files_inputs_and_outputs_are_relative_to_it_as_its_plugins_are(tmp_path):
     """An input and an output named alike in one [[streams]] entry are one file (the output was taken from
     the current directory, and with -y replaced another file than the one read)."""
-    from pipeline.config import STREAM_LIST
+    from pipeline.config_file import STREAM_LIST
 
     (tmp_path / "cfg").mkdir()
     text = ('output = "all.mkv"\nstats_json = "s.json"\n[[streams]]\ninput = "../c.mp4"\noutput = "../c.mp4"\n'

@@ -18,7 +18,7 @@ import pytest
 from utils import ROOT, all_devices, environment, noise_rgb, one_filter, run_cli, video_frames
 
 from pipeline import sample
-from pipeline.config import PRESETS_DIR
+from pipeline.config_file import PRESETS_DIR
 from pipeline.errors import ConfigError
 from pipeline.filters import FILTERS, fuse_pointwise, load_plugin, parse_chain
 from pipeline.filters.bilateral import window_radius

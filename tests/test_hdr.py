@@ -384,7 +384,7 @@ def test_merge_params():
 
 
 def test_pix_fmt_in_a_config_file(tmp_path):
-    from pipeline.config import load_toml
+    from pipeline.config_file import load_toml
 
     path = tmp_path / "c.toml"
     path.write_text('pix-fmt = "yuv420p10le"\n')

@@ -9,7 +9,8 @@ import pytest
 from utils import run_cli, video_frames
 
 from pipeline import sample
-from pipeline.config import DEFAULT_FILTERS, PRESETS_DIR, build_config, find_config, load_toml, preset_names
+from pipeline.config import DEFAULT_FILTERS, build_config
+from pipeline.config_file import PRESETS_DIR, find_config, load_toml, preset_names
 from pipeline.errors import ConfigError
 from pipeline.filters import fuse_pointwise, parse_chain
 from pipeline.video import VideoFormat

@@ -9,7 +9,8 @@ from fractions import Fraction
 import pytest
 
 from pipeline.channels import END, Aborted, Channel
-from pipeline.config import PRESETS_DIR, RunConfig, build_config, load_toml
+from pipeline.config import RunConfig, build_config
+from pipeline.config_file import PRESETS_DIR, load_toml
 from pipeline.errors import ConfigError
 from pipeline.latency import LatencyLog, Ring
 from pipeline.live import MAX_QUEUE, Pacer, queue_depth
