@@ -97,19 +97,19 @@ def _run_in_process(tmp_path, clip, monkeypatch, *, process_ends: bool, slow: bo
 
 
 def test_a_source_that_frees_slowly_is_left_to_the_exit_of_a_process_that_ends(tmp_path, clip, monkeypatch):
-    from pipeline import engine
+    from pipeline import teardown
 
     source, closed = _run_in_process(tmp_path, clip, monkeypatch, process_ends=True)
     try:
-        assert closed == [] and engine._LEFT_TO_EXIT[-1] is source
+        assert closed == [] and teardown._LEFT_TO_EXIT[-1] is source
     finally:
-        engine._LEFT_TO_EXIT.remove(source)
+        teardown._LEFT_TO_EXIT.remove(source)
         source.close()
 
 
 def test_otherwise_the_source_is_closed(tmp_path, clip, monkeypatch):
-    from pipeline import engine
+    from pipeline import teardown
 
     for process_ends, slow in ((False, True), (True, False)):
         source, closed = _run_in_process(tmp_path, clip, monkeypatch, process_ends=process_ends, slow=slow)
-        assert closed == [source] and source not in engine._LEFT_TO_EXIT
+        assert closed == [source] and source not in teardown._LEFT_TO_EXIT

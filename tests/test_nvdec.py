@@ -252,7 +252,7 @@ def test_a_command_leaves_the_sessions_decoders_to_its_exit(short_gops):
     is complete all the same. Closing such a source later still works."""
     import threading
 
-    from pipeline import engine
+    from pipeline import engine, teardown
     from pipeline.config import RunConfig
 
     control = engine.RunControl()
@@ -263,8 +263,8 @@ def test_a_command_leaves_the_sessions_decoders_to_its_exit(short_gops):
     source = run.source
     try:
         assert stats.frames_out == 96 and stats.decode_sessions == 4
-        assert engine._LEFT_TO_EXIT[-1] is source and source.frees_slowly
+        assert teardown._LEFT_TO_EXIT[-1] is source and source.frees_slowly
         assert not [t for t in threading.enumerate() if t.name.startswith("pipeline-nvdec") and t.is_alive()]
     finally:
-        engine._LEFT_TO_EXIT.remove(source)
+        teardown._LEFT_TO_EXIT.remove(source)
         source.close()
