@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import av
 
-from .errors import ConfigError
+from .errors import ConfigError, PipelineError
 
 # Hardware encoders: they need a device and a driver that may be absent; that is a refusal, not a bug.
 HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan",
@@ -151,3 +151,25 @@ def refusal(name: str, error: Exception, detail: str, what: str) -> ConfigError:
     if is_hardware(name):
         return ConfigError(f"hardware encoder {name} is not available here ({cause})")
     return ConfigError(f"the {name} encoder refused {what}: {cause}")
+
+
+def opens_on_one_thread(name: str, width: int, height: int, pix_fmt: str, time_base: Fraction,
+                        options: dict[str, str]) -> bool:
+    """Whether encoder ``name`` opens with these settings on one thread. x264 that cannot start its threads
+    (``ulimit -u``, a container's limit, memory) fails with FFmpeg's "Generic error in an external library"
+    and no word of why: opening on one thread tells that from a refusal of the settings."""
+    try:
+        cc = av.CodecContext.create(name, "w")
+        cc.width, cc.height, cc.pix_fmt, cc.time_base = width, height, pix_fmt, time_base
+        cc.options, cc.thread_count = {**options, "threads": "1"}, 1
+        cc.open()
+    except Exception:  # any refusal: the settings are what it refuses
+        return False
+    return True
+
+
+def no_threads(name: str, error: Exception) -> PipelineError:
+    """The one line for an encoder that opens on one thread but not on its own threads."""
+    said = getattr(error, "strerror", None) or error  # FFmpeg's words, without the call that failed
+    return PipelineError(f"the {name} encoder could not start its threads ({said}); the limit on processes "
+                         "(ulimit -u, or the container's) or memory is exhausted")

@@ -38,7 +38,8 @@ from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg
                     watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import containers_for, is_hardware, output_format, refusal, video_encoder
+from .encoders import (containers_for, is_hardware, no_threads, opens_on_one_thread, output_format, refusal,
+                       video_encoder)
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError
 from .hdr import HdrMetadata, merge_params
@@ -295,15 +296,19 @@ class Sink:
         # FFmpeg 8 has cleared (dnxhd at 64x48 crashed the process there).
         name = cc.name
         what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"  # a refusal clears the size
+        settings = (cc.width, cc.height, cc.pix_fmt, cc.time_base, dict(self.video.options))
         streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
         said = watch({name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
         try:
             with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
-                self.container.start_encoding()
+                self._open_encoders()
         except (OSError, ValueError, av.error.FFmpegError) as e:
             if "avcodec_open2" in str(e):  # the encoder's refusal (a hardware one's absence is an OSError)
-                reasons = [m for _, level, m in said.take() if level >= 40] + [library_errors(printed)]
-                raise refusal(name, e, "; ".join(r for r in reasons if r), what).with_target(self.target) from e
+                reasons = "; ".join(r for r in [m for _, level, m in said.take() if level >= 40]
+                                    + [library_errors(printed)] if r)
+                if not reasons and not is_hardware(name) and opens_on_one_thread(name, *settings):
+                    raise no_threads(name, e).with_target(self.target) from e
+                raise refusal(name, e, reasons, what).with_target(self.target) from e
             if isinstance(e, OSError):
                 raise OutputError(f"{self.target}: cannot create output: {e}") from e
             raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
@@ -313,6 +318,9 @@ class Sink:
             said.close()
             raise
         self._encoder_said = said  # kept until the first frame is taken: its refusal has reasons too
+
+    def _open_encoders(self) -> None:
+        self.container.start_encoding()  # opens every stream's encoder and writes the header
 
     def _add_video(self, codec, options, rate, time_base):
         encoder = video_encoder(codec)

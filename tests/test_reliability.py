@@ -228,6 +228,32 @@ def test_a_decoder_without_threads_is_the_systems_limit_not_a_bad_input(tmp_path
     assert not out.exists() and partials(tmp_path) == []
 
 
+def test_an_encoder_without_threads_is_the_systems_limit_not_a_refusal(tmp_path, clips, monkeypatch, capsys,
+                                                                       restore_signals):
+    """x264 that cannot start its threads fails with "Generic error in an external library" and says no more
+    (seen as uid 65534 under ``prlimit --nproc=10``): exit 1 naming the limit, not exit 2 blaming the settings."""
+    from pipeline.sink import Sink
+
+    def no_threads(self):
+        raise av.error.ExternalError(542398533, "Generic error in an external library", 'avcodec_open2("libx264", {})')
+
+    monkeypatch.setattr(Sink, "_open_encoders", no_threads)
+    out = tmp_path / "out.mp4"
+    code = cli.main(["run", str(clips["video"]), "-o", str(out), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "libx264 encoder could not start its threads (Generic error in an external library)" in err
+    assert "ulimit -u" in err and not out.exists() and partials(tmp_path) == []
+
+
+def test_an_encoder_that_opens_on_one_thread_is_told_from_one_refusing_the_settings():
+    from pipeline.encoders import opens_on_one_thread
+
+    assert opens_on_one_thread("libx264", 640, 360, "yuv420p", Fraction(1, 30), {"preset": "ultrafast"})
+    assert not opens_on_one_thread("libx264", 641, 361, "yuv420p", Fraction(1, 30), {})  # 4:2:0 needs even sizes
+    assert not opens_on_one_thread("mpeg2video", 640, 360, "yuv420p", Fraction(1, 90000), {})  # no such rate
+
+
 # -- 2. truncated files ---------------------------------------------------------------------------
 
 
