@@ -57,7 +57,8 @@ class Pipeline(Stages, Tally, Teardown):
     and the sink from here on: it closes the one and finishes or aborts the other.
 
     The stage threads' bodies are :class:`~pipeline.stages.Stages`; the statistics they fill in,
-    :class:`~pipeline.tally.Tally`. Here: the parts, the threads and channels, set-up and tear-down.
+    :class:`~pipeline.tally.Tally`; how a run ends, :class:`~pipeline.teardown.Teardown`. Here: the parts,
+    the threads and channels, and set-up.
     """
 
     def __init__(self, source, sink, chain, backend, settings: RunConfig | None = None, *,
