@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import av
 
+from .avlib import captured_stderr
 from .errors import ConfigError, PipelineError
 
 # Hardware encoders: they need a device and a driver that may be absent; that is a refusal, not a bug.
@@ -159,12 +160,14 @@ def opens_on_one_thread(name: str, width: int, height: int, pix_fmt: str, time_b
     (``ulimit -u``, a container's limit, memory) fails with FFmpeg's "Generic error in an external library"
     and no word of why: opening on one thread tells that from a refusal of the settings."""
     try:
-        cc = av.CodecContext.create(name, "w")
-        cc.width, cc.height, cc.pix_fmt, cc.time_base = width, height, pix_fmt, time_base
-        cc.options, cc.thread_count = {**options, "threads": "1"}, 1
-        cc.open()
+        with captured_stderr():  # x265 and SVT-AV1 print their refusals themselves: not on the user's terminal
+            cc = av.CodecContext.create(name, "w")
+            cc.width, cc.height, cc.pix_fmt, cc.time_base = width, height, pix_fmt, time_base
+            cc.options, cc.thread_count = {**options, "threads": "1"}, 1
+            cc.open()
     except Exception:  # any refusal: the settings are what it refuses
         return False
+    del cc  # freed here, encoder and all (PyAV 18's contexts have no close)
     return True
 
 

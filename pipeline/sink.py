@@ -25,6 +25,7 @@ goes unseen); MP4 and MOV are written fragmented there.
 from __future__ import annotations
 
 import os
+import re
 import select
 from fractions import Fraction
 from pathlib import Path
@@ -41,7 +42,7 @@ from .convert.layouts import layout_depth
 from .encoders import (containers_for, is_hardware, no_threads, opens_on_one_thread, output_format, refusal,
                        video_encoder)
 from .encoders import time_base as encoder_time_base
-from .errors import ConfigError, OutputError
+from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
 from .outfile import final_path, staged
@@ -295,29 +296,43 @@ class Sink:
         # Named before the open: after an encoder refused it, PyAV 19 reads its name through a codec pointer
         # FFmpeg 8 has cleared (dnxhd at 64x48 crashed the process there).
         name = cc.name
-        what = f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"  # a refusal clears the size
-        settings = (cc.width, cc.height, cc.pix_fmt, cc.time_base, dict(self.video.options))
+        # What each encoder is asked, read before the open too (a refusal clears the size).
+        asked = {s.codec_context.name: _asked(s) for s in self.container.streams}
+        rate = cc.time_base or 1 / Fraction(cc.framerate or 30)  # none yet for a variable-rate muxer's input
+        settings = (cc.width, cc.height, cc.pix_fmt, rate, dict(self.video.options))
         streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
-        said = watch({name})  # the encoder's own reasons (a frame-threaded one only says its init failed)
+        said = watch(set(asked))  # the encoders' own reasons (a frame-threaded one only says its init failed)
         try:
             with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
                 self._open_encoders()
         except (OSError, ValueError, av.error.FFmpegError) as e:
-            if "avcodec_open2" in str(e):  # the encoder's refusal (a hardware one's absence is an OSError)
-                reasons = "; ".join(r for r in [m for _, level, m in said.take() if level >= 40]
-                                    + [library_errors(printed)] if r)
-                if not reasons and not is_hardware(name) and opens_on_one_thread(name, *settings):
-                    raise no_threads(name, e).with_target(self.target) from e
-                raise refusal(name, e, reasons, what).with_target(self.target) from e
-            if isinstance(e, OSError):
-                raise OutputError(f"{self.target}: cannot create output: {e}") from e
-            raise ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
-                              f"with these options ({e}); try another output extension (.mkv) or "
-                              "--output-opt") from e
+            try:
+                error = self._open_failure(e, name, asked, settings, said, printed, streams)
+            finally:
+                said.close()
+            raise error from e
         except BaseException:
             said.close()
             raise
         self._encoder_said = said  # kept until the first frame is taken: its refusal has reasons too
+
+    def _open_failure(self, e: Exception, name: str, asked: dict[str, str], settings: tuple, said,
+                      printed: list[str], streams: str) -> PipelineError:
+        """Why the header could not be written: an encoder's refusal (which encoder: FFmpeg names it in
+        the failed call), the threads the video encoder could not start, the output, or the muxer."""
+        failed = _FAILED_OPEN.search(str(e))
+        if failed is not None:  # an encoder's refusal (a hardware one's absence is an OSError)
+            encoder = failed.group(1)
+            reasons = "; ".join(r for r in [m for who, level, m in said.take() if level >= 40 and who == encoder]
+                                + [library_errors(printed)] if r).replace(":; ", ": ")  # "layouts:", then each
+            if (encoder == name and not reasons and isinstance(e, av.error.ExternalError) and not is_hardware(name)
+                    and opens_on_one_thread(name, *settings)):
+                return no_threads(name, e).with_target(self.target)
+            return refusal(encoder, e, reasons, asked.get(encoder, "its settings")).with_target(self.target)
+        if isinstance(e, OSError):
+            return OutputError(f"{self.target}: cannot create output: {e}")
+        return ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
+                           f"with these options ({e}); try another output extension (.mkv) or --output-opt")
 
     def _open_encoders(self) -> None:
         self.container.start_encoding()  # opens every stream's encoder and writes the header
@@ -367,7 +382,7 @@ class Sink:
         except av.error.FFmpegError as e:
             if self._encoded == 0:  # the encoder refuses our frames themselves (a size it cannot code)
                 cc = self.video.codec_context
-                reasons = "; ".join(m for _, level, m in self._encoder_said.take() if level >= 30)
+                reasons = "; ".join(m for who, level, m in self._encoder_said.take() if level >= 30 and who == cc.name)
                 raise refusal(cc.name, e, reasons, f"{cc.width}x{cc.height} {cc.pix_fmt} frames").with_target(
                     self.target) from e
             raise OutputError(f"{self.target}: encoding failed: {e}") from e
@@ -442,3 +457,14 @@ class Sink:
             self.container.close()
         except Exception:
             pass  # the file is gone already; a close error adds nothing
+
+
+_FAILED_OPEN = re.compile(r'avcodec_open2\("([^"]+)"')  # PyAV names the call that failed, and its encoder
+
+
+def _asked(stream) -> str:
+    """What a stream's encoder is asked to take, for the line that says it refused."""
+    cc = stream.codec_context
+    if stream.type == "audio":
+        return f"{cc.layout.name} audio at {cc.sample_rate} Hz"
+    return f"{cc.width}x{cc.height} {cc.pix_fmt} with time base {cc.time_base}"

@@ -246,6 +246,45 @@ def test_an_encoder_without_threads_is_the_systems_limit_not_a_refusal(tmp_path,
     assert "ulimit -u" in err and not out.exists() and partials(tmp_path) == []
 
 
+def _surround_clip(path: Path) -> Path:
+    """H.264 video with 5.1 AAC audio (libmp3lame, the .avi muxer's audio encoder, takes mono and stereo)."""
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=30)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        audio = out.add_stream("aac", rate=48000)
+        audio.layout = "5.1"
+        rng = np.random.default_rng(5)
+        for i in range(10):
+            frame = av.VideoFrame.from_ndarray(rng.integers(0, 256, (48, 64, 3), np.uint8), format="rgb24")
+            frame.pts = i
+            out.mux(video.encode(frame))
+        for start in range(0, 16000, 1024):
+            samples = (rng.random((6, 1024), np.float32) - 0.5) * 0.2
+            frame = av.AudioFrame.from_ndarray(samples, format="fltp", layout="5.1")
+            frame.sample_rate, frame.pts = 48000, start
+            out.mux(audio.encode(frame))
+        out.mux(video.encode(None))
+        out.mux(audio.encode(None))
+    return path
+
+
+def test_an_audio_encoders_refusal_names_that_encoder_not_the_videos_threads(tmp_path, monkeypatch, capsys,
+                                                                             restore_signals):
+    from pipeline import sink
+
+    def never(*args):
+        raise AssertionError("another stream's encoder refused: the video encoder's threads are not in question")
+
+    monkeypatch.setattr(sink, "opens_on_one_thread", never)
+    out = tmp_path / "out.avi"
+    code = cli.main(["run", str(_surround_clip(tmp_path / "surround.mp4")), "-o", str(out), "--device", "cpu",
+                     "--audio", "encode", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "the libmp3lame encoder refused 5.1 audio at 48000 Hz" in err and "stereo" in err
+    assert not out.exists() and partials(tmp_path) == []
+
+
 def test_an_encoder_that_opens_on_one_thread_is_told_from_one_refusing_the_settings():
     from pipeline.encoders import opens_on_one_thread
 

@@ -239,9 +239,11 @@ class Collector:
             received = time.time()
             # The next file before this one's key is released: the client's stream to the scheduler holds a
             # message sent within 10 ms of the one before (it batches them), a submission too.
-            self._refill()
-            if entry is not None:
-                self._collect(future, entry[1], result, received)
+            try:
+                self._refill()
+            finally:  # this file's result is recorded whatever the next submission met
+                if entry is not None:
+                    self._collect(future, entry[1], result, received)
 
     def _refill(self) -> None:
         """Submit queued files while the cluster has a thread without one (none once the batch stops)."""

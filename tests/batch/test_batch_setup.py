@@ -360,10 +360,12 @@ def test_exit_code_is_the_largest_files_or_the_signals():
 
 
 class _RecordingClient:
-    """A cluster of one single-threaded worker, as the collector sees it: files end as they are submitted."""
+    """A cluster of one single-threaded worker, as the collector sees it: files end as they are submitted;
+    the files in ``killed`` end with their worker's death."""
 
-    def __init__(self):
+    def __init__(self, killed=()):
         self.calls: list[str] = []
+        self.killed = set(killed)
 
     def register_plugin(self, plugin, name):
         pass
@@ -376,17 +378,23 @@ class _RecordingClient:
 
     def submit(self, function, job, key, pure):
         self.calls.append(f"submit {job.index}")
-        return _EndedFuture(key, job, self.calls)
+        return _EndedFuture(key, job, self.calls, job.index in self.killed)
+
+
+class KilledWorker(Exception):
+    """Named as Dask's is: what a future raises whose worker died during its task."""
 
 
 class _EndedFuture:
-    def __init__(self, key, job, calls):
-        self.key, self.job, self.calls = key, job, calls
+    def __init__(self, key, job, calls, killed):
+        self.key, self.job, self.calls, self.killed = key, job, calls, killed
 
     def add_done_callback(self, callback):
         callback(self)
 
     def result(self):
+        if self.killed:
+            raise KilledWorker(self.key)
         return FileResult(self.job.index, self.job.input, self.job.output, status="done")
 
     def release(self):
@@ -402,7 +410,11 @@ def test_the_next_file_is_submitted_before_the_last_ones_result_is_released(tmp_
 
     jobs = [Job(i, "b", str(tmp_path / f"{i}.mp4"), None, RunConfig(), "h") for i in range(3)]
     report = BatchReport([FileResult(j.index, j.input, j.output) for j in jobs])
-    client = _RecordingClient()
+    client = _RecordingClient(killed={1})
     Collector(client, report, StopRequest(), lambda result: None).run(jobs)
     assert client.calls == ["submit 0", "submit 1", "release 0", "submit 2", "release 1", "release 2"]
-    assert [r.status for r in report.results] == ["done"] * 3
+    assert [r.status for r in report.results] == ["done", "failed", "done"]
+    assert "its worker process died while processing it" in report.results[1].error
+    # A result is held before the next file is submitted: the next submission is not the batch layer's end gap.
+    for held, next_one in zip(report.results, report.results[1:]):
+        assert held.received <= next_one.submitted
