@@ -184,7 +184,7 @@ def start_all(threads: list[Startable]) -> None:
     limit on processes, ``ulimit -u``, or memory for a stack): a PipelineError (exit 1) instead of Python's
     RuntimeError, which reads as a bug. Those started before run on: the caller stops them and waits
     (:func:`wait_for_all` skips the ones never started)."""
-    from .errors import PipelineError
+    from .errors import no_threads
 
     for t in threads:
         try:
@@ -192,8 +192,7 @@ def start_all(threads: list[Startable]) -> None:
         except RuntimeError as e:
             if "can't start new thread" not in str(e):  # started twice, or at the interpreter's exit: a bug
                 raise
-            raise PipelineError(f"cannot start a thread ({e}): the limit on processes (ulimit -u, or the "
-                                "container's) or memory is exhausted") from e
+            raise no_threads(f"cannot start a thread ({e})") from e
 
 
 def wait_for_all(threads: list[Worker], poll: float = 0.1, tick: Callable[[], None] | None = None) -> None:

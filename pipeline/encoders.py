@@ -20,7 +20,7 @@ from fractions import Fraction
 import av
 
 from .avlib import captured_stderr
-from .errors import ConfigError, PipelineError
+from .errors import ConfigError, PipelineError, no_threads
 
 # Hardware encoders: they need a device and a driver that may be absent; that is a refusal, not a bug.
 HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan",
@@ -171,8 +171,7 @@ def opens_on_one_thread(name: str, width: int, height: int, pix_fmt: str, time_b
     return True
 
 
-def no_threads(name: str, error: Exception) -> PipelineError:
+def encoder_without_threads(name: str, error: Exception) -> PipelineError:
     """The one line for an encoder that opens on one thread but not on its own threads."""
     said = getattr(error, "strerror", None) or error  # FFmpeg's words, without the call that failed
-    return PipelineError(f"the {name} encoder could not start its threads ({said}); the limit on processes "
-                         "(ulimit -u, or the container's) or memory is exhausted")
+    return no_threads(f"the {name} encoder could not start its threads ({said})")

@@ -24,6 +24,11 @@ class PipelineError(Exception):
         return self
 
 
+def no_threads(what: str) -> PipelineError:
+    """``what`` could not start its threads: the system's limit, not the input, the settings or a bug (exit 1)."""
+    return PipelineError(f"{what}; the limit on processes (ulimit -u, or the container's) or memory is exhausted")
+
+
 class ConfigError(PipelineError, ValueError):
     """Bad command line, config file or filter chain."""
 

@@ -39,8 +39,8 @@ from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg
                     watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import (containers_for, is_hardware, no_threads, opens_on_one_thread, output_format, refusal,
-                       video_encoder)
+from .encoders import (containers_for, encoder_without_threads, is_hardware, opens_on_one_thread, output_format,
+                       refusal, video_encoder)
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
@@ -298,8 +298,8 @@ class Sink:
         name = cc.name
         # What each encoder is asked, read before the open too (a refusal clears the size).
         asked = {s.codec_context.name: _asked(s) for s in self.container.streams}
-        rate = cc.time_base or 1 / Fraction(cc.framerate or 30)  # none yet for a variable-rate muxer's input
-        settings = (cc.width, cc.height, cc.pix_fmt, rate, dict(self.video.options))
+        time_base = cc.time_base or 1 / Fraction(cc.framerate or 30)  # none yet for a variable-rate muxer's input
+        settings = (cc.width, cc.height, cc.pix_fmt, time_base, dict(self.video.options))
         streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
         said = watch(set(asked))  # the encoders' own reasons (a frame-threaded one only says its init failed)
         try:
@@ -327,7 +327,7 @@ class Sink:
                                 + [library_errors(printed)] if r).replace(":; ", ": ")  # "layouts:", then each
             if (encoder == name and not reasons and isinstance(e, av.error.ExternalError) and not is_hardware(name)
                     and opens_on_one_thread(name, *settings)):
-                return no_threads(name, e).with_target(self.target)
+                return encoder_without_threads(name, e).with_target(self.target)
             return refusal(encoder, e, reasons, asked.get(encoder, "its settings")).with_target(self.target)
         if isinstance(e, OSError):
             return OutputError(f"{self.target}: cannot create output: {e}")

@@ -42,7 +42,7 @@ from .avlib import drain_decoder, route_ffmpeg_log
 from .config import is_url, pipe_fd
 from .damage import DamageLog
 from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameReturns, _Clock, _frame_step, _stream_desc, _ticks
-from .errors import ConfigError, InputError, PipelineError
+from .errors import ConfigError, InputError, no_threads
 from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read_hdr, refuse_deep_surfaces,
                      surface_layout)
 from .inputnotes import interlaced, other_video_streams
@@ -308,9 +308,8 @@ class Source(DecodeLoop):
         times = "once" if self.decode_errors == 1 else f"{self.decode_errors} times"
         errors = f" (decoding failed {times}{last})" if self.decode_errors else ""
         if self.last_rejection_errno == errno.EAGAIN:  # its frame threads could not start: not the input's fault
-            raise PipelineError(f"{self.path}: no frame decoded: the decoder could not start its threads "
-                                f"({self.last_rejection}, {times}); the limit on processes (ulimit -u, or the "
-                                "container's) or memory is exhausted")
+            raise no_threads(f"{self.path}: no frame decoded: the decoder could not start its threads "
+                             f"({self.last_rejection}, {times})")
         if self._trim is not None and not errors:
             why = self._span_too_short() if self.span_ended else "the input ends before it starts"
             raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): {why}")
