@@ -12,7 +12,7 @@ from typing import Iterator
 from rich.console import Console
 
 from ..checks import check_reads_kept, check_report_path, real_path
-from ..errors import ConfigError, OutputError, PipelineError, SignalEchoes, stop_signals
+from ..errors import ConfigError, Interrupted, OutputError, PipelineError, SignalEchoes, stop_signals
 from ..ffmpeg_args import path_name
 from ..log import one_line
 from ..numbers import integer
@@ -77,6 +77,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
     from .cluster import start_thread_pools_deaf
 
     start_thread_pools_deaf()  # before anything imports NumPy: a Ctrl-C while the workers start is kept
+    _stop_set_up_at_once()
     run_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _BATCH_DESTS})
     cfg = config_from_args(run_args)
     if run_args.stream_list:  # a many-stream run's inputs: the batch's are its own arguments
@@ -161,6 +162,22 @@ def _write_results(report: BatchReport, path: str, err: Console, overwrite: bool
         if report.exit_code == 0:
             raise
         err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
+
+
+def _stop_set_up_at_once() -> None:
+    """Until the batch starts, a stop signal ends it at once with one line and its exit code: nothing has
+    started, nothing is written. Reading a FIFO @LIST whose writer never comes is the wait this ends (the
+    handler's exception breaks the blocked read). Later signals, an echo of the first among them, are
+    ignored while it unwinds."""
+    raised = []
+
+    def handler(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise Interrupted(signum, "nothing started")
+
+    for sig in stop_signals():
+        signal.signal(sig, handler)
 
 
 def _install_signal_handlers(stop: StopRequest) -> None:

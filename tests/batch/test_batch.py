@@ -413,6 +413,30 @@ def child_env() -> dict[str, str]:
     return environment(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_while_a_fifo_list_is_read_ends_the_batch_with_one_line(tmp_path, signum):
+    """A FIFO @LIST whose writer sends nothing: the batch waits in its read, before any worker starts; a
+    stop signal ends it at once, saying so, with the signal's exit code (SIGTERM used to kill it without
+    a word)."""
+    fifo = tmp_path / "list.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(batch_command(f"@{fifo}", "-o", str(out)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        with open(fifo, "w"):  # returns once the batch has opened the list: it now waits in read()
+            time.sleep(0.3)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, err
+    assert err.strip().splitlines() == [f"pipeline: interrupted by {name}; nothing started"]
+    assert not out.exists()
+
+
 def test_cli_list_input_table_json_and_the_worst_exit_code(clips, tmp_path):
     listing = tmp_path / "inputs.txt"
     listing.write_text(f"{clips / 'clip*.mkv'}\n{tmp_path / 'missing.mkv'}\n")
