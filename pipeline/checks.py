@@ -267,10 +267,11 @@ _SPECIAL = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S
             (stat.S_ISSOCK, "socket"))
 
 
-def special_kind(path: Path | str) -> str | None:
-    """What ``path`` is when it exists and is neither a regular file nor a directory (symlinks followed)."""
+def special_kind(path: Path | str, dir_fd: int | None = None) -> str | None:
+    """What ``path`` (in ``dir_fd``, if given) is when it exists and is neither a regular file nor a
+    directory (symlinks followed)."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.stat(path, dir_fd=dir_fd).st_mode
     except (OSError, ValueError):
         return None
     return next((name for test, name in _SPECIAL if test(mode)), None)

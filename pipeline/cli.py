@@ -172,7 +172,7 @@ def _dispatch(args: argparse.Namespace, err: Console, process_ends: bool = False
     if args.command == "presets":
         return cmd_presets()
     if args.command == "sample":
-        from .sample import run  # PyAV and OpenCV: only for this command
+        from .sample_cli import run  # PyAV and OpenCV: only for this command
 
         return run(args)
     if args.command == "batch":

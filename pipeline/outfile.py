@@ -13,6 +13,7 @@ file has its permissions from the start (:func:`create_like`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from .checks import special_kind
 from .errors import ConfigError, OutputError
+from .log import log
 from .startup import libc
 
 _AT_FDCWD = -100
@@ -96,15 +98,17 @@ def _renameat2():
 _RENAMEAT2 = _renameat2()
 
 
-def rename_noreplace(src: Path | str, dst: Path | str) -> None:
-    """Move ``src`` to ``dst`` unless ``dst`` exists (FileExistsError then, both left as they were)."""
+def rename_noreplace(src: Path | str, dst: Path | str, dir_fd: int | None = None) -> None:
+    """Move ``src`` to ``dst`` unless ``dst`` exists (FileExistsError then, both left as they were); with
+    ``dir_fd``, both names are taken in that directory."""
     if _RENAMEAT2 is not None:
-        if _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        at = _AT_FDCWD if dir_fd is None else dir_fd
+        if _RENAMEAT2(at, os.fsencode(src), at, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
             return
         code = ctypes.get_errno()
         if code not in _UNSUPPORTED:
             raise OSError(code, os.strerror(code), os.fspath(src), None, os.fspath(dst))
-    _link_then_unlink(src, dst)
+    _link_then_unlink(src, dst, dir_fd)
 
 
 def replaced_mode(target: Path) -> int | None:
@@ -144,50 +148,61 @@ def open_temporary(tmp: Path, mode: int | None, truncate: bool = False) -> int:
     return handle
 
 
-def _link_then_unlink(src: Path | str, dst: Path | str) -> None:
+def _link_then_unlink(src: Path | str, dst: Path | str, dir_fd: int | None = None) -> None:
+    at = {"src_dir_fd": dir_fd, "dst_dir_fd": dir_fd}
     try:
-        os.link(src, dst)  # never replaces: FileExistsError if dst appeared
+        os.link(src, dst, **at)  # never replaces: FileExistsError if dst appeared
     except OSError as e:
         if e.errno not in _NO_LINKS:
             raise
         # No hard links here (FAT, exFAT, some SMB and FUSE mounts): claim the name (FileExistsError if it
         # appeared), then move onto the claim; only a process replacing files between the two steps slips by.
-        os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-        os.replace(src, dst)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        os.close(os.open(dst, flags, 0o600, dir_fd=dir_fd))
+        os.replace(src, dst, **at)
         return
-    os.unlink(src)
+    os.unlink(src, dir_fd=dir_fd)
 
 
-def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | None = None) -> None:
+def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | None = None,
+                 dir_fd: int | None = None) -> None:
     """Put the finished ``tmp`` in place of ``target`` (a :func:`final_path`; ``name``, what the user
-    called it, for the messages); on refusal ``tmp`` is removed and the target kept.
+    called it, for the messages); on refusal ``tmp`` is removed and the target kept. With ``dir_fd`` (the
+    directory both are in, opened when the run began) the two are its entries, wherever it is now.
 
     Without ``overwrite``, a target that appeared during the run is a ConfigError (exit 2, as for one that
     existed before); with it, one that became a FIFO or a device is an OutputError (only regular files are
     replaced)."""
     name = target if name is None else name
     try:
-        move_into_place(tmp, target, overwrite, name)
+        move_into_place(tmp, target, overwrite, name, dir_fd)
     except FileExistsError:
-        tmp.unlink(missing_ok=True)
+        _unlink(tmp, dir_fd)
         raise ConfigError(f"{name}: appeared during the run (another process wrote it); kept as it is, "
                           "nothing written (use -y/--overwrite to replace it)") from None
     except OutputError:
-        tmp.unlink(missing_ok=True)
+        _unlink(tmp, dir_fd)
         raise
 
 
-def move_into_place(tmp: Path, target: Path, overwrite: bool, name: Path | str) -> None:
+def move_into_place(tmp: Path, target: Path, overwrite: bool, name: Path | str, dir_fd: int | None = None) -> None:
     """``tmp`` renamed onto ``target``: without ``overwrite`` never over a file that exists by now
     (FileExistsError), with it only over a regular file (OutputError for one that became a FIFO or a
-    device). A video's output (:func:`place_output`) and a report (:func:`pipeline.reportfile.report_file`)."""
+    device). A video's output (:func:`place_output`) and a report (:func:`pipeline.reportfile.report_file`).
+    With ``dir_fd``, the names of the two in that directory."""
+    src, dst = (tmp, target) if dir_fd is None else (tmp.name, target.name)
     if not overwrite:
-        rename_noreplace(tmp, target)
+        rename_noreplace(src, dst, dir_fd)
         return
-    kind = special_kind(target)
+    kind = special_kind(dst, dir_fd)
     if kind is not None:
         raise OutputError(f"{name}: became a {kind} during the run; only regular files are replaced")
-    os.replace(tmp, target)
+    os.replace(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _unlink(path: Path, dir_fd: int | None) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path if dir_fd is None else path.name, dir_fd=dir_fd)
 
 
 def remove_stale_partials(target: Path) -> None:
@@ -222,31 +237,81 @@ def process_alive(pid: int) -> bool:
 
 class StagedFile:
     """Where a file output is written until the run completes (a temporary file beside it), and how it is
-    put in place; :class:`pipeline.sequence.StagedSequence` is the same for an image sequence."""
+    put in place; :class:`pipeline.sequence.StagedSequence` is the same for an image sequence.
+
+    The directory is held open from the start: one moved or renamed during the run still gets its
+    finished output, under the target's name (as ffmpeg's output file moves with its directory), or,
+    when the run fails, loses its temporary file."""
 
     def __init__(self, final: Path):
         self.final = final
         self.path = temp_path_for(final)
         self.muxer_path = str(self.path)  # what the muxer is given
+        self._dir: int | None = None
 
     def prepare(self) -> None:
         remove_stale_partials(self.final)
+        self._dir = _open_directory(self.final.parent)
         create_like(self.path, self.final)
 
     def place(self, overwrite: bool, name) -> None:
-        place_output(self.path, self.final, overwrite, name=name)
+        try:
+            place_output(self.path, self.final, overwrite, name=name, dir_fd=self._dir)
+            _say_if_moved(self._dir, self.final, name)
+        finally:
+            self._close()
 
     def discard(self) -> None:
-        self.path.unlink(missing_ok=True)
+        try:
+            _unlink(self.path, self._dir)
+        except OSError:
+            pass
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        held, self._dir = self._dir, None
+        if held is not None:
+            os.close(held)
 
     def written_bytes(self) -> int | None:
         """How many bytes the output holds so far: the temporary file, then (renamed) the target."""
         for path in (self.path, self.final):
             try:
-                return os.path.getsize(path)
+                return os.stat(path.name if self._dir is not None else path, dir_fd=self._dir).st_size
             except OSError:
                 continue
         return None
+
+
+def _open_directory(directory: Path) -> int | None:
+    """``directory`` held open to name its entries by (not to read it); None where it cannot be (the
+    entries are then named by their paths)."""
+    try:
+        return os.open(directory if str(directory) else ".", _DIRECTORY_FLAGS)
+    except OSError:
+        return None
+
+
+_DIRECTORY_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _say_if_moved(dir_fd: int | None, final: Path, name) -> None:
+    """A warning when the output's directory is no longer where it was when the run began."""
+    if dir_fd is None:
+        return
+    held = os.fstat(dir_fd)
+    try:
+        here = os.stat(final.parent if str(final.parent) else ".")
+        if (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino):
+            return
+    except OSError:
+        pass
+    try:
+        now = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), final.name)
+    except OSError:
+        now = "its new place"
+    log.warning(f"{name}: its directory was moved during the run; the output was written in it, now {now}")
 
 
 def staged(final: Path, output_format: str | None = None):

@@ -8,20 +8,16 @@ viewer (or a test) can tell which frame it is looking at after lossy coding.
     pipeline sample 1080p               # samples/bench_1080p.mp4
     pipeline sample raw4k --frames 30
 
-Outputs go under ``samples/`` in the current directory unless ``-o`` says otherwise. The command
-line is in :mod:`pipeline.cli`, which imports this module (and so PyAV and OpenCV) only when run.
-The picture itself (:func:`synth_frame`) is drawn by :mod:`pipeline.synth`; here are its colour tags,
-the clip writer and the command.
+Outputs go under ``samples/`` in the current directory unless ``-o`` says otherwise. The command is
+:mod:`pipeline.sample_cli`, which :mod:`pipeline.cli` imports (and so PyAV and OpenCV) only when run.
+The picture itself (:func:`synth_frame`) is drawn by :mod:`pipeline.synth`; here are its colour tags
+and the clip writer.
 """
 
 from __future__ import annotations
 
-import errno
 import math
-import os
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -31,17 +27,10 @@ import numpy as np
 from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTrc
 
 from . import synth
-from .checks import check_output
-from .config import file_url, is_url
-from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_signals
-from .outfile import create_like, final_path, place_output, remove_stale_partials, temp_path_for
-from .sink import check_hardware_encoder
-from .stdio import say, stdout_errors
+from .config import file_url
+from .outfile import StagedFile, final_path
 from .synth import synth_frame
 from .video import MAX_SIDE
-
-# What FFmpeg answers when it cannot do what the settings ask (as opposed to a write that failed)
-_REFUSALS = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 AUDIO_RATE = 48000
 AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
@@ -309,9 +298,10 @@ def make_clip(
     rate = _as_rate(fps)
     path.parent.mkdir(parents=True, exist_ok=True)
     final = final_path(path)  # a symbolic link stays one: the file it points to is replaced, as by run
-    tmp = temp_path_for(final)
+    staging = StagedFile(final)
     try:
-        with _open_output(tmp, path) as container:
+        staging.prepare()
+        with _open_output(staging.path, path) as container:
             opts = _video_options(codec, crf, options, hdr)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container) if audio else None
@@ -330,179 +320,17 @@ def make_clip(
             )
         if checkpoint is not None:
             checkpoint()
-        place_output(tmp, final, overwrite, name=path)
+        staging.place(overwrite, path)
     except BaseException:
         # A half-written clip looks valid to a quick glance; do not leave one.
-        tmp.unlink(missing_ok=True)
+        staging.discard()
         raise
     return path
 
 
 def _open_output(tmp: Path, target: Path):
-    create_like(tmp, target)
     try:
         return av.open(file_url(str(tmp)), "w")  # file: so that a ':' in the name is no protocol
     except ValueError as e:  # no muxer for the name's extension (the temporary name keeps it)
         raise ValueError(f"{target}: cannot choose a container from the name ({e}); end it in .mp4, .mkv "
                          "or .nut") from e
-
-
-# --------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Preset:
-    path: str
-    width: int
-    height: int
-    fps: float
-    frames: int
-    codec: str = "libx264"
-    pix_fmt: str = "yuv420p"
-    audio: bool = True
-    crf: int | None = None
-
-
-PRESETS = {  # the names `pipeline sample` takes (listed in pipeline/cli.py's help too)
-    # Committed to the repo, so kept small.
-    "sample": Preset("samples/sample.mp4", 640, 360, 30, 90, crf=28),
-    "1080p": Preset("samples/bench_1080p.mp4", 1920, 1080, 60, 600, crf=23),
-    "4k": Preset("samples/bench_4k.mp4", 3840, 2160, 30, 300),
-    # Uncompressed: decode cost is near zero, so the benchmark measures the
-    # pipeline. Matroska rather than NUT because it carries the colour tags.
-    "raw1080p": Preset("samples/bench_1080p_raw.mkv", 1920, 1080, 60, 300, "rawvideo", audio=False),
-    "raw4k": Preset("samples/bench_4k_raw.mkv", 3840, 2160, 30, 120, "rawvideo", audio=False),
-}
-
-# Containers for codecs that MP4 cannot carry, used when --codec changes a
-# preset's codec without -o.
-CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
-
-
-def _output_path(args, preset: Preset, codec: str) -> Path:
-    if args.output is not None:
-        if is_url(args.output):  # Path would fold udp://host into a local udp:/host
-            raise ConfigError(f"{args.output}: sample writes a file, not a URL")
-        return Path(args.output)
-    path = Path(preset.path)
-    if codec != preset.codec and codec in CODEC_SUFFIX:
-        path = path.with_suffix(CODEC_SUFFIX[codec])
-    return path
-
-
-def _check_target(out: Path, default: bool, overwrite: bool) -> None:
-    """As ``pipeline run`` checks its output, before anything is encoded. A clip's own folder (``samples/``)
-    is made by :func:`make_clip` where it is missing (nothing there to lose); the one of a -o must exist."""
-    if default and not out.parent.exists():
-        return
-    check_output(None, out, overwrite)
-    remove_stale_partials(out)  # the temporary files of earlier runs killed mid-write
-
-
-@contextmanager
-def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
-    """SIGINT, SIGTERM and SIGHUP stop the clip before its next frame with none written (exit 130/143/129;
-    SIGINT or SIGHUP ignored at the start, ``cmd &`` or ``nohup``, stays ignored): a clip cut short is not
-    the one asked for. Yields :func:`make_clip`'s checkpoint, which raises Interrupted once a signal came,
-    and :func:`make_clip` removes ``tmp`` on the way out; a second signal, while that happens, removes it
-    itself and leaves at once, as ``pipeline run`` does. A signal after the last checkpoint, while the
-    finished clip is moved into place (a rename), is too late to stop it: the clip is written.
-
-    The handler only records the signal. Raised from the handler, where the main thread happens to be,
-    the exception can land inside PyAV's own error handling (one raised while its audio resampler reads
-    the EAGAIN that ends its output is taken for that EAGAIN) and be lost: the clip then went on to the end."""
-    stopping: list[int] = []
-
-    def handler(signum, frame):
-        if stopping:
-            try:
-                tmp.unlink()
-                what = ", no clip written"
-            except OSError:  # not made yet, or already moved into place
-                what = ""
-            say(f"pipeline: {signal.Signals(signum).name} again: exiting now{what}\n")
-            os._exit(128 + signum)
-        stopping.append(signum)
-
-    def checkpoint() -> None:
-        if stopping:
-            raise Interrupted(stopping[0], "no clip written")
-
-    previous = {sig: signal.signal(sig, handler) for sig in stop_signals()}
-    try:
-        yield checkpoint
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-MAX_GOP = 100_000  # frames between keyframes; more is no GOP at all
-MAX_CRF = 51  # libx264's worst quality at 8 bits (FFmpeg passes any larger value on, and x264 clamps it)
-
-
-def _check_crf(crf: int | None, codec: str) -> None:
-    if crf is None:
-        return
-    if codec != "libx264":  # the other encoders have no such option here: it would be dropped unseen
-        raise ConfigError(f"--crf sets libx264's quality; --codec {codec} does not take it")
-    if not 0 <= crf <= MAX_CRF:
-        raise ConfigError(f"Invalid --crf ({crf}). Supported values are 0 (lossless) to {MAX_CRF}.")
-
-
-def run(args) -> int:
-    """``pipeline sample``, with the options parsed by :mod:`pipeline.cli`; prints what it wrote."""
-    preset = PRESETS.get(args.name)
-    if preset is None:
-        raise ConfigError(f"unknown sample {args.name!r}; known: {', '.join(PRESETS)}")
-    width, height = args.size or (preset.width, preset.height)
-    codec = args.codec or preset.codec
-    frames = args.frames if args.frames is not None else preset.frames
-    fps = args.fps if args.fps is not None else preset.fps
-    out = _output_path(args, preset, codec)
-    if args.gop is not None and not 1 <= args.gop <= MAX_GOP:
-        raise ConfigError(f"Invalid --gop ({args.gop}). Supported values are 1 to {MAX_GOP} frames.")
-    _check_crf(args.crf, codec)
-    check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
-    _check_target(out, args.output is None, bool(args.overwrite))
-    try:
-        with _stopped_by_signals(temp_path_for(final_path(out))) as checkpoint:  # where make_clip writes
-            path = make_clip(
-                out,
-                width=width,
-                height=height,
-                frames=frames,
-                fps=fps,
-                codec=codec,
-                pix_fmt=args.pix_fmt or preset.pix_fmt,
-                audio=preset.audio and not args.no_audio,
-                seed=args.seed,
-                crf=args.crf if args.crf is not None else preset.crf,
-                options={"g": str(args.gop)} if args.gop is not None else None,
-                overwrite=bool(args.overwrite),
-                checkpoint=checkpoint,
-            )
-    except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
-        raise
-    except OSError as e:
-        if isinstance(e, av.error.FFmpegError) and e.errno in _REFUSALS:  # the settings, not the writing
-            pix_fmt = args.pix_fmt or preset.pix_fmt
-            raise ConfigError(f"sample: {e.strerror or e} (codec {codec!r}, pixel format {pix_fmt!r})") from e
-        raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
-    except av.codec.codec.UnknownCodecError:
-        raise ConfigError(f"sample: unknown codec {codec!r}") from None
-    except (ValueError, av.error.FFmpegError) as e:  # bad values, or ones the encoder refuses when it opens
-        raise ConfigError(f"sample: {e}") from e
-    size_mb = path.stat().st_size / 1e6
-    duration = frames / _as_rate(fps)
-    with stdout_errors(f"; {_display(path)} is complete"):
-        print(f"{_display(path)}  {size_mb:.2f} MB  {frames} frames  {float(duration):.2f} s")
-    return 0

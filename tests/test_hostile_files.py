@@ -175,6 +175,40 @@ def test_an_output_appearing_during_the_run_is_kept_without_y(tmp_path, clip, mo
     assert partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("then", ["finished", "refused"])
+def test_an_output_directory_moved_during_the_run_gets_the_output_there(tmp_path, clip, monkeypatch, capsys,
+                                                                       restore_signals, then):
+    """As ffmpeg's output file moves with its directory, the finished output lands in the moved directory
+    under its name, with a warning saying where; a run that fails there leaves no temporary file in it."""
+    from pipeline import cli, engine
+
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    first.mkdir()
+    real_init = engine.Pipeline.__init__
+
+    def move_once(stats):
+        if first.exists():
+            first.rename(moved)
+            if then == "refused":  # another run writes the name there meanwhile
+                (moved / "out.mp4").write_bytes(b"the other run's")
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.on_frame = move_once
+
+    monkeypatch.setattr(engine.Pipeline, "__init__", init)
+    code = cli.main(["run", str(clip), "-o", str(first / "out.mp4"), "--device", "cpu", "-q"])
+    err = capsys.readouterr().err
+    assert not first.exists() and partials(moved) == []
+    if then == "finished":
+        assert code == 0, err
+        assert f"its directory was moved during the run; the output was written in it, now {moved / 'out.mp4'}" in err
+        assert len(video_frames(moved / "out.mp4")) == len(video_frames(clip))
+    else:
+        assert code == 2 and "appeared during the run" in err and len(err.strip().splitlines()) == 1, err
+        assert (moved / "out.mp4").read_bytes() == b"the other run's"
+
+
 @pytest.mark.parametrize("mode", [0o664, 0o600, 0o755])
 def test_a_replaced_output_keeps_its_permissions(tmp_path, clip, mode):
     """-y replaces the file by a rename: the new one takes the old one's permissions, as ffmpeg's rewrite in
@@ -187,25 +221,35 @@ def test_a_replaced_output_keeps_its_permissions(tmp_path, clip, mode):
     assert out.stat().st_mode & 0o777 == mode and len(video_frames(out)) == len(video_frames(clip))
 
 
-@pytest.mark.parametrize("renameat2", ["native", "unsupported", "absent"])
-def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, renameat2):
+@pytest.mark.parametrize("names", ["paths", "in a directory"])
+@pytest.mark.parametrize("renameat2", ["native", "unsupported", "absent", "no links"])
+def test_rename_noreplace_refuses_an_existing_target(tmp_path, monkeypatch, renameat2, names):
     import ctypes
     import errno
+    import os
 
     from pipeline import outfile
 
-    if renameat2 == "unsupported":  # FUSE, 9p: the filesystem refuses the flag; link + unlink instead
+    if renameat2 != "native":  # FUSE, 9p: the filesystem refuses the flag; link + unlink instead
         monkeypatch.setattr(outfile, "_RENAMEAT2", lambda *a: (ctypes.set_errno(errno.EINVAL), -1)[1])
-    elif renameat2 == "absent":  # glibc older than 2.28
+    if renameat2 == "absent":  # glibc older than 2.28
         monkeypatch.setattr(outfile, "_RENAMEAT2", None)
+    if renameat2 == "no links":  # FAT: the name is claimed, then replaced
+        monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.write_text("new")
     dst.write_text("old")
-    with pytest.raises(FileExistsError):
-        outfile.rename_noreplace(src, dst)
-    assert (src.read_text(), dst.read_text()) == ("new", "old")
-    dst.unlink()
-    outfile.rename_noreplace(src, dst)
+    held = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY) if names == "in a directory" else None
+    given = (src, dst) if held is None else ("src", "dst")
+    try:
+        with pytest.raises(FileExistsError):
+            outfile.rename_noreplace(*given, dir_fd=held)
+        assert (src.read_text(), dst.read_text()) == ("new", "old")
+        dst.unlink()
+        outfile.rename_noreplace(*given, dir_fd=held)
+    finally:
+        if held is not None:
+            os.close(held)
     assert dst.read_text() == "new" and not src.exists()
 
 

@@ -225,7 +225,7 @@ def test_without_hard_links_a_report_is_still_placed_only_where_nothing_is(tmp_p
     from pipeline import outfile
 
     monkeypatch.setattr(outfile, "_RENAMEAT2", None)
-    monkeypatch.setattr(os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EPERM, "Operation not permitted")))
+    monkeypatch.setattr(os, "link", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EPERM, "Operation not permitted")))
     path = tmp_path / "r.json"
     if exists:
         path.write_text("theirs\n")

@@ -13,7 +13,7 @@ import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
 from utils import cli_command, partials, run_command, run_python, wait_until
 
-from pipeline import sample
+from pipeline import sample, sample_cli
 from pipeline.cli import SAMPLES, main
 from pipeline.errors import Interrupted
 
@@ -250,7 +250,7 @@ def test_gop_sets_the_keyframe_interval(tmp_path):
 
 
 def test_presets_match_the_documented_clips():
-    p = sample.PRESETS
+    p = sample_cli.PRESETS
     default = p["sample"]
     assert (default.width, default.height, default.fps, default.frames) == (640, 360, 30, 90)
     assert (p["1080p"].fps, p["1080p"].frames, p["1080p"].crf) == (60, 600, 23)
@@ -260,7 +260,7 @@ def test_presets_match_the_documented_clips():
 
 
 def test_the_help_lists_every_clip_with_its_path():
-    for name, preset in sample.PRESETS.items():
+    for name, preset in sample_cli.PRESETS.items():
         line = next(row for row in SAMPLES.splitlines() if row.split()[:1] == [name])
         assert f"{preset.width}x{preset.height}" in line and f"{preset.fps:g} fps" in line
         assert f"{preset.frames / preset.fps:g} s" in line and f"-> {preset.path}" in line
@@ -300,7 +300,7 @@ def test_the_cli_imports_the_clip_generator_only_for_sample():
     import sys
 
     code = ("import sys; from pipeline.cli import build_parser; build_parser().parse_args(['filters']); "
-            "print(sorted(m for m in ('cv2', 'pipeline.sample') if m in sys.modules))")
+            "print(sorted(m for m in ('cv2', 'pipeline.sample', 'pipeline.sample_cli') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -391,7 +391,7 @@ def test_the_sample_signal_handler_only_records_the_signal_and_the_checkpoint_ra
     # Raised where the main thread is, the exception could be lost inside PyAV's error handling; the
     # handler records the signal and the clip stops at the next checkpoint instead.
     before = signal.getsignal(signal.SIGTERM)
-    with sample._stopped_by_signals(tmp_path / ".x.partial") as checkpoint:
+    with sample_cli._stopped_by_signals(tmp_path / ".x.partial") as checkpoint:
         checkpoint()  # no signal yet
         os.kill(os.getpid(), signal.SIGTERM)  # handled here, in the main thread: nothing raised
         with pytest.raises(Interrupted) as raised:
@@ -404,10 +404,10 @@ def test_a_second_signal_removes_the_partial_clip_and_exits_at_once(tmp_path):
     code = f"""
 import os, signal
 from pathlib import Path
-from pipeline import sample
+from pipeline import sample_cli
 tmp = Path({str(tmp_path / ".c.partial-1.mp4")!r})
 tmp.write_bytes(b"half a clip")
-with sample._stopped_by_signals(tmp):
+with sample_cli._stopped_by_signals(tmp):
     os.kill(os.getpid(), signal.SIGTERM)  # recorded: the clip would stop at its next frame
     os.kill(os.getpid(), signal.SIGTERM)  # the second: out at once
 raise SystemExit("not reached")
@@ -423,10 +423,10 @@ def test_the_partial_clip_a_second_signal_removes_is_the_one_beside_the_links_ta
     target.parent.mkdir()
     (link := tmp_path / "link.mp4").symlink_to(target)
     given = []
-    real = sample._stopped_by_signals
-    monkeypatch.setattr(sample, "_stopped_by_signals", lambda tmp: given.append(tmp) or real(tmp))
+    real = sample_cli._stopped_by_signals
+    monkeypatch.setattr(sample_cli, "_stopped_by_signals", lambda tmp: given.append(tmp) or real(tmp))
     assert main(["sample", "-o", str(link), *SMALL]) == 0
-    assert given == [sample.temp_path_for(target)] and target.is_file() and link.is_symlink()
+    assert given == [sample_cli.temp_path_for(target)] and target.is_file() and link.is_symlink()
 
 
 @pytest.mark.parametrize("args, message", [
