@@ -209,6 +209,40 @@ def test_an_output_directory_moved_during_the_run_gets_the_output_there(tmp_path
         assert (moved / "out.mp4").read_bytes() == b"the other run's"
 
 
+def test_no_run_keeps_its_output_directory_open(tmp_path, clip):
+    """The directory held for the output is let go however the run ends: finished, refused at the final
+    rename, failed in a stage, refused by the encoder at its open (an application's runs must not gather
+    descriptors)."""
+    import os
+
+    import pipeline
+    from pipeline.errors import PipelineError
+
+    def held() -> int:
+        return sum(1 for fd in os.listdir("/proc/self/fd") if _points_to(fd, tmp_path))
+
+    def stage(frame):
+        raise RuntimeError("a stage that fails")
+
+    out = tmp_path / "out.mp4"
+    pipeline.run(clip, out, device="cpu")
+    with pytest.raises(PipelineError, match="exists"):
+        pipeline.run(clip, out, device="cpu")
+    for extra, said in (({"stage": stage}, "a stage that fails"), ({"encoder_opts": {"crf": "nope"}}, "crf")):
+        with pytest.raises(PipelineError, match=said):
+            pipeline.run(clip, tmp_path / "other.mp4", device="cpu", **extra)
+    assert held() == 0 and partials(tmp_path) == []
+
+
+def _points_to(fd: str, directory: Path) -> bool:
+    import os
+
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(directory)
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("mode", [0o664, 0o600, 0o755])
 def test_a_replaced_output_keeps_its_permissions(tmp_path, clip, mode):
     """-y replaces the file by a rename: the new one takes the old one's permissions, as ffmpeg's rewrite in
