@@ -16,8 +16,10 @@ and the clip writer.
 
 from __future__ import annotations
 
+import errno
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -28,6 +30,7 @@ from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTr
 
 from . import synth
 from .config import file_url
+from .errors import ConfigError, OutputError, PipelineError
 from .outfile import StagedFile, final_path
 from .synth import synth_frame
 from .video import MAX_SIDE
@@ -326,6 +329,28 @@ def make_clip(
         staging.discard()
         raise
     return path
+
+
+# What FFmpeg answers when it cannot do what the settings ask (as opposed to a write that failed)
+_REFUSALS = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+
+
+@contextmanager
+def clip_errors(out: str | Path, codec: str, pix_fmt: str) -> Iterator[None]:
+    """What :func:`make_clip` raises, as the project's one-line errors: settings an encoder refuses are a
+    usage error (ConfigError), a write that failed an output error."""
+    try:
+        yield
+    except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
+        raise
+    except OSError as e:
+        if isinstance(e, av.error.FFmpegError) and e.errno in _REFUSALS:  # the settings, not the writing
+            raise ConfigError(f"sample: {e.strerror or e} (codec {codec!r}, pixel format {pix_fmt!r})") from e
+        raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
+    except av.codec.codec.UnknownCodecError:
+        raise ConfigError(f"sample: unknown codec {codec!r}") from None
+    except (ValueError, av.error.FFmpegError) as e:  # bad values, or ones the encoder refuses when it opens
+        raise ConfigError(f"sample: {e}") from e
 
 
 def _open_output(tmp: Path, target: Path):

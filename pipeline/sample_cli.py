@@ -3,7 +3,6 @@ it), its presets, and its stop on a signal."""
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -11,19 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
-
 from .checks import check_output
 from .config import is_url
-from .errors import ConfigError, Interrupted, OutputError, PipelineError, stop_signals
+from .errors import ConfigError, Interrupted, stop_signals
 from .outfile import final_path, remove_stale_partials, temp_path_for
-from .sample import _as_rate, make_clip
+from .sample import _as_rate, clip_errors, make_clip
 from .sink import check_hardware_encoder
 from .stdio import say, stdout_errors
-
-# What FFmpeg answers when it cannot do what the settings ask (as opposed to a write that failed)
-_REFUSALS = {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
-
 
 @dataclass(frozen=True)
 class Preset:
@@ -146,34 +139,23 @@ def run(args) -> int:
     _check_crf(args.crf, codec)
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
-    try:
-        with _stopped_by_signals(temp_path_for(final_path(out))) as checkpoint:  # where make_clip writes
-            path = make_clip(
-                out,
-                width=width,
-                height=height,
-                frames=frames,
-                fps=fps,
-                codec=codec,
-                pix_fmt=args.pix_fmt or preset.pix_fmt,
-                audio=preset.audio and not args.no_audio,
-                seed=args.seed,
-                crf=args.crf if args.crf is not None else preset.crf,
-                options={"g": str(args.gop)} if args.gop is not None else None,
-                overwrite=bool(args.overwrite),
-                checkpoint=checkpoint,
-            )
-    except PipelineError:  # a signal, a target that appeared during the run: already one line of ours
-        raise
-    except OSError as e:
-        if isinstance(e, av.error.FFmpegError) and e.errno in _REFUSALS:  # the settings, not the writing
-            pix_fmt = args.pix_fmt or preset.pix_fmt
-            raise ConfigError(f"sample: {e.strerror or e} (codec {codec!r}, pixel format {pix_fmt!r})") from e
-        raise OutputError(f"{out}: cannot write: {e.strerror or e}") from e
-    except av.codec.codec.UnknownCodecError:
-        raise ConfigError(f"sample: unknown codec {codec!r}") from None
-    except (ValueError, av.error.FFmpegError) as e:  # bad values, or ones the encoder refuses when it opens
-        raise ConfigError(f"sample: {e}") from e
+    pix_fmt = args.pix_fmt or preset.pix_fmt
+    with clip_errors(out, codec, pix_fmt), _stopped_by_signals(temp_path_for(final_path(out))) as checkpoint:
+        path = make_clip(  # checkpoint: make_clip writes beside the target, and stops there on a signal
+            out,
+            width=width,
+            height=height,
+            frames=frames,
+            fps=fps,
+            codec=codec,
+            pix_fmt=pix_fmt,
+            audio=preset.audio and not args.no_audio,
+            seed=args.seed,
+            crf=args.crf if args.crf is not None else preset.crf,
+            options={"g": str(args.gop)} if args.gop is not None else None,
+            overwrite=bool(args.overwrite),
+            checkpoint=checkpoint,
+        )
     size_mb = path.stat().st_size / 1e6
     duration = frames / _as_rate(fps)
     with stdout_errors(f"; {_display(path)} is complete"):
