@@ -52,6 +52,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
+    except ValueError:  # an integer of more digits than Python converts (int_max_str_digits)
+        raise ConfigError(f"{path}: invalid TOML: a number too long to read "
+                          "(a config file's numbers have a few digits)") from None
     except RecursionError:  # tomllib parses each nested array or inline table with one more call
         raise ConfigError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
                           "(a config file's values nest a level or two)") from None
@@ -105,6 +108,8 @@ def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, A
             raise ConfigError(f"{path}: [[streams]] entry {index + 1}: {key} is a setting of the whole run "
                               "(the streams share one GPU and one statistics file); set it before [[streams]]")
         values[name] = value if name == "input" else _coerce(path, name, value)
+    if not values["input"]:
+        raise ConfigError(f"{path}: [[streams]] entry {index + 1}: input is an empty name")
     values["input"] = _beside(values["input"], base)
     return _resolve_paths(values, base)
 
@@ -119,16 +124,19 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
     if "filters" in values:
         values["filters"] = resolve_paths(values["filters"], base)
     if "plugins" in values:
-        values["plugins"] = tuple(str(base / Path(p).expanduser()) for p in values["plugins"])
+        values["plugins"] = tuple(str(base / os.path.expanduser(p)) for p in values["plugins"])
     return values
 
 
 def _beside(name: str, base: Path) -> str:
-    """A file named in a config file, relative to its folder; a URL, a pipe, ``-``, ``null`` and an empty
-    name as they are."""
-    if name in ("", "-", "null") or is_url(name) or pipe_fd(name) is not None:  # "": left to the checks
+    """A file named in a config file, relative to its folder; a URL, a pipe, ``-`` and ``null`` as they
+    are."""
+    if name in ("-", "null") or is_url(name) or pipe_fd(name) is not None:
         return name
-    return str(base / Path(name).expanduser())
+    return str(base / os.path.expanduser(name))  # an unknown ~user stays a name, as a shell leaves it
+
+
+_FILE_NAMES = ("output", "stats_json")
 
 
 def _coerce(path: Path, name: str, value: Any) -> Any:
@@ -138,9 +146,12 @@ def _coerce(path: Path, name: str, value: Any) -> Any:
         return {str(k): str(v) for k, v in value.items()}
     if name == "plugins":
         items = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, str) for v in items):
+        if not all(isinstance(v, str) and v for v in items):
             raise ConfigError(f"{path}: invalid plugins ({value!r}). Supported values are paths (strings).")
         return tuple(items)
+    if name in _FILE_NAMES and value == "":  # as on the command line: an empty name is no default
+        hint = "the default" if name == "output" else "none"
+        raise ConfigError(f"{path}: {name} is an empty name (leave the key out for {hint})")
     expected = _TYPES.get(name)
     # bool is an int in Python; a TOML 'true' is never a frame count.
     if expected and (not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)):

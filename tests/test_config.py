@@ -153,8 +153,34 @@ def test_a_config_files_inputs_and_outputs_are_relative_to_it_as_its_plugins_are
     assert Path(first["input"]).resolve() == Path(first["output"]).resolve() == tmp_path / "c.mp4"
     assert url == {"input": "srt://host:9000", "output": "null"}
     assert piped == {"input": str(base / "d.mp4"), "output": "-"}
-    # empty means what it means on the command line (the default output, no statistics), not the folder
-    assert load_toml(_toml(base, 'output = ""\nstats_json = ""\n')) == {"output": "", "stats_json": ""}
+
+
+@pytest.mark.parametrize("text", ['output = ""\n', 'stats_json = ""\n', 'plugins = ["a.py", ""]\n',
+                                  '[[streams]]\ninput = "a.mp4"\noutput = ""\n', '[[streams]]\ninput = ""\n'],
+                         ids=["output", "stats_json", "plugin", "entry-output", "entry-input"])
+def test_an_empty_name_in_a_config_file_is_refused_as_on_the_command_line(tmp_path, text):
+    # It used to mean the default output (or, in a [[streams]] entry, no output at all), unseen.
+    with pytest.raises(ConfigError, match="empty name|invalid plugins"):
+        load_toml(_toml(tmp_path, text))
+
+
+def test_an_unknown_home_directory_in_a_config_file_stays_a_name_as_a_shell_leaves_it(tmp_path):
+    from pipeline.config_file import STREAM_LIST
+
+    text = ('output = "~nosuchuser/o.mp4"\nstats_json = "~nosuchuser/s.json"\nplugins = ["~nosuchuser/p.py"]\n'
+            'filters = "lut3d=file=~nosuchuser/x.cube"\n[[streams]]\ninput = "~nosuchuser/a.mp4"\n')
+    values = load_toml(_toml(tmp_path, text))  # Path.expanduser raised RuntimeError: an internal error
+    home = tmp_path / "~nosuchuser"
+    assert values["output"] == str(home / "o.mp4") and values["stats_json"] == str(home / "s.json")
+    assert values["plugins"] == (str(home / "p.py"),) and values[STREAM_LIST][0]["input"] == str(home / "a.mp4")
+    assert values["filters"] == f"lut3d=file={home / 'x.cube'}"
+
+
+def test_a_home_directory_in_a_config_files_filter_chain_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    values = load_toml(_toml(tmp_path, 'filters = "lut3d=file=~/x.cube"\nplugins = "~/p.py"\n'))
+    assert values["filters"] == f"lut3d=file={tmp_path / 'home' / 'x.cube'}"  # was left as ~/x.cube
+    assert values["plugins"] == (str(tmp_path / "home" / "p.py"),)
 
 
 @pytest.mark.parametrize("key", ["colour", "ring-sizes", "input"])
@@ -191,6 +217,12 @@ def test_dots_in_values_and_short_dotted_keys_are_fine(tmp_path):
 def test_toml_nested_too_deeply(tmp_path, value):
     with pytest.raises(ConfigError, match="invalid TOML: arrays or inline tables nested too deeply"):
         load_toml(_toml(tmp_path, f"encoder_opts = {value}\n"))
+
+
+def test_a_number_too_long_to_read_is_invalid_toml(tmp_path):
+    # Python refuses to convert an integer of more than 4300 digits: tomllib's ValueError was an internal error.
+    with pytest.raises(ConfigError, match="invalid TOML: a number too long to read"):
+        load_toml(_toml(tmp_path, "frames = 1" + "0" * 5000 + "\n"))
 
 
 def test_toml_missing_file(tmp_path):
