@@ -74,7 +74,7 @@ def why_incomplete(source: Path, output: Path, digest: str) -> str | None:
         return "no output"
     try:  # a marker is a few lines: a FIFO, a device or a huge file put in its place is not one
         marker = json.loads(read_text(marker_path(output), MAX_MARKER_BYTES, "marker"))
-    except (ConfigError, ValueError):
+    except (ConfigError, ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         return "no marker of a finished batch run beside it"
     identity = input_identity(source)
     if not isinstance(marker, dict) or marker.get("version") != MARKER_VERSION:

@@ -110,6 +110,18 @@ def test_a_changed_input_or_output_is_not_complete(clips, tmp_path, scheduler):
     assert why_incomplete(src, out, digest).startswith("no marker")
 
 
+@pytest.mark.parametrize("text", ["[" * 5_000 + "]" * 5_000, "{", "[1, 2]", '{"version": {"a": [[]]}}'],
+                         ids=["nested", "truncated", "list", "odd-version"])
+def test_a_tampered_marker_vouches_for_nothing(tmp_path, text):
+    # JSON nested deeper than Python's recursion limit raised RecursionError: an internal error ended the batch.
+    src, out = tmp_path / "in.mkv", tmp_path / "out.mkv"
+    src.write_bytes(b"in")
+    out.write_bytes(b"out")
+    marker_path(out).write_text(text)
+    assert why_incomplete(src, out, "digest") in ("no marker of a finished batch run beside it",
+                                                   "its marker is from another version")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory", "huge"])
 def test_a_marker_that_is_not_a_small_file_vouches_for_nothing_and_blocks_nothing(tmp_path, kind):
     """Read without blocking and no further than a marker's size (a FIFO put there hung the batch, one
