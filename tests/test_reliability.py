@@ -772,7 +772,9 @@ def test_stale_partial_files_of_dead_runs_are_removed(tmp_path):
     names = [f".out.partial-{dead.stdout.strip()}.mp4",  # killed run: removed
              f".out.partial-{os.getpid()}.mp4",  # ours (a reused pid): the sink truncates it
              ".out.partial-1.mp4",  # a live process, maybe writing right now
-             ".other.partial-999999999.mp4"]  # another target
+             ".other.partial-999999999.mp4",  # another target
+             ".out.partial-99999999999999999999.mp4",  # no process's number (os.kill raised OverflowError)
+             ".out.partial-2147483648.mp4", ".out.partial-\u0663.mp4", ".out.partial-\u00b2.mp4"]  # nor these
     for name in names:
         (tmp_path / name).write_bytes(b"x")
     remove_stale_partials(tmp_path / "out.mp4")
