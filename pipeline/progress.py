@@ -128,12 +128,27 @@ def check_progress(url: str, writes_stdout: bool, source: str = "", output: Path
             raise ConfigError(f"-progress {url}: stdout carries the video (-o -); use pipe:2 or a file")
         if fd not in (1, 2):
             raise ConfigError(f"-progress {url}: the pipes are pipe:1 (stdout) and pipe:2 (stderr)")
+        _check_behind_pipe(fd, url, source, output, stats_json, theirs)
         return
     if is_url(url):
         raise ConfigError(f"-progress {url}: a file, pipe:1 or pipe:2 (URLs are not written to)")
     if writes_stdout and _is_stdout(url):
         raise ConfigError(f"-progress {url}: is stdout, which carries the video (-o -); use pipe:2 or a file")
     check_progress_path(url, source, output, stats_json, theirs)
+
+
+def _check_behind_pipe(fd: int, url: str, source, output, stats_json, theirs) -> None:
+    """The file a descriptor was redirected to (``1<>input.mp4``) is refused as its ``/dev/fd`` name is:
+    progress lines must not land in the input, the output or another file of the run."""
+    try:
+        os.fstat(fd)
+    except OSError:  # closed: the writes fail later, into nothing of the user's
+        return
+    name = f"/dev/fd/{fd}"
+    try:
+        check_progress_path(name, source, output, stats_json, theirs)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace(name, f"{url} (file descriptor {fd})", 1)) from None
 
 
 def _is_stdout(path: str) -> bool:

@@ -287,6 +287,26 @@ def test_progress_refuses_stdout_when_it_carries_the_video(clip, tmp_path):
     assert (tmp_path / "video.ts").stat().st_size == 0
 
 
+@pytest.mark.parametrize("fd", [1, 2])
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_progress_into_a_pipe_redirected_to_the_runs_own_file_is_refused(clip, tmp_path, fd, which):
+    """``-progress pipe:1`` with stdout opened onto the input (``1<>in.mp4``) wrote progress lines into it,
+    where ``-progress /dev/stdout`` was refused."""
+    src, out = tmp_path / "in.mp4", tmp_path / "out.mp4"
+    src.write_bytes(clip.read_bytes())
+    out.write_bytes(b"kept output")
+    kept = {"input": src, "output": out}[which]
+    before = kept.read_bytes()
+    with open(kept, "r+b") as redirected:
+        streams = {"stdout": redirected} if fd == 1 else {"stdout": subprocess.PIPE, "stderr": redirected}
+        r = subprocess.run(pipeline_command(src, "-o", out, "-y", "-progress", f"pipe:{fd}"), timeout=60,
+                           **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **streams})
+    assert r.returncode == 2
+    if fd == 1:  # on stderr, the error itself lands in the file: that much the redirection asked for
+        assert kept.read_bytes() == before
+        assert f"pipe:1 (file descriptor 1): -progress is the {which}" in r.stderr.decode()
+
+
 def test_progress_with_several_inputs_is_refused(clip, tmp_path):
     """It was left unwritten, with exit 0."""
     r = run_pipeline(clip, clip, "-o", "null", "-progress", "p.txt", cwd=tmp_path)
