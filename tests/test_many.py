@@ -248,6 +248,28 @@ def test_stats_json_of_many_streams_never_replaces_their_files_or_one_without_y(
     assert read_json(keep)["totals"]["streams"] == 2
 
 
+@pytest.mark.parametrize("case", ["stats on an entry's LUT", "stats on an entry's plugin", "output on another's plugin"])
+def test_an_entrys_own_lut_and_plugins_are_kept_from_the_runs_writes(clips, tmp_path, case):
+    """The top-level plugins and LUTs were kept; one entry's were replaced by the statistics file (with -y)."""
+    lut = tmp_path / "warm.cube"
+    lut.write_text((Path(__file__).resolve().parents[1] / "pipeline/presets/luts/warm.cube").read_text())
+    (plugin := tmp_path / "plug.mkv").write_text("# a plugin that registers nothing\n")
+    entry = {"stats on an entry's LUT": f'filters = "lut3d=file={lut}"',
+             "stats on an entry's plugin": f'plugins = ["{plugin}"]',
+             "output on another's plugin": f'plugins = ["{plugin}"]'}[case]
+    top = f'stats_json = "{lut if "LUT" in case else plugin}"\n' if case.startswith("stats") else ""
+    second_output = plugin if case.startswith("output") else tmp_path / "b.mkv"
+    config = tmp_path / "streams.toml"
+    config.write_text(f'{top}codec = "ffv1"\noverwrite = true\n[[streams]]\ninput = "{clips[0]}"\n'
+                      f'output = "{tmp_path / "a.mkv"}"\n{entry}\n'
+                      f'[[streams]]\ninput = "{clips[1]}"\noutput = "{second_output}"\n')
+    before = {f: f.read_bytes() for f in (lut, plugin)}
+    proc = run_cli("run", "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert ("a file the filter chain reads" if "LUT" in case else "a --plugin file") in proc.stderr
+    assert {f: f.read_bytes() for f in before} == before and not (tmp_path / "a.mkv").exists()
+
+
 @pytest.mark.parametrize("entry", ['device = "cpu"', 'stats_json = "x.json"', "pinned_cap_mib = 64"])
 def test_a_setting_of_the_whole_run_in_one_streams_entry_is_refused(clips, tmp_path, entry):
     config = tmp_path / "streams.toml"
