@@ -59,6 +59,9 @@ class ArraySource:
         rate = (fps if isinstance(fps, Fraction) else Fraction(float(fps))).limit_denominator(1001000)
         self._time_base = 1 / rate
         self._taken = False
+        if not isinstance(frames, Iterable) or isinstance(frames, (str, bytes)):
+            raise ConfigError(f"Invalid frames ({type(frames).__name__}). Supported values are an iterable of "
+                              "arrays (a list, a generator); a single frame is [array].")
         source = itertools.cycle(frames) if repeat is not None else iter(frames)
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
         try:

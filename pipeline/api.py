@@ -168,9 +168,7 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
     """
     from .many import configs_for, run_many as run_streams
 
-    if isinstance(sources, (str, bytes, os.PathLike)):
-        raise ConfigError(f"run_many takes a list of sources, not one ({os.fsdecode(sources)!r}); "
-                          "for one, use run() or pass [source]")
+    check_list(sources, "run_many", "sources", "for one, use run() or pass [source]")
     if not sources:
         raise ConfigError("run_many needs at least one source")
     locations, output = [_as_location(s) for s in sources], _as_location(output)
@@ -262,10 +260,16 @@ def _check_for_frames(cfg: RunConfig) -> None:
                           "what its code gives, at its pace (frames=N limits it)")
 
 
+def check_list(items, caller: str, what: str, hint: str) -> None:
+    """``items`` is a list of locations, not one: a str would be taken a character at a time."""
+    if isinstance(items, (str, bytes, bytearray, os.PathLike)):
+        raise ConfigError(f"{caller} takes a list of {what}, not one ({os.fspath(_as_location(items))!r}); {hint}")
+
+
 def _is_location(source) -> bool:
     return isinstance(source, (str, os.PathLike))
 
 
 def _as_location(source):
     """A path given as bytes (``os.fsencode``) as the str Python gives it; anything else as it is."""
-    return os.fsdecode(source) if isinstance(source, (bytes, bytearray)) else source
+    return os.fsdecode(bytes(source)) if isinstance(source, (bytes, bytearray)) else source  # fsdecode: no bytearray

@@ -246,7 +246,7 @@ def _check_types(cfg: RunConfig) -> None:
         if value is None and f.default is None:
             continue
         if f.name in _PATHS and isinstance(value, (os.PathLike, bytes, bytearray)):
-            value = os.fsdecode(value)
+            value = os.fsdecode(bytes(value) if isinstance(value, bytearray) else value)
             object.__setattr__(cfg, f.name, value)
         elif type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
             value = value.item()  # a NumPy scalar (np.int64 from arithmetic, np.float32): the Python number
@@ -270,6 +270,13 @@ def _wrong_type(name: str, value: Any) -> str | None:
     return None
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, which an integer of thousands of digits does not have."""
+    if isinstance(value, int) and value.bit_length() > 4096:
+        return f"<an integer of {value.bit_length()} bits>"
+    return repr(value)
+
+
 def _text_table(name: str, table: Any) -> dict[str, str]:
     """An option table, a mapping of text keys to text or numbers, with its values as text."""
     flag = _table_flag(name)
@@ -277,7 +284,9 @@ def _text_table(name: str, table: Any) -> dict[str, str]:
         raise ConfigError(f"Invalid {flag} ({table!r}): options are a mapping of KEY to VALUE")
     for key, value in table.items():
         if not isinstance(key, str) or not isinstance(value, (str, int, float)):
-            raise ConfigError(f"Invalid {flag} {key!r}={value!r}: keys are text, values text or numbers")
+            raise ConfigError(f"Invalid {flag} {_shown(key)}={_shown(value)}: keys are text, values text or numbers")
+        if message := _wrong_type(f"{flag} {key!r}", value):  # an integer too long to write out
+            raise ConfigError(message)
     return {key: str(value) for key, value in table.items()}
 
 

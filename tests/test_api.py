@@ -390,6 +390,14 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
                           "null", device="cpu"), pipeline.InputError, "got 96 float32"),
     (lambda: pipeline.ArraySource([np.zeros(1000, np.uint8)], layout="i420", size=(9, 8)), pipeline.ConfigError,
      "needs an even width and height (4:2:0), not 9x8"),
+    (lambda: pipeline.ArraySource(5), pipeline.ConfigError, "Invalid frames (int)"),
+    (lambda: pipeline.ArraySource("frames"), pipeline.ConfigError, "Invalid frames (str)"),
+    (lambda: pipeline.run("clip.mp4", "null", encoder_opts={"crf": 10**5000}), pipeline.ConfigError,
+     "Invalid --encoder-opt 'crf' (an integer of 16610 bits)"),
+    (lambda: pipeline.run("clip.mp4", "null", encoder_opts={10**5000: 1}), pipeline.ConfigError,
+     "Invalid --encoder-opt <an integer of 16610 bits>=1"),
+    (lambda: __import__("pipeline.batch").batch.run_batch("clip.mp4", "out"), pipeline.ConfigError,
+     "run_batch takes a list of inputs"),
     (lambda: pipeline.run("clip.mp4", 5, device="cpu"), pipeline.ConfigError, "Invalid output (int)"),
     (lambda: pipeline.run("clip.mp4", "", device="cpu"), pipeline.ConfigError, "output is an empty name"),
     (lambda: pipeline.run("clip.mp4", "null", stats_json=""), pipeline.ConfigError, "stats_json is an empty name"),
@@ -457,6 +465,7 @@ def test_a_path_given_as_bytes_is_a_path(clip):
     import os
 
     assert pipeline.run(os.fsencode(clip), b"null", device="cpu", frames=2)["frames_out"] == 2
+    assert pipeline.run(bytearray(os.fsencode(clip)), "null", device="cpu", frames=2)["frames_out"] == 2
 
 
 def test_stats_json_is_written_by_run_and_run_many_and_refused_by_frames(clip, tmp_path):

@@ -72,8 +72,9 @@ def run_batch(inputs: Sequence[str | Path], output: str | Path = ".", *, filters
     ``filters``, ``device``, ``alloc`` and ``options`` are those of :func:`pipeline.run`. ``on_result`` is
     called with each file's :class:`FileResult` as it is known; ``stop`` stops the batch. Returns the
     :class:`BatchReport` (``report.exit_code``: the largest of the files' exit codes)."""
-    from ..api import settings as run_settings
+    from ..api import check_list, settings as run_settings
 
+    check_list(inputs, "run_batch", "inputs", "pass [input] (a path, a glob or an @list file)")
     cfg = run_settings("", None, filters, device, alloc, {"overwrite": overwrite, **options})
     batch = BatchSettings(output=str(output), suffix=suffix, gpus=gpus, workers=workers, scheduler=scheduler,
                           processes=processes, dashboard=dashboard)
