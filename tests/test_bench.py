@@ -53,11 +53,14 @@ def test_without_gpu_bench_exits_5_with_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_a_bad_chain_is_a_usage_error_before_the_gpu_is_looked_for(tmp_path):
-    proc = run_cli("bench", "samples/sample.mp4", "--filters", "gblur=sigma=nan", "--json", tmp_path / "x.json",
-                   "--no-chart")
+@pytest.mark.parametrize("args, said", [(("--filters", "gblur=sigma=nan"), "sigma must be a finite number"),
+                                        (("--peer-filters", "nosuch"), "unknown filter 'nosuch'"),
+                                        (("--warmup", "-1"), "Invalid --warmup (-1)")])
+def test_a_bad_setting_is_a_usage_error_before_the_gpu_is_looked_for(tmp_path, args, said):
+    # --peer-filters and --warmup were looked at only on a GPU: exit 5 on a machine without one
+    proc = run_cli("bench", "samples/sample.mp4", *args, "--json", tmp_path / "x.json", "--no-chart")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "sigma must be a finite number" in proc.stderr and not (tmp_path / "x.json").exists()
+    assert said in proc.stderr and not (tmp_path / "x.json").exists()
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])

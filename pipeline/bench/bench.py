@@ -97,11 +97,12 @@ def main(args: argparse.Namespace) -> int:
     from ..gpu.cuda import gpu_status
 
     _check_input(args.input)
-    for name in ("repeats", "frames", "copy_threads"):
+    for name in ("repeats", "frames", "warmup", "copy_threads"):  # a warm-up also compiles the kernels
         if getattr(args, name) < 1:
             raise ConfigError(f"Invalid --{name.replace('_', '-')} ({getattr(args, name)}). Supported values are >= 1.")
     _settings(args)  # the run's settings, checked before any work
-    parse_chain(args.filters)  # and the chain's: a usage error says so, with or without a GPU
+    parse_chain(args.filters)  # and the chains': a usage error says so, with or without a GPU
+    parse_chain(args.peer_filters)
     reports = _check_reports(args)
     ok, reason = gpu_status()
     if not ok:
