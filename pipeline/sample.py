@@ -308,6 +308,7 @@ def make_clip(
             opts = _video_options(codec, crf, options, hdr)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container) if audio else None
+            _open_encoders(container, codec, f"{width}x{height} {pix_fmt}")
             _encode_all(
                 container,
                 vstream,
@@ -351,6 +352,17 @@ def clip_errors(out: str | Path, codec: str, pix_fmt: str) -> Iterator[None]:
         raise ConfigError(f"sample: unknown codec {codec!r}") from None
     except (ValueError, av.error.FFmpegError) as e:  # bad values, or ones the encoder refuses when it opens
         raise ConfigError(f"sample: {e}") from e
+
+
+def _open_encoders(container, codec: str, what: str) -> None:
+    """Open the encoders before a frame is drawn: one refusing its settings (x264 a 16384x16384 picture)
+    says so at once, not after seconds of drawing and gigabytes of memory."""
+    try:
+        container.start_encoding()
+    except av.error.FFmpegError as e:
+        if e.errno not in _REFUSALS:
+            raise
+        raise ValueError(f"{codec} cannot encode {what} with these settings ({e.strerror})") from e
 
 
 def _open_output(tmp: Path, target: Path):

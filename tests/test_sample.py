@@ -164,6 +164,18 @@ def test_libx264_refuses_odd_size(tmp_path, size):
     assert not path.exists()
 
 
+def test_an_encoder_refusing_the_size_says_so_before_a_frame_is_drawn(tmp_path, monkeypatch, capsys):
+    """x264 refuses 16384x16384 when it opens: that took 30 s and 10 GB of drawing the first frame."""
+    def no_drawing(*args):
+        raise AssertionError("a frame was drawn")
+
+    monkeypatch.setattr(sample, "synth_frame", no_drawing)
+    out = tmp_path / "big.mp4"
+    assert main(["sample", "--size", "16384x16384", "--frames", "1", "-o", str(out), "--no-audio"]) == 2
+    assert "libx264 cannot encode 16384x16384 yuv420p with these settings" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_subsampled_raw_refuses_odd_size(tmp_path):
     with pytest.raises(ValueError, match="even"):
         sample.make_clip(tmp_path / "odd.nut", width=33, height=17, codec="rawvideo")
