@@ -128,6 +128,8 @@ def check_progress(url: str, writes_stdout: bool, source: str = "", output: Path
             raise ConfigError(f"-progress {url}: stdout carries the video (-o -); use pipe:2 or a file")
         if fd not in (1, 2):
             raise ConfigError(f"-progress {url}: the pipes are pipe:1 (stdout) and pipe:2 (stderr)")
+        if (sys.stdout if fd == 1 else sys.stderr) is None:  # started with it closed (>&-)
+            raise ConfigError(f"-progress {url}: {'stdout' if fd == 1 else 'stderr'} is closed; give a file")
         _check_behind_pipe(fd, url, source, output, stats_json, theirs)
         return
     if is_url(url):
@@ -141,8 +143,10 @@ def _check_behind_pipe(fd: int, url: str, source, output, stats_json, theirs) ->
     """The file a descriptor was redirected to (``1<>input.mp4``) is refused as its ``/dev/fd`` name is:
     progress lines must not land in the input, the output or another file of the run."""
     try:
-        os.fstat(fd)
+        mode = os.fstat(fd).st_mode
     except OSError:  # closed: the writes fail later, into nothing of the user's
+        return
+    if not stat.S_ISREG(mode):  # a terminal, /dev/null, a pipe: several writers harm nothing there
         return
     name = f"/dev/fd/{fd}"
     try:

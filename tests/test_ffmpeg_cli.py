@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import av
 import numpy as np
 import pytest
-from utils import one_error, partials, pipeline_command, run_pipeline, video_frames
+from utils import one_error, partials, pipeline_command, run_command, run_pipeline, video_frames
 
 from pipeline.cli import build_parser, config_from_args, main
 from pipeline.config import RunConfig
@@ -302,9 +302,22 @@ def test_progress_into_a_pipe_redirected_to_the_runs_own_file_is_refused(clip, t
         r = subprocess.run(pipeline_command(src, "-o", out, "-y", "-progress", f"pipe:{fd}"), timeout=60,
                            **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **streams})
     assert r.returncode == 2
-    if fd == 1:  # on stderr, the error itself lands in the file: that much the redirection asked for
-        assert kept.read_bytes() == before
-        assert f"pipe:1 (file descriptor 1): -progress is the {which}" in r.stderr.decode()
+    said = f"pipe:{fd} (file descriptor {fd}): -progress is the {which}"
+    if fd == 1:
+        assert kept.read_bytes() == before and said in r.stderr.decode()
+    else:  # on stderr, the error itself lands in the file: that much the redirection asked for
+        assert said.encode() in kept.read_bytes()
+
+
+def test_progress_into_a_pipe_on_a_device_or_a_closed_one(clip, tmp_path):
+    """Two writers into /dev/null harm nothing (the same device as --stats-json /dev/null); a closed stdout
+    has nowhere to write (an internal error)."""
+    command = pipeline_command(clip, "-o", "null", "--stats-json", "/dev/null", "-progress", "pipe:1")
+    r = run_command(["sh", "-c", '"$@" >/dev/null', "sh", *command])
+    assert r.returncode == 0, r.stderr
+    command = pipeline_command(clip, "-o", "null", "-progress", "pipe:1")
+    r = run_command(["sh", "-c", '"$@" >&-', "sh", *command])
+    one_error(r, 2, "-progress pipe:1: stdout is closed")
 
 
 def test_progress_with_several_inputs_is_refused(clip, tmp_path):
