@@ -205,9 +205,6 @@ def _unlink(path: Path, dir_fd: int | None) -> None:
         os.unlink(path if dir_fd is None else path.name, dir_fd=dir_fd)
 
 
-_PID_MAX, _PID_DIGITS = 2**31 - 1, 10  # a pid_t is a C int
-
-
 def remove_stale_partials(target: Path) -> None:
     """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run); an
     image sequence's is a directory of frames (:class:`pipeline.sequence.StagedSequence`)."""
@@ -220,9 +217,9 @@ def remove_stale_partials(target: Path) -> None:
         if not (name.startswith(prefix) and name.endswith(suffix)):
             continue
         pid = name[len(prefix):len(name) - len(suffix)]
-        # Ours carry a process id: ASCII digits, a C int. Another number is no process's: not ours, kept.
-        if not (pid.isascii() and pid.isdigit() and len(pid) <= _PID_DIGITS
-                and int(pid) <= _PID_MAX):
+        # Ours carry a process id: ASCII digits, at most pid_max. Another number is no process's: not ours, kept
+        # (os.kill raised OverflowError on twenty digits).
+        if not (pid.isascii() and pid.isdigit() and len(pid) <= _PID_DIGITS):
             continue
         if int(pid) != os.getpid() and not process_alive(int(pid)):
             stale = target.parent / name
