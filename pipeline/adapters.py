@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import sys
 from fractions import Fraction
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from .config import safe_repr
 from .errors import ConfigError, InputError
 from .video import Colour, FrameMeta, StreamInfo, VideoFormat, check_frame_size
 
@@ -52,9 +54,10 @@ class ArraySource:
         if layout not in ("rgb24", "i420"):
             raise ConfigError(f"Invalid layout ({layout!r}). Supported values are rgb24, i420.")
         if isinstance(fps, (bool, np.bool_)) or not isinstance(fps, numbers.Real) or not MIN_FPS <= fps <= MAX_FPS:
-            raise ConfigError(f"Invalid fps ({fps!r}). Supported values are numbers from {MIN_FPS} to {MAX_FPS}.")
-        if repeat is not None and (not _is_int(repeat) or repeat < 1):
-            raise ConfigError(f"Invalid repeat ({repeat!r}). Supported values are None and integers >= 1.")
+            raise ConfigError(f"Invalid fps ({safe_repr(fps)}). Supported values are numbers from {MIN_FPS} to {MAX_FPS}.")
+        if repeat is not None and (not _is_int(repeat) or not 1 <= repeat <= sys.maxsize):  # islice's limit
+            raise ConfigError(f"Invalid repeat ({safe_repr(repeat)}). Supported values are None and integers "
+                              f"from 1 to {sys.maxsize}.")
         self.layout, self.path = layout, name
         rate = (fps if isinstance(fps, Fraction) else Fraction(float(fps))).limit_denominator(1001000)
         self._time_base = 1 / rate

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from .config import RunConfig
+from .config import RunConfig, safe_repr
 from .errors import ConfigError
 from .processor import StageFrame
 
@@ -209,7 +209,7 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
                           "os.PathLike), a URL, or \"null\".")
     out = None if output is None else os.fspath(output)
     if filters is not None and not isinstance(filters, str):
-        raise ConfigError(f"Invalid filters ({filters!r}). Supported values are a chain as text "
+        raise ConfigError(f"Invalid filters ({safe_repr(filters)}). Supported values are a chain as text "
                           "(\"gblur=sigma=2,hflip\") or None.")
     cfg = RunConfig(input=name, output=out, filters=filters or "", device=device, alloc=alloc, **options)
     if not _is_location(source):

@@ -259,32 +259,38 @@ def _check_types(cfg: RunConfig) -> None:
             raise ConfigError(message)
 
 
+MAX_INT_BITS = 4096  # past this an integer has no repr() (Python's 4300-digit limit)
+
+
 def _wrong_type(name: str, value: Any) -> str | None:
     """Why ``value`` cannot be the text or true/false field ``name`` (numbers have range checks of their own,
     which refuse text and bools). bool is an int in Python; ``true`` is never a frame count."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:  # no repr()
+        return f"Invalid {name} (an integer of {value.bit_length()} bits). Supported values are far smaller."
     expected = (str,) if name in _PATHS else _TYPES.get(name)
     if expected in ((str,), (bool,)) and not isinstance(value, expected):
-        return f"Invalid {name} ({value!r}). Supported values are of type {expected[0].__name__}."
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:  # repr() fails
-        return f"Invalid {name} (an integer of {value.bit_length()} bits). Supported values are far smaller."
+        return f"Invalid {name} ({safe_repr(value)}). Supported values are of type {expected[0].__name__}."
     return None
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)``, which an integer of thousands of digits does not have."""
-    if isinstance(value, int) and value.bit_length() > 4096:
+def safe_repr(value: Any) -> str:
+    """``repr(value)``, which an integer of thousands of digits (or a list holding one) does not have."""
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         return f"<an integer of {value.bit_length()} bits>"
-    return repr(value)
+    try:
+        return repr(value)
+    except ValueError:
+        return f"<a {type(value).__name__} holding an integer too long to write out>"
 
 
 def _text_table(name: str, table: Any) -> dict[str, str]:
     """An option table, a mapping of text keys to text or numbers, with its values as text."""
     flag = _table_flag(name)
     if not isinstance(table, Mapping):
-        raise ConfigError(f"Invalid {flag} ({table!r}): options are a mapping of KEY to VALUE")
+        raise ConfigError(f"Invalid {flag} ({safe_repr(table)}): options are a mapping of KEY to VALUE")
     for key, value in table.items():
         if not isinstance(key, str) or not isinstance(value, (str, int, float)):
-            raise ConfigError(f"Invalid {flag} {_shown(key)}={_shown(value)}: keys are text, values text or numbers")
+            raise ConfigError(f"Invalid {flag} {safe_repr(key)}={safe_repr(value)}: keys are text, values text or numbers")
         if message := _wrong_type(f"{flag} {key!r}", value):  # an integer too long to write out
             raise ConfigError(message)
     return {key: str(value) for key, value in table.items()}
@@ -297,7 +303,7 @@ def _table_flag(name: str) -> str:
 def _plugin_paths(value: Any) -> tuple[str, ...]:
     items = [value] if isinstance(value, (str, os.PathLike)) else value if isinstance(value, (list, tuple)) else None
     if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
-        raise ConfigError(f"Invalid plugins ({value!r}). Supported values are a list of paths.")
+        raise ConfigError(f"Invalid plugins ({safe_repr(value)}). Supported values are a list of paths.")
     paths = tuple(os.fspath(v) for v in items)
     if not all(isinstance(v, str) and v for v in paths):
         raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text, none empty.")

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from .config import _TABLES, _TYPES, RunConfig, is_url, pipe_fd
+from .config import MAX_INT_BITS, _TABLES, _TYPES, RunConfig, is_url, pipe_fd
 from .errors import ConfigError
 from .textfile import read_text
 
@@ -42,6 +42,9 @@ def find_config(name: str | Path) -> Path:
     return path
 
 
+TOO_LONG = "invalid TOML: a number too long to read (a config file's numbers have a few digits)"
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a config file or preset (see :func:`find_config`); keys may use dashes or underscores; an
     unknown key is an error naming it. Paths in it (plugins, filter files) are relative to the file."""
@@ -53,11 +56,11 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from e
     except ValueError:  # an integer of more digits than Python converts (int_max_str_digits)
-        raise ConfigError(f"{path}: invalid TOML: a number too long to read "
-                          "(a config file's numbers have a few digits)") from None
+        raise ConfigError(f"{path}: {TOO_LONG}") from None
     except RecursionError:  # tomllib parses each nested array or inline table with one more call
         raise ConfigError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
                           "(a config file's values nest a level or two)") from None
+    _check_numbers(path, raw)
     values = {}
     base = Path(os.path.abspath(path)).parent
     for key, value in raw.items():
@@ -69,6 +72,20 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: unknown key {key!r}")
         values[name] = _coerce(path, name, value)
     return _resolve_paths(values, base)
+
+
+def _check_numbers(path: Path, raw: dict[str, Any]) -> None:
+    """A hexadecimal, octal or binary integer of thousands of digits parses (the 4300-digit limit is for
+    decimal ones) but cannot be written out in a message or an option: refuse it as a long decimal one."""
+    pending: list[Any] = [raw]
+    while pending:  # not recursive: the parser's nesting limit is the interpreter's
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending += value.values()
+        elif isinstance(value, list):
+            pending += value
+        elif isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+            raise ConfigError(f"{path}: {TOO_LONG}")
 
 
 MAX_KEY_PARTS = 64  # a config file's keys have a part or two; TOML's parser takes quadratic time in them

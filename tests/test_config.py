@@ -219,10 +219,14 @@ def test_toml_nested_too_deeply(tmp_path, value):
         load_toml(_toml(tmp_path, f"encoder_opts = {value}\n"))
 
 
-def test_a_number_too_long_to_read_is_invalid_toml(tmp_path):
-    # Python refuses to convert an integer of more than 4300 digits: tomllib's ValueError was an internal error.
+@pytest.mark.parametrize("text", ["frames = 1" + "0" * 5000, "codec = 0x" + "f" * 4000,
+                                  "[encoder-opts]\ncrf = 0o" + "7" * 5000, "plugins = [[0b" + "1" * 5000 + "]]"],
+                         ids=["decimal", "hex", "octal-in-table", "binary-in-list"])
+def test_a_number_too_long_to_read_is_invalid_toml(tmp_path, text):
+    # Python converts no integer of more than 4300 decimal digits: tomllib's ValueError, or later str() or
+    # repr() of a hexadecimal one, was an internal error.
     with pytest.raises(ConfigError, match="invalid TOML: a number too long to read"):
-        load_toml(_toml(tmp_path, "frames = 1" + "0" * 5000 + "\n"))
+        load_toml(_toml(tmp_path, text + "\n"))
 
 
 def test_toml_missing_file(tmp_path):
