@@ -129,8 +129,9 @@ class Pipeline(Stages, Tally, Teardown):
         """Before an immediate exit (a second signal): drop the partial output; the target is untouched
         (:meth:`RunControl.discard_output` first makes sure no image sequence is being placed).
 
-        Only removes paths (the temporary file, or an image sequence's staging directory), so it is safe
-        while the encode thread is still writing.
+        Removes the temporary file (and closes the directory held for it) or an image sequence's staging
+        directory while the encode thread may still be writing: the process exits right after, so what
+        that thread does next cannot reach the target.
         """
         staging = getattr(self.sink, "staged", None)
         if staging is not None:

@@ -262,8 +262,8 @@ class Sink:
                 kwargs = {"timeout": (timeout, timeout)} if timeout else {}
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
             options = {**_muxer_options(Path(target), time_base), **output_opts}
-            self.staged.prepare()
-            try:
+            try:  # prepare() opens the directory and creates the file: a failure or a stop after it leaks neither
+                self.staged.prepare()
                 return av.open(file_url(self.staged.muxer_path), "w", format=muxer, container_options=options)
             except BaseException:
                 self.staged.discard()

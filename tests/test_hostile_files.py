@@ -209,13 +209,14 @@ def test_an_output_directory_moved_during_the_run_gets_the_output_there(tmp_path
         assert (moved / "out.mp4").read_bytes() == b"the other run's"
 
 
-def test_no_run_keeps_its_output_directory_open(tmp_path, clip):
+def test_no_run_keeps_its_output_directory_open(tmp_path, clip, monkeypatch):
     """The directory held for the output is let go however the run ends: finished, refused at the final
-    rename, failed in a stage, refused by the encoder at its open (an application's runs must not gather
-    descriptors)."""
+    rename, failed in a stage, refused by the encoder at its open, failed making its temporary file (an
+    application's runs must not gather descriptors)."""
     import os
 
     import pipeline
+    from pipeline import outfile
     from pipeline.errors import PipelineError
 
     def held() -> int:
@@ -224,14 +225,29 @@ def test_no_run_keeps_its_output_directory_open(tmp_path, clip):
     def stage(frame):
         raise RuntimeError("a stage that fails")
 
-    out = tmp_path / "out.mp4"
+    def late(frame):  # the target appears during the run: the final rename refuses to replace it
+        late_target.touch()
+
+    out, late_target = tmp_path / "out.mp4", tmp_path / "late.mp4"
     pipeline.run(clip, out, device="cpu")
-    with pytest.raises(PipelineError, match="exists"):
+    with pytest.raises(PipelineError, match="exists"):  # refused before the run
         pipeline.run(clip, out, device="cpu")
+    with pytest.raises(PipelineError, match="appeared during the run"):
+        pipeline.run(clip, late_target, device="cpu", stage=late)
     for extra, said in (({"stage": stage}, "a stage that fails"), ({"encoder_opts": {"crf": "nope"}}, "crf")):
         with pytest.raises(PipelineError, match=said):
             pipeline.run(clip, tmp_path / "other.mp4", device="cpu", **extra)
     assert held() == 0 and partials(tmp_path) == []
+    monkeypatch.setattr(outfile, "create_like", _raise_enospc)  # the temporary file cannot be made
+    with pytest.raises(PipelineError, match="No space left"):
+        pipeline.run(clip, tmp_path / "full.mp4", device="cpu")
+    assert held() == 0 and partials(tmp_path) == []
+
+
+def _raise_enospc(*args):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def _points_to(fd: str, directory: Path) -> bool:
