@@ -163,8 +163,10 @@ def _coerce(path: Path, name: str, value: Any) -> Any:
         return {str(k): str(v) for k, v in value.items()}
     if name == "plugins":
         items = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, str) and v for v in items):
+        if not all(isinstance(v, str) for v in items):
             raise ConfigError(f"{path}: invalid plugins ({value!r}). Supported values are paths (strings).")
+        if not all(items):
+            raise ConfigError(f"{path}: plugins: an empty name")
         return tuple(items)
     if name in _FILE_NAMES and value == "":  # as on the command line: an empty name is no default
         hint = "the default" if name == "output" else "none"

@@ -258,11 +258,8 @@ def _resolve_args(cls: type[Filter], arg_text: str, base: Path) -> list[str]:
 
 
 def _relative_to(value: str, base: Path, filter_name: str) -> str:
-    path = Path(os.path.expanduser(value))  # an unknown ~user stays a name, as a shell leaves it
-    if path.is_absolute():
-        return str(path)
-    full = base / path
-    text = str(full)
+    full = base / os.path.expanduser(value)  # an unknown ~user stays a name, as a shell leaves it
+    text = str(full)  # base / an absolute path is that path
     if ":" in text or "," in text:  # the chain syntax has no quoting (a Windows drive letter has a ':')
         try:
             text = os.path.relpath(full)
