@@ -268,7 +268,7 @@ class StagedFile:
     def discard(self) -> None:
         try:
             _unlink(self.path, self._dir)
-        except OSError:
+        except OSError:  # already failing or stopping: that error says more than a file left to clean
             pass
         finally:
             self._close()

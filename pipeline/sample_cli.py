@@ -13,10 +13,11 @@ from pathlib import Path
 from .checks import check_output
 from .config import is_url
 from .errors import ConfigError, Interrupted, stop_signals
-from .outfile import final_path, remove_stale_partials, temp_path_for
+from .outfile import final_path, temp_path_for
 from .sample import _as_rate, clip_errors, make_clip
 from .sink import check_hardware_encoder
 from .stdio import say, stdout_errors
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -63,8 +64,7 @@ def _check_target(out: Path, default: bool, overwrite: bool) -> None:
     is made by :func:`make_clip` where it is missing (nothing there to lose); the one of a -o must exist."""
     if default and not out.parent.exists():
         return
-    check_output(None, out, overwrite)
-    remove_stale_partials(out)  # the temporary files of earlier runs killed mid-write
+    check_output(None, out, overwrite)  # make_clip's staging removes the temporary files of runs killed mid-write
 
 
 @contextmanager

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="decoders for the e2e and run scopes (default: cpu,nvdec)")
     p.add_argument("--repeats", type=integer, default=3, help="measured repeats per strategy; the median is reported (default: 3)")
     p.add_argument("--frames", type=integer, default=300, help="frames per measured run (default: 300)")
-    p.add_argument("--warmup", type=integer, default=30, help="frames run first and not measured (default: 30)")
+    p.add_argument("--warmup", type=integer, default=30, help="frames run first and not measured, at least 1 (default: 30)")
     p.add_argument("--filters", default=DEFAULT_FILTERS, help=f"filter chain (default: {DEFAULT_FILTERS!r})")
     p.add_argument("--peer-filters", default=HEAVY_CHAIN,
                    help=f"heavier chain run by the pipeline and by FFmpeg's CPU filters (default: {HEAVY_CHAIN!r})")

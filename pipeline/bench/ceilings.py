@@ -63,7 +63,7 @@ def _heavy_chain(args, cfg: RunConfig, say) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
         run_cfg = cfg.replace(alloc="pool", filters=args.peer_filters, frames=args.frames,
                               output=str(Path(tmp) / f"heavy{Path(args.input).suffix or '.mp4'}"))
-        Pipeline.from_config(run_cfg.replace(frames=max(1, args.warmup))).run()
+        Pipeline.from_config(run_cfg.replace(frames=args.warmup)).run()
         runs = [Pipeline.from_config(run_cfg).run() for _ in range(args.repeats)]
     fps = [r.steady_fps() for r in runs]
     result["pipeline_heavy"] = {"label": "pipeline (pool), heavy chain", "note": args.peer_filters,

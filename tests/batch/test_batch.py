@@ -110,16 +110,22 @@ def test_a_changed_input_or_output_is_not_complete(clips, tmp_path, scheduler):
     assert why_incomplete(src, out, digest).startswith("no marker")
 
 
-@pytest.mark.parametrize("text", ["[" * 5_000 + "]" * 5_000, "{", "[1, 2]", '{"version": {"a": [[]]}}'],
+@pytest.mark.parametrize("text, why", [("[" * 5_000 + "]" * 5_000, "no marker"), ("{", "no marker"),
+                                       ("[1, 2]", "another version"), ('{"version": {"a": [[]]}}', "another version")],
                          ids=["nested", "truncated", "list", "odd-version"])
-def test_a_tampered_marker_vouches_for_nothing(tmp_path, text):
+def test_a_tampered_marker_vouches_for_nothing(tmp_path, monkeypatch, text, why):
     # JSON nested deeper than Python's recursion limit raised RecursionError: an internal error ended the batch.
+    import json
+
+    if text.startswith("[["):  # how deep the parser goes depends on the interpreter: make it give up
+        def too_deep(*args, **kwargs):
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        monkeypatch.setattr(json, "loads", too_deep)
     src, out = tmp_path / "in.mkv", tmp_path / "out.mkv"
     src.write_bytes(b"in")
     out.write_bytes(b"out")
     marker_path(out).write_text(text)
-    assert why_incomplete(src, out, "digest") in ("no marker of a finished batch run beside it",
-                                                   "its marker is from another version")
+    assert why in why_incomplete(src, out, "digest")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory", "huge"])
