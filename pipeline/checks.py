@@ -144,11 +144,16 @@ def check_reads_kept(read: Iterable[tuple[Path, str]], outputs: Iterable[str | P
     """No file the run writes (its ``outputs``, its ``reports``: what each is -> its path) is one the run
     reads besides its input (``read``: the config file, a plugin, a filter's LUT), which -y would replace
     with what the run made."""
+    from .sequence import is_frame_of
+
     written = [found for output in outputs for found in local_files(output=output)] + local_files(**reports)
     for path, option in written:
         for other, what in read:
             if _same_file(path, other):
                 raise ConfigError(f"{path}: {option} is {what}; choose another path")
+            if is_frame_of(other, path):  # an image sequence's frame, replaced with -y
+                raise ConfigError(f"{path}: {option} would write {other}, {what}, as one of its frames; "
+                                  "choose another path")
 
 
 def _links_of(output: Path | str | None) -> list[Path]:

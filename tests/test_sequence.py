@@ -164,6 +164,21 @@ def test_a_report_cannot_be_one_of_the_frames(clip, tmp_path, option):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("which", ["config", "plugin", "lut"])
+def test_with_y_a_frame_name_that_is_a_file_the_run_reads_is_refused(clip, tmp_path, which):
+    """-y replaced the run's own LUT, config file or plugin sitting at a frame's name with a picture."""
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    lut = Path(__file__).resolve().parents[1] / "pipeline/presets/luts/warm.cube"
+    (kept := frames / "0002.png").write_text({"config": 'filters = "hflip"\n', "lut": lut.read_text(),
+                                              "plugin": "# a plugin that registers nothing\n"}[which])
+    args = {"config": ("--config", kept), "plugin": ("--plugin", kept), "lut": ("-vf", f"lut3d=file={kept}")}[which]
+    before = kept.read_bytes()
+    r = run_pipeline(clip, "-o", frames / "%04d.png", "-y", "--frames", "3", *args, cwd=tmp_path)
+    one_error(r, 2, "as one of its frames")
+    assert kept.read_bytes() == before and sorted(p.name for p in frames.iterdir()) == ["0002.png"]
+
+
 def test_a_zero_width_number_matches_only_numbered_names(tmp_path):
     (tmp_path / "g.png").write_bytes(b"x")
     (tmp_path / "g7.png").write_bytes(b"x")
