@@ -160,12 +160,16 @@ def encoder_options(cfg: RunConfig, info, low_latency: bool) -> dict[str, str]:
 
 
 def for_sequence(cfg: RunConfig, target) -> RunConfig:
-    """An image sequence (:mod:`pipeline.sequence`) is encoded as its picture format (unless ``-c`` says
-    otherwise) and has no audio; any other output keeps ``cfg``."""
-    from .sequence import encoder_for, is_sequence
+    """An image sequence (:mod:`pipeline.sequence`) or a single picture is encoded as its picture format
+    (unless ``-c`` says otherwise) and has no audio; any other output keeps ``cfg``. A single picture
+    takes one frame: asked for more, the muxer would fail at the second, mid-run."""
+    from .sequence import encoder_for, is_picture, is_sequence
 
-    if not is_sequence(target, cfg.output_format):
+    if not is_picture(target, cfg.output_format):
         return cfg
+    if not is_sequence(target, cfg.output_format) and cfg.frames != 1:
+        raise ConfigError(f"{target}: one picture holds one frame; add --frames 1, or name a sequence "
+                          f"({target.stem}_%04d{target.suffix}) for every frame")
     default = RunConfig.__dataclass_fields__["codec"].default
     return cfg.replace(codec=encoder_for(target, cfg.codec, default), audio="none")
 
@@ -245,8 +249,8 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
     null = is_null_output(cfg)
     target = None if null else cfg.output_target()
     if target is not None:
-        cfg = for_sequence(cfg, target)
         check_output(cfg.input, target, cfg.overwrite, cfg.output_format)
+        cfg = for_sequence(cfg, target)
         from .sink import check_hardware_encoder
 
         check_hardware_encoder(cfg.codec)

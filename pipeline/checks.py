@@ -38,7 +38,7 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
             raise ConfigError(f"{target}: output is the input; choose another -o")
         return
     from .outfile import final_path
-    from .sequence import check_frames, is_sequence
+    from .sequence import check_frames, check_single_picture, is_sequence
 
     check_name_length(target)
     check_single_file(target, output_format)
@@ -48,6 +48,7 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
     if is_sequence(target, output_format):
         check_frames(source, target, overwrite, _is_input)
     else:
+        check_single_picture(target, final, output_format)
         _check_replaced(source, target, overwrite)
     parent = final.parent if str(final.parent) else Path(".")
     linked = "" if final == target else f" (the link points to {final})"

@@ -37,6 +37,22 @@ def is_sequence(target: Path | str, output_format: str | None = None) -> bool:
                                                           or target.suffix.lower() in ENCODERS)
 
 
+def is_picture(target: Path | str, output_format: str | None = None) -> bool:
+    """A local output the image2 muxer writes: a sequence, or one picture (``-o thumb.png --frames 1``)."""
+    return isinstance(target, Path) and (output_format == "image2" or target.suffix.lower() in ENCODERS)
+
+
+def check_single_picture(target: Path, final: Path, output_format: str | None) -> None:
+    """A picture named without one frame-number pattern is one picture, which the image2 muxer still names
+    by expanding each ``%`` of its path (``e%d%d.png`` became e11.png, ``dir%04d/f.png`` dir0001/f.png) and
+    the finished file could not be put in place: refuse a ``%`` in such a path before the run."""
+    if not is_picture(target, output_format):
+        return
+    if "%" in str(target) or "%" in str(final):
+        raise ConfigError(f"{target}: a picture's path holds '%' only as one frame-number pattern in its "
+                          "file name (frames/%04d.png); rename it")
+
+
 def encoder_for(target: Path, codec: str, default: str) -> str:
     """``codec``, or the picture format's encoder where ``codec`` is the default (a video encoder)."""
     return ENCODERS.get(target.suffix.lower(), codec) if codec == default else codec

@@ -129,6 +129,26 @@ def test_a_percent_outside_the_frame_number_is_a_percent(clip, tmp_path, where, 
     assert len(existing_frames(directory / name)) == 2 and not hidden(directory)
 
 
+def test_one_picture_is_its_formats_and_takes_one_frame(clip, tmp_path):
+    """-o thumb.png was refused ("the image2 muxer cannot hold libx264 video"); of several frames the muxer
+    refused the second, mid-run."""
+    result = run_pipeline(clip, "-o", "thumb.png", "--frames", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "thumb.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    one_error(run_pipeline(clip, "-o", "two.png", cwd=tmp_path), 2, "one picture holds one frame; add --frames 1")
+    assert sorted(os.listdir(tmp_path)) == ["thumb.png"]
+
+
+@pytest.mark.parametrize("name", ["e%d%d.png", "dir%04d/f.png", "a%%d.png"])
+def test_a_percent_in_one_pictures_path_is_refused_before_the_run(clip, tmp_path, name):
+    """The image2 muxer expands it (e%d%d.png became .e11.partial-PID.png, dir%04d/f.png went into dir0001/):
+    the picture could not be put in place, and its temporary file stayed."""
+    for directory in ("dir%04d", "dir0001"):
+        (tmp_path / directory).mkdir()
+    one_error(run_pipeline(clip, "-o", name, "--frames", "1", cwd=tmp_path), 2, "holds '%' only as one frame-number")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["dir%04d", "dir0001"]
+
+
 def test_a_frame_name_that_is_not_a_regular_file_is_refused_before_the_run(clip, tmp_path):
     os.mkfifo(tmp_path / "f003.png")
     (tmp_path / "f001.png").write_bytes(b"mine")
