@@ -431,6 +431,10 @@ BAD_CUBES = {
     "keyword": ("LUT_3D_SIZE 2\nFOO 1\n", "unknown keyword 'FOO'"),
     "size": ("LUT_3D_SIZE 1\n", "LUT_3D_SIZE must be 2"),
     "domain": ("LUT_3D_SIZE 2\nDOMAIN_MIN 1 0 0\nDOMAIN_MAX 1 1 1\n" + "0 0 0\n" * 8, "DOMAIN_MAX"),
+    # past float32: the domain's scale overflowed to an index of -2**31 (an internal error), a value to NaN pixels
+    "narrow domain": ("LUT_3D_SIZE 2\nDOMAIN_MAX 1e-44 1e-44 1e-44\n" + "0 0 0\n" * 8, "too narrow"),
+    "huge domain": ("LUT_3D_SIZE 2\nDOMAIN_MIN -1e39 0 0\n" + "0 0 0\n" * 8, ":2: expected numbers from"),
+    "huge value": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "1e39 1 1\n", ":9: expected numbers from -1000000"),
 }
 
 

@@ -39,6 +39,9 @@ class CubeLut:
         return self.table.shape[0]
 
 
+MAX_VALUE = 1e6  # a LUT's inputs and outputs are colours: about 0 to 1, HDR ones a few hundred at most
+
+
 def _floats(path: Path, lineno: int, words: list[str], count: int) -> list[float]:
     if len(words) != count:
         raise ConfigError(f"{path}:{lineno}: expected {count} numbers, got {' '.join(words)!r}")
@@ -48,6 +51,10 @@ def _floats(path: Path, lineno: int, words: list[str], count: int) -> list[float
         raise ConfigError(f"{path}:{lineno}: expected numbers, got {' '.join(words)!r}") from None
     if not all(math.isfinite(v) for v in values):  # NaN would pass the domain check and poison the table
         raise ConfigError(f"{path}:{lineno}: expected finite numbers, got {' '.join(words)!r}")
+    # Past float32's range a value becomes infinity, and the interpolation's differences NaN.
+    if not all(abs(v) <= MAX_VALUE for v in values):
+        raise ConfigError(f"{path}:{lineno}: expected numbers from {-int(MAX_VALUE)} to {int(MAX_VALUE)}, "
+                          f"got {' '.join(words)!r}")
     return values
 
 
@@ -104,6 +111,11 @@ def _check_cube(path: Path, size, rows, lo, hi, title) -> CubeLut:
     lo_a, hi_a = np.array(lo, _F), np.array(hi, _F)
     if np.any(hi_a <= lo_a):
         raise ConfigError(f"{path}: DOMAIN_MAX {hi} must exceed DOMAIN_MIN {lo} in every channel")
+    with np.errstate(over="ignore", divide="ignore"):
+        scale = _F(size - 1) / (hi_a - lo_a)  # as the kernel computes it: a domain too narrow overflows
+    if not np.all(np.isfinite(scale)):
+        raise ConfigError(f"{path}: the domain from DOMAIN_MIN {lo} to DOMAIN_MAX {hi} is too narrow "
+                          "for single-precision numbers")
     table = np.array(rows, _F).reshape(size, size, size, 3)
     return CubeLut(np.ascontiguousarray(table), lo_a, hi_a, title)
 
