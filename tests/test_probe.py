@@ -193,6 +193,18 @@ def test_main_prints_tables_and_writes_json(monkeypatch, tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_tables_that_cannot_be_written_are_an_output_error_and_the_spinner_is_on_stderr(monkeypatch):
+    """On a full stdout the spinner's last write raised OSError there: an internal error, which also hid
+    the GPU error of a machine without one."""
+    from pipeline.errors import OutputError
+
+    monkeypatch.setattr(probe, "run_probe", lambda repeats: dict(CANNED, repeats=repeats))
+    with open("/dev/full", "w") as full:
+        monkeypatch.setattr(sys, "stdout", full)
+        with pytest.raises(OutputError, match="stdout: write failed: No space left on device"):
+            probe.main(argparse.Namespace(repeats=7, json=None, quiet=False))
+
+
 # --- the measurement logic, against a stand-in for CuPy --------------------------------------
 
 

@@ -126,7 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    console = Console()
+    from ..stdio import StdoutConsole, stdout_errors
+
     quiet = bool(getattr(args, "quiet", False))
     overwrite = bool(getattr(args, "overwrite", False))
     if getattr(args, "json", None):
@@ -134,12 +135,16 @@ def main(args: argparse.Namespace) -> int:
     if quiet:
         result = run_probe(repeats=args.repeats)
     else:
-        with console.status("Probing CUDA memory management ..."):
+        # The spinner on stderr, as a progress bar: stdout carries only the tables, whose write errors
+        # are an output error (a full /dev/full made the spinner's last write an internal error).
+        with Console(stderr=True).status("Probing CUDA memory management ..."):
             result = run_probe(repeats=args.repeats)
-        for table in probe_table(result):
-            console.print(table)
-        for line in result.get("skipped", []):
-            console.print(f"skipped: {line}", style="yellow")
+        with stdout_errors():
+            console = StdoutConsole()
+            for table in probe_table(result):
+                console.print(table)
+            for line in result.get("skipped", []):
+                console.print(f"skipped: {line}", style="yellow")
     if getattr(args, "json", None):
         _write_json(Path(args.json), result, exclusive=not overwrite)
     return 0
