@@ -172,7 +172,7 @@ def local_path(name: str | Path | None, dash: bool = True) -> Path | None:
     return None if is_url(name) else Path(name)
 
 
-_CUDA_INDEX = re.compile(r"^cuda:(\d+)$")
+_CUDA_INDEX = re.compile(r"^cuda:([0-9]+)$")  # ASCII digits only (see pipeline/numbers.py)
 
 
 def check_device(device: Any) -> None:

@@ -54,7 +54,7 @@ def test_device_message_lists_choices():
     assert str(info.value) == "Invalid device ('gpu'). Supported values are auto, cuda, cuda:N (a GPU's index), cpu."
     for good in ("cuda:0", "cuda:12"):
         assert RunConfig(device=good).device == good
-    for bad in ("cuda:", "cuda:-1", "cuda:x", "CUDA"):
+    for bad in ("cuda:", "cuda:-1", "cuda:x", "CUDA", "cuda:\u0661"):  # cuda:١ was taken for cuda:1
         with pytest.raises(ConfigError):
             RunConfig(device=bad)
 

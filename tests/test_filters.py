@@ -434,6 +434,8 @@ BAD_CUBES = {
     # past float32: the domain's scale overflowed to an index of -2**31 (an internal error), a value to NaN pixels
     "narrow domain": ("LUT_3D_SIZE 2\nDOMAIN_MAX 1e-44 1e-44 1e-44\n" + "0 0 0\n" * 8, "too narrow"),
     "huge domain": ("LUT_3D_SIZE 2\nDOMAIN_MIN -1e39 0 0\n" + "0 0 0\n" * 8, ":2: expected numbers from"),
+    "other digits": ("LUT_3D_SIZE \u0662\n" + "0 0 0\n" * 8, ":1: expected numbers in ASCII digits"),
+    "underscore": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "1_0 1 1\n", ":9: expected numbers in ASCII digits"),
     "huge value": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "1e39 1 1\n", ":9: expected numbers from -1000000"),
 }
 

@@ -126,8 +126,9 @@ def test_add_arguments_defaults_and_help():
     assert (args.repeats, args.json, args.quiet) == (5, "out.json", True)
     help_text = " ".join(parser.format_help().split())
     assert "(default: 20)" in help_text and help_text.count("default") >= 3
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--repeats", "0"])
+    for bad in ("0", "\u0663", "1_0", "1001"):  # other scripts' digits and 1_0 are slips; 1001 runs for hours
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--repeats", bad])
 
 
 CANNED = {

@@ -96,13 +96,18 @@ def _describe(fn: Callable) -> str:
 # Command line
 
 
+MAX_REPEATS = 1000  # each repeat allocates and copies every size: more would run for hours
+
+
 def _positive_int(text: str) -> int:
+    from ..numbers import integer
+
     try:
-        value = int(text)
+        value = integer(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if not 1 <= value <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_REPEATS}, not {value}")
     return value
 
 

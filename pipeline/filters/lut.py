@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class CubeLut:
         return self.table.shape[0]
 
 
+_UNDERSCORED = re.compile(r"[0-9]_")
 MAX_VALUE = 1e6  # a LUT's inputs and outputs are colours: about 0 to 1, HDR ones a few hundred at most
 
 
@@ -74,6 +76,9 @@ def parse_cube(path: str | Path) -> CubeLut:
     text = read_text(path, MAX_FILE_BYTES, "lut3d")
     size, title, rows = None, "", []
     lo, hi = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    # int() and float() read other scripts' digits and 1_0 (see pipeline/numbers.py); looked for line by
+    # line only where the file holds such characters at all, as a million-row LUT is read in seconds.
+    suspect = not text.isascii() or _UNDERSCORED.search(text) is not None
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line.startswith("TITLE"):  # a title may hold a '#'
@@ -83,6 +88,9 @@ def parse_cube(path: str | Path) -> CubeLut:
         key = line.split(None, 1)[0]
         rest = line[len(key):]
         words = rest.split()
+        numbers = line if not key[0].isalpha() else rest
+        if suspect and key != "TITLE" and (not numbers.isascii() or "_" in numbers):
+            raise ConfigError(f"{path}:{lineno}: expected numbers in ASCII digits, got {numbers.strip()!r}")
         if key == "TITLE":
             title = rest.strip().strip('"')
         elif key == "LUT_3D_SIZE":
