@@ -18,10 +18,21 @@ import numpy as np
 
 from .channels import wait_for
 from .convert import DEVICE_LAYOUTS, converter, layout_depth, layout_nbytes, layout_shape
-from .errors import StageError
+from .errors import ConfigError, StageError
 from .memory.device_pool import BufferSpec, frame_bytes
 from .memory.registry import MemoryRequest
-from .video import VideoFormat, WorkItem
+from .video import MAX_SIDE, VideoFormat, WorkItem
+
+
+def _checked_size(f, width: int, height: int) -> tuple[int, int]:
+    """``f``'s output size from ``width`` x ``height``, within what every later stage takes: a size derived
+    from the aspect ratio (scale=w=16384:h=2,scale=w=-1:h=16384) can pass the limit its arguments keep to."""
+    w, h = f.output_size(width, height)
+    if not (2 <= w <= MAX_SIDE and 2 <= h <= MAX_SIDE):
+        raise ConfigError(f"{f.name}: its output would be {w}x{h} (from {width}x{height}); frame sides are "
+                          f"2 to {MAX_SIDE}")
+    return w, h
+
 
 @dataclass(frozen=True)
 class FramePlan:
@@ -68,7 +79,7 @@ class FramePlan:
         steps = []
         for f in chain[1 if head else 0:len(chain) - (1 if tail else 0)]:
             scratch = tuple(add(shape) for shape in f.scratch_shapes(w, h))
-            w, h = f.output_size(w, h)
+            w, h = _checked_size(f, w, h)
             dst = add((3, h, w))
             steps.append((f, src, dst, scratch))
             src = dst

@@ -463,6 +463,14 @@ def test_size_changing_chain_through_the_frame_plan():
     assert scale_scratch == [(3, 360, 320)]
 
 
+@pytest.mark.parametrize("chain, said", [("scale=w=16384:h=2,scale=w=-1:h=16384", "134217728x16384 (from 16384x2)"),
+                                         ("scale=w=-1:h=16384", "29128x16384 (from 640x360)")])
+def test_a_size_derived_past_the_limit_is_refused_by_the_frame_plan(chain, said):
+    # Each argument within its range, the aspect ratio made a size no buffer fits: out of GPU memory, exit 5.
+    with pytest.raises(ConfigError, match=re.escape(f"scale: its output would be {said}; frame sides are 2 to")):
+        FramePlan.build(VideoFormat(640, 360), parse_chain(chain))
+
+
 @pytest.mark.parametrize("fold, buffers", [(True, 4), (False, 5)])
 def test_the_frame_plan_holds_only_the_buffers_the_kernels_use(fold, buffers):
     """The default chain where the backend folds pointwise ends (CUDA): input, RGB, blurred, output; the
