@@ -147,6 +147,7 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
         raise ConfigError("frames from your own source need an output: a file, a URL, or \"null\"")
     cfg = settings(source, output, filters, device, alloc, options)
     check_decoders(decoders)
+    _check_stage(stage)
     given = None if _is_location(source) else open_source(source, cfg, None)
     pipeline = Pipeline.from_config(cfg, stage=stage, source=given, decoders=decoders)
     stats = pipeline.run()
@@ -181,6 +182,7 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
         from .checks import check_streams_stats
 
         check_streams_stats(base.stats_json, [(c.input, c.output) for c in configs], base.overwrite)
+    _check_stage(stage)
     result = run_streams(configs, stage=stage)
     _write_stats(result, base)
     return result
@@ -258,6 +260,13 @@ def _check_for_frames(cfg: RunConfig) -> None:
         kind = "options" if len(given) > 1 else "an option"
         raise ConfigError(f"{', '.join(given)}: {kind} of a file or stream input; a source of frames yields "
                           "what its code gives, at its pace (frames=N limits it)")
+
+
+def _check_stage(stage) -> None:
+    """Before the run: called on the first frame, anything else failed there as a StageError."""
+    if stage is not None and not callable(stage):
+        raise ConfigError(f"Invalid stage ({type(stage).__name__}). Supported values are None and a function "
+                          "taking each frame.")
 
 
 def check_list(items, caller: str, what: str, hint: str) -> None:
