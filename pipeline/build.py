@@ -107,13 +107,15 @@ def open_source(cfg: RunConfig, stop=None, signum: Callable[[], int | None] = la
 
         return open_decoded(factory, decode, backend.device_id)
 
-    if not live:
+    if not live and pipe_fd(cfg.input) is None:
         return opened()
     import threading
 
     from .live import open_in_background
 
-    # A URL's open is bounded by FFmpeg's own timeout; a FIFO's open(2) and first reads are not.
+    # A URL's open is bounded by FFmpeg's own timeout; a FIFO's open(2) and first reads are not. Nor are
+    # stdin's: FFmpeg retries a read that a signal interrupted, so opened here its wait for the first bytes
+    # would keep Ctrl-C and SIGTERM from the main thread.
     return open_in_background(opened, stop or threading.Event(), signum, deadline=cfg.timeout if waits else None,
                               name=cfg.input)
 

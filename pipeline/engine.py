@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from .channels import END as _END, Aborted, Channel, Worker, start_all, wait_for_all
 from .checks import as_pipeline_error
-from .config import RunConfig
+from .config import RunConfig, pipe_fd
 from .control import RunControl
 from .convert import DEVICE_LAYOUTS
 from .errors import ConfigError, GPUStalled, Interrupted, PipelineError, SourceStalled
@@ -231,7 +231,9 @@ class Pipeline(Stages, Tally, Teardown):
         self.q_decoded = Channel(slotted, self.abort, policy=policy, droppable=lambda i: isinstance(i, WorkItem),
                                  on_drop=_slot_dropper(in_host, stats))
         self.q_submitted = Channel(flight, self.abort)
-        if stats.mode != "file":
+        # A pipe is read on a thread of its own too: a read waiting on a silent writer cannot be interrupted,
+        # and the decode stage must still see a stop (SIGTERM drains and finalises the frames read so far).
+        if stats.mode != "file" or pipe_fd(self.cfg.input) is not None:
             from .live import Feed
 
             self._feed = Feed(self.source, size=depth, policy=policy, abort=self.abort,

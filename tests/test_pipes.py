@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import time
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from utils import (count_audio_packets, one_error, pipeline_command, python_command, read_json, run_pipeline,
-                   video_times)
+from utils import (count_audio_packets, one_error, partials, pipeline_command, python_command, read_json,
+                   run_pipeline, video_times)
 
 from pipeline import protocols
 from pipeline.config import pipe_fd
@@ -206,3 +207,34 @@ def test_without_the_list_nothing_is_refused(monkeypatch):
         protocols.check_protocol("srt://127.0.0.1:9000")
     finally:
         protocols.ffmpeg_protocols.cache_clear()
+
+
+@pytest.mark.parametrize("fed", [False, True], ids=["nothing-yet", "frames-then-silence"])
+def test_sigterm_stops_a_run_whose_stdin_writer_is_silent(tmp_path, fed):
+    """FFmpeg retries a read a signal interrupts: waiting on stdin, the run let SIGINT and SIGTERM pass (its
+    open in the main thread, later its decode stage), and only SIGKILL ended it, leaving its temporary file.
+    Now a silent stdin stops as a FIFO does: before any frame with nothing written, after some with them."""
+    out, ts = tmp_path / "out.mkv", tmp_path / "in.ts"
+    sample = Path(__file__).resolve().parents[1] / "samples" / "sample.mp4"
+    assert run_pipeline(sample, "-o", ts, "--filters", "", cwd=tmp_path).returncode == 0
+    # The writer, another process as in `(cat in.ts; sleep 60) | pipeline run - ...`: the sample's 90 frames
+    # as MPEG-TS, or nothing, then it holds the pipe open without a word.
+    writer = subprocess.Popen(["sh", "-c", f"{'cat in.ts; ' if fed else ''}exec sleep 60"], stdout=subprocess.PIPE,
+                              cwd=tmp_path)
+    proc = subprocess.Popen(pipeline_command("-", "-o", out), stdin=writer.stdout, stderr=subprocess.PIPE,
+                            cwd=tmp_path)
+    writer.stdout.close()
+    try:
+        time.sleep(5 if fed else 2)  # its frames decoded (in about a second), the run waits in a read of stdin
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+        writer.kill()
+        writer.wait()
+    assert proc.returncode == 143 and err.decode().count("pipeline: interrupted by SIGTERM") == 1, err
+    assert partials(tmp_path) == []
+    if fed:
+        assert len(video_times(out)) >= 80
+    else:
+        assert not out.exists()
