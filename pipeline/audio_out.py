@@ -15,12 +15,15 @@ import av
 
 from .errors import ConfigError, OutputError
 from .log import log
+from .muxers import audio_rate, carries_audio, codec_name
 
 # The usual audio codec of a muxer, by its name; Matroska keeps the input's. Others: the muxer's default.
 USUAL = {"webm": "libopus", "mp4": "aac", "mov": "aac", "ipod": "aac", "3gp": "aac", "3g2": "aac"}
 KEEPS_INPUT = {"matroska", "nut"}
 # FFmpeg's codec names whose usual encoder has another name (the native opus encoder is experimental).
 ENCODER_OF = {"opus": "libopus", "mp3": "libmp3lame", "vorbis": "libvorbis"}
+# Bit rates for encoders that choose none themselves and refuse 0 (what ffmpeg gives them: 128 kb/s).
+BIT_RATE = {"wmav1": 128_000, "wmav2": 128_000}
 
 
 @dataclass
@@ -32,6 +35,7 @@ class AudioOut:
     copied: dict = field(default_factory=dict)  # input stream index -> output stream (packets copied)
     encoded: dict = field(default_factory=dict)  # input stream index -> _Encoder
     dropped: int = 0
+    notices: list = field(default_factory=list)  # what was encoded instead of copied, said once the header is out
     _last_dts: dict = field(default_factory=dict)
 
     @classmethod
@@ -46,13 +50,16 @@ class AudioOut:
             log.info(f"{target}: {container.format.name} carries no audio; the input's audio is left out")
             return out
         for template in templates:
-            if mode == "copy":
+            source = template.codec_context
+            if mode == "copy" and carries_audio(container.format.name, codec_name(source.codec), source.sample_rate):
                 try:
                     out.copied[template.index] = container.add_stream_from_template(template)
                     continue
                 except (ValueError, av.error.FFmpegError):
                     pass  # the muxer does not take this codec: encoded below, with a notice
-            out.encoded[template.index] = _Encoder.add(container, template, target, notice=mode == "copy")
+            out.encoded[template.index] = _Encoder.add(container, template, target)
+            if mode == "copy":
+                out.notices.append(out.encoded[template.index].notice(template))
         return out
 
     def write(self, packet: av.Packet) -> bool:
@@ -107,22 +114,31 @@ class _Encoder:
     stream: object
 
     @classmethod
-    def add(cls, container, template, target, notice: bool) -> _Encoder:
+    def add(cls, container, template, target) -> _Encoder:
         source = template.codec_context
-        name = _encoder_name(container, source.name)
+        name = usual_encoder(container, source.name)
         try:
             codec = av.Codec(name, "w")
-            stream = container.add_stream(name, rate=_rate(codec, source.sample_rate))
-            stream.layout = source.layout
+            rate = audio_rate(container.format.name, _rate(codec, source.sample_rate))
+            stream = container.add_stream(name, rate=rate)
+            stream.layout = _ordered(source.layout)
+            if name in BIT_RATE and not stream.bit_rate:
+                stream.bit_rate = BIT_RATE[name]
             if codec.audio_formats:
                 stream.format = codec.audio_formats[0].name
         except (ValueError, av.error.FFmpegError) as e:
             raise ConfigError(f"{target}: cannot encode audio stream #{template.index} ({source.name}) as {name} "
                               f"for {container.format.name} ({e}); --audio none leaves the audio out") from e
-        if notice:
-            log.info(f"{target}: audio stream #{template.index} ({source.name}) cannot go into "
-                     f"{container.format.name}; encoded as {name}")
         return cls(stream)
+
+    def notice(self, template) -> str:
+        """Why the input's stream is encoded rather than copied (the codec, or the rate only)."""
+        source, stream, muxer = template.codec_context, self.stream, self.stream.container.format.name
+        rate, name = stream.codec_context.sample_rate, stream.codec_context.name
+        only_rate = rate != source.sample_rate and carries_audio(muxer, codec_name(source.codec), rate)
+        at = f" at {source.sample_rate} Hz" if only_rate else ""
+        return (f"audio stream #{template.index} ({source.name}) cannot go into {muxer}{at}; encoded as {name}"
+                + (f" at {rate} Hz" if at else ""))
 
     def encode(self, packet: av.Packet) -> list:
         packets = []
@@ -131,7 +147,8 @@ class _Encoder:
         return packets
 
 
-def _encoder_name(container, input_codec: str) -> str:
+def usual_encoder(container, input_codec: str) -> str:
+    """The audio encoder for ``container`` when ``input_codec`` cannot be copied into it (see the module's note)."""
     muxer = container.format.name
     if muxer in USUAL:
         return USUAL[muxer]
@@ -146,6 +163,14 @@ def _has_encoder(name: str) -> bool:
         return av.Codec(name, "w").type == "audio"
     except (ValueError, av.error.FFmpegError):
         return False
+
+
+def _ordered(layout):
+    """A layout without channel order (PCM from Matroska: "2 channels") as FFmpeg's usual layout for that
+    many channels ("stereo"): encoders list named layouts (MP2 refuses "2 channels")."""
+    if layout.name.endswith(" channels"):
+        return av.AudioLayout(f"{layout.nb_channels}c")
+    return layout
 
 
 def _rate(codec, rate: int) -> int:

@@ -14,7 +14,6 @@ timestamp survives (VFR included); MPEG-1/2 take only their standard frame rates
 
 from __future__ import annotations
 
-import io
 from fractions import Fraction
 
 import av
@@ -123,23 +122,6 @@ def time_base(codec: av.Codec, rate: Fraction, input_time_base: Fraction | None,
 
 def _inverse(rate: Fraction) -> Fraction:
     return (1 / Fraction(rate)).limit_denominator(0xFFFF)
-
-
-def containers_for(codec: str, candidates=(".mkv", ".mp4", ".mov", ".avi", ".nut", ".webm", ".ts")) -> list[str]:
-    """The output extensions, of a few common ones, whose muxer takes ``codec``."""
-    found = []
-    for suffix in candidates:
-        try:
-            with av.open(io.BytesIO(), "w", format=_MUXERS[suffix]) as probe:
-                if codec in probe.supported_codecs:
-                    found.append(suffix)
-        except (ValueError, av.error.FFmpegError):
-            continue
-    return found
-
-
-_MUXERS = {".mkv": "matroska", ".mp4": "mp4", ".mov": "mov", ".avi": "avi", ".nut": "nut", ".webm": "webm",
-           ".ts": "mpegts"}
 
 
 def refusal(name: str, error: Exception, detail: str, what: str) -> ConfigError:

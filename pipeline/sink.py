@@ -24,6 +24,7 @@ goes unseen); MP4 and MOV are written fragmented there.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import select
@@ -39,12 +40,13 @@ from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg
                     watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import (containers_for, encoder_without_threads, is_hardware, opens_on_one_thread, output_format,
-                       refusal, video_encoder)
+from .encoders import (encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
+                       video_encoder)
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
+from .muxers import carries_video, codec_name, containers_for
 from .outfile import final_path, staged
 from .protocols import url_muxer
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
@@ -246,6 +248,8 @@ class Sink:
                 _check_pipe_audio(target, self.container.format.name, templates)
             self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
+            for notice in self.audio_out.notices:
+                log.info(f"{target}: {notice}")
             self._check_written()
             _check_encoder_options(target, self.video.codec_context, options)
         except BaseException:
@@ -301,7 +305,7 @@ class Sink:
         time_base = cc.time_base or 1 / Fraction(cc.framerate or 30)  # none yet for a variable-rate muxer's input
         settings = (cc.width, cc.height, cc.pix_fmt, time_base, dict(self.video.options))
         streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
-        said = watch(set(asked))  # the encoders' own reasons (a frame-threaded one only says its init failed)
+        said = watch({*asked, self.container.format.name})  # the encoders' and the muxer's own reasons (a frame-threaded one only says its init failed)
         try:
             with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
                 self._open_encoders()
@@ -320,19 +324,21 @@ class Sink:
                       printed: list[str], streams: str) -> PipelineError:
         """Why the header could not be written: an encoder's refusal (which encoder: FFmpeg names it in
         the failed call), the threads the video encoder could not start, the output, or the muxer."""
-        failed = _FAILED_OPEN.search(str(e))
+        failed, lines, muxer = _FAILED_OPEN.search(str(e)), said.take(), self.container.format.name
         if failed is not None:  # an encoder's refusal (a hardware one's absence is an OSError)
             encoder = failed.group(1)
-            reasons = "; ".join(r for r in [m for who, level, m in said.take() if level >= 40 and who == encoder]
+            reasons = "; ".join(r for r in [m for who, level, m in lines if level >= 40 and who == encoder]
                                 + [library_errors(printed)] if r).replace(":; ", ": ")  # "layouts:", then each
             if (encoder == name and not reasons and isinstance(e, av.error.ExternalError) and not is_hardware(name)
                     and opens_on_one_thread(name, *settings)):
                 return encoder_without_threads(name, e).with_target(self.target)
             return refusal(encoder, e, reasons, asked.get(encoder, "its settings")).with_target(self.target)
-        if isinstance(e, OSError):
+        # The muxer's own refusal (SWF takes FLV video, MXF 48 kHz audio): EPERM or EINVAL with its reason.
+        refused = "; ".join(m for who, level, m in lines if level >= 40 and who == muxer)
+        if isinstance(e, OSError) and not (refused and e.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS)):
             return OutputError(f"{self.target}: cannot create output: {e}")
-        return ConfigError(f"{self.target}: cannot write {streams} as {self.container.format.name} "
-                           f"with these options ({e}); try another output extension (.mkv) or --output-opt")
+        return ConfigError(f"{self.target}: cannot write {streams} as {muxer} with these options ("
+                           f"{refused or e}); try another output extension (.mkv) or --output-opt")
 
     def _open_encoders(self) -> None:
         self.container.start_encoding()  # opens every stream's encoder and writes the header
@@ -340,6 +346,8 @@ class Sink:
     def _add_video(self, codec, options, rate, time_base):
         encoder = video_encoder(codec)
         try:
+            if not carries_video(self.container, codec_name(encoder)):
+                raise ValueError("it writes no readable stream of this codec")
             stream = self.container.add_stream(codec, rate=rate or Fraction(30))
         except (ValueError, av.error.FFmpegError) as e:
             muxer, fits = self.container.format.name, containers_for(encoder.name)

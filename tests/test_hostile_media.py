@@ -285,7 +285,7 @@ def test_every_video_encoder_works_or_exits_2_saying_why(tmp_path, tiny, encoder
     """In-process (the whole list in a few seconds; every one was also run as its own process once)."""
     import av
 
-    from pipeline.encoders import containers_for
+    from pipeline.muxers import containers_for
 
     fits = containers_for(av.Codec(encoder, "w").name, (".mkv", ".nut", ".mov", ".avi"))
     out = tmp_path / f"out{fits[0] if fits else '.mkv'}"
@@ -304,7 +304,7 @@ def test_every_video_encoder_works_or_exits_2_saying_why(tmp_path, tiny, encoder
 @pytest.mark.parametrize("encoder", [n for n in _video_encoders() if n.endswith(("_nvenc", "_vaapi", "_qsv",
                                      "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan"))])
 def test_hardware_encoders_exit_2_when_unavailable(tmp_path, tiny, encoder, capsys, restore_signals):
-    from pipeline.encoders import containers_for
+    from pipeline.muxers import containers_for
 
     suffix = (containers_for(encoder, (".mkv", ".nut", ".mov", ".avi")) or [".mkv"])[0]
     code, lines = _run_in_process([tiny, "-o", tmp_path / f"out{suffix}", "-c", encoder], capsys)
@@ -328,7 +328,7 @@ def test_mpeg2_gets_a_frame_rate_it_takes_and_keeps_the_timing(tmp_path, tiny):
 def test_encoders_without_yuv420p_get_a_format_they_take(tmp_path, tiny, encoder, pix_fmt):
     import av
 
-    from pipeline.encoders import containers_for
+    from pipeline.muxers import containers_for
 
     out = tmp_path / f"out{containers_for(av.Codec(encoder, 'w').name, ('.mkv', '.nut', '.mov'))[0]}"
     result = run_pipeline(tiny, "-o", out, "-c", encoder, "--filters", "", cwd=tmp_path)

@@ -1,0 +1,84 @@
+"""Which codecs a muxer carries, where FFmpeg cannot say.
+
+Most muxers list the codecs they take (a codec tag table or a query function): PyAV's ``add_stream``
+refuses the others, and ``supported_codecs`` lists them. MPEG-TS and the MPEG program stream muxers
+(mpeg, vob, svcd, dvd, vcd) list none, so FFmpeg accepts any stream there. What they do with it:
+MPEG-TS writes an unknown codec as "private data" that no demuxer reads back (VP9, FFV1, FLAC, PCM: a
+file with no video or no audio, and exit 0); the program stream muxers write any video the same way and
+refuse most audio only when the header is written (AAC), too late to encode it instead. The lists
+below are what reads back after a write (tests/test_muxers.py writes and reads each one that PyAV can
+encode), with the codecs FFmpeg's demuxers name in these containers and PyAV has no encoder for (DTS,
+TrueHD). Codec names are FFmpeg's (``h264``), not an encoder's (``libx264``).
+"""
+
+from __future__ import annotations
+
+import io
+
+import av
+
+_PROGRAM_STREAM_VIDEO = frozenset({"mpeg1video", "mpeg2video", "mpeg4", "h264", "hevc"})
+_PROGRAM_STREAM_AUDIO = frozenset({"mp1", "mp2", "mp3", "ac3", "dts", "pcm_dvd", "pcm_s16be"})
+_PROGRAM_STREAMS = ("mpeg", "vob", "svcd", "dvd", "vcd")
+
+VIDEO = {"mpegts": frozenset({"mpeg1video", "mpeg2video", "mpeg4", "h264", "hevc"}),
+         **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_VIDEO)}
+AUDIO = {"mpegts": frozenset({"mp1", "mp2", "mp3", "aac", "ac3", "eac3", "opus", "dts", "truehd"}),
+         **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_AUDIO),
+         "mxf": frozenset({"pcm_s16le", "pcm_s24le"}), "swf": frozenset({"mp3"})}
+
+# Sample rates a muxer takes, where it takes few (it refuses the others when the header is written).
+AUDIO_RATES = {"mxf": (48000,), "swf": (11025, 22050, 44100)}
+
+# A few common output extensions and their muxers, in the order they are suggested.
+COMMON = {".mkv": "matroska", ".mp4": "mp4", ".mov": "mov", ".avi": "avi", ".nut": "nut", ".webm": "webm",
+          ".ts": "mpegts"}
+
+
+def codec_name(codec: av.Codec) -> str:
+    """FFmpeg's name of what ``codec`` encodes or decodes (``h264`` for libx264, ``mp3`` for mp3float)."""
+    return codec.canonical_name
+
+
+def carries_video(container, codec: str) -> bool:
+    """Whether the output ``container``'s muxer carries video in ``codec`` (FFmpeg's name), as far as
+    it can be told before the stream is added: False for a muxer without video (ffmetadata), the list
+    above for one that takes anything; True otherwise (``add_stream`` asks FFmpeg)."""
+    if container.default_video_codec == "none":
+        return False
+    listed = VIDEO.get(container.format.name)
+    return listed is None or codec in listed
+
+
+def carries_audio(muxer: str, codec: str, rate: int) -> bool:
+    """Whether the muxer named ``muxer`` carries audio in ``codec`` (FFmpeg's name) at ``rate`` Hz; True
+    where FFmpeg decides when the stream is added."""
+    listed = AUDIO.get(muxer)
+    return (listed is None or codec in listed) and audio_rate(muxer, rate) == rate
+
+
+def audio_rate(muxer: str, rate: int) -> int:
+    """``rate``, or the nearest rate the muxer takes where it takes few."""
+    rates = AUDIO_RATES.get(muxer)
+    if not rates or rate in rates:
+        return rate
+    return min(rates, key=lambda r: (abs(r - rate), -r))
+
+
+def containers_for(codec: str, candidates=tuple(COMMON)) -> list[str]:
+    """The output extensions, of a few common ones, whose muxer carries ``codec`` (an encoder's name)."""
+    name = codec_name(av.Codec(codec, "w"))
+    found = []
+    for suffix in candidates:
+        muxer = COMMON[suffix]
+        if muxer in VIDEO:
+            if name in VIDEO[muxer]:
+                found.append(suffix)
+            continue
+        try:
+            with av.open(io.BytesIO(), "w", format=muxer) as probe:
+                if codec in probe.supported_codecs:
+                    found.append(suffix)
+        except (ValueError, av.error.FFmpegError):
+            continue
+    return found

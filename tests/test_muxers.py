@@ -1,0 +1,209 @@
+"""Muxers that take any codec (MPEG-TS, MPEG-PS, MXF, SWF): the tables of what they carry are checked by
+writing and reading back, and a run that would write what no demuxer reads back is refused or encoded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from utils import one_error, partials, run_pipeline
+
+from pipeline import muxers
+
+RNG = np.random.default_rng(7)
+
+
+def _encoder_of(codec: str) -> str | None:
+    """An encoder of FFmpeg's codec ``codec`` in PyAV's build (the native one first), or None."""
+    names = [n for n in sorted(av.codecs_available) if _encodes(n, codec)]
+    return min(names, key=lambda n: (n != codec, n), default=None)
+
+
+def _encodes(name: str, codec: str) -> bool:
+    try:
+        found = av.Codec(name, "w")
+    except Exception:  # a decoder only
+        return False
+    return found.canonical_name == codec and not found.experimental
+
+
+def _add_video(container, encoder: str, size=(176, 144)):
+    stream = container.add_stream(encoder, rate=25)
+    stream.width, stream.height = size
+    formats = [f.name for f in stream.codec_context.codec.video_formats or ()]
+    stream.pix_fmt = "yuv420p" if "yuv420p" in formats else formats[0]
+    return stream
+
+
+def _add_audio(container, encoder: str, rate: int):
+    stream = container.add_stream(encoder, rate=rate)
+    stream.layout = "stereo"
+    stream.format = stream.codec_context.codec.audio_formats[0].name
+    return stream
+
+
+def _write(path: Path, muxer: str | None, video: str, audio: str | None = None, rate: int = 48000) -> Path:
+    """Ten noise frames of ``video`` and 0.4 s of noise in ``audio`` (encoder names)."""
+    with av.open(str(path), "w", format=muxer) as out:
+        v = _add_video(out, video)
+        a = _add_audio(out, audio, rate) if audio else None
+        resampler = av.AudioResampler(format=a.format.name, layout="stereo", rate=rate) if a else None
+        for i in range(10):
+            frame = av.VideoFrame.from_ndarray(RNG.integers(0, 256, (v.height, v.width, 3), np.uint8), format="rgb24")
+            frame = frame.reformat(format=v.pix_fmt)
+            frame.pts = i
+            out.mux(v.encode(frame))
+            if a is not None:
+                samples = rate // 25
+                sound = av.AudioFrame.from_ndarray(RNG.integers(-3000, 3000, (1, 2 * samples)).astype(np.int16),
+                                                   format="s16", layout="stereo")
+                sound.sample_rate, sound.pts = rate, i * samples
+                for part in resampler.resample(sound):
+                    out.mux(a.encode(part))
+        out.mux(v.encode(None))
+        if a is not None:
+            out.mux(a.encode(None))
+    return path
+
+
+def _read_back(path: Path, kind: str) -> tuple[str | None, int, int | None]:
+    """The first ``kind`` stream's codec, how many frames decode from it, and its sample rate."""
+    try:
+        with av.open(str(path)) as media:
+            streams = [s for s in media.streams if s.type == kind]
+            if not streams:
+                return None, 0, None
+            stream = streams[0]
+            frames = sum(1 for _ in media.decode(stream))
+            return stream.codec_context.codec.canonical_name, frames, getattr(stream, "sample_rate", None)
+    except (av.error.FFmpegError, ValueError):  # no decoder: not readable either
+        return None, 0, None
+
+
+# -- the tables against FFmpeg ----------------------------------------------------------------------------------
+
+
+def _listed(table):
+    pairs = [(muxer, codec) for muxer, codecs in sorted(table.items()) for codec in sorted(codecs)]
+    return [pytest.param(m, c, marks=pytest.mark.skip(reason=f"PyAV has no {c} encoder")) if not _encoder_of(c)
+            else (m, c) for m, c in pairs]
+
+
+@pytest.mark.parametrize("muxer, codec", _listed(muxers.VIDEO))
+def test_listed_video_reads_back(tmp_path, muxer, codec):
+    out = _write(tmp_path / "out", muxer, _encoder_of(codec))
+    found, frames, _ = _read_back(out, "video")
+    assert found == codec and frames == 10
+
+
+@pytest.mark.parametrize("muxer, codec", _listed(muxers.AUDIO))
+def test_listed_audio_reads_back(tmp_path, muxer, codec):
+    out = _write(tmp_path / "out", muxer, "flv" if muxer == "swf" else "mpeg2video", _encoder_of(codec),
+                 muxers.audio_rate(muxer, 48000))
+    found, frames, _ = _read_back(out, "audio")
+    assert frames > 0 and (found == codec or {found, codec} == {"pcm_dvd", "pcm_s16be"})  # PS: DVD's PCM
+
+
+@pytest.mark.parametrize("muxer", ["mpegts", "mpeg", "vob"])
+@pytest.mark.parametrize("encoder", ["libvpx-vp9", "ffv1"])
+def test_unlisted_video_is_written_without_a_word_and_lost(tmp_path, muxer, encoder):
+    """Why the table exists: FFmpeg takes the stream and writes the file, and nothing reads the video."""
+    with av.open(str(tmp_path / "probe"), "w", format=muxer) as probe:
+        assert encoder in probe.supported_codecs or probe.add_stream(encoder)  # not refused when added
+    out = _write(tmp_path / "out", muxer, encoder)
+    assert out.stat().st_size > 0 and _read_back(out, "video")[1] == 0
+    assert muxers.codec_name(av.Codec(encoder, "w")) not in muxers.VIDEO[muxer]
+
+
+@pytest.mark.parametrize("encoder", ["flac", "pcm_s16le"])
+def test_unlisted_audio_in_mpegts_is_lost(tmp_path, encoder):
+    out = _write(tmp_path / "out", "mpegts", "mpeg2video", encoder)
+    assert _read_back(out, "audio")[1] == 0 and _read_back(out, "video")[1] == 10
+    assert encoder not in muxers.AUDIO["mpegts"]
+
+
+def test_suggested_containers_take_the_codec():
+    assert ".ts" in muxers.containers_for("libx264") and ".ts" not in muxers.containers_for("libvpx-vp9")
+    assert muxers.containers_for("libvpx-vp9")[:2] == [".mkv", ".mp4"]
+
+
+def test_rates_the_muxer_takes():
+    assert muxers.audio_rate("mxf", 44100) == 48000 and muxers.audio_rate("mxf", 48000) == 48000
+    assert muxers.audio_rate("swf", 48000) == 44100 and muxers.audio_rate("mp4", 44100) == 44100
+    assert not muxers.carries_audio("mxf", "pcm_s16le", 44100) and muxers.carries_audio("mxf", "pcm_s16le", 48000)
+
+
+# -- runs ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def flac44(tmp_path_factory) -> Path:
+    """FLAC at 44.1 kHz: a codec none of these muxers carry, at a rate MXF refuses."""
+    return _write(tmp_path_factory.mktemp("flac") / "in.mkv", None, "libx264", "flac", 44100)
+
+
+@pytest.fixture(scope="module")
+def pcm(tmp_path_factory) -> Path:
+    """PCM in Matroska: read back with no channel order ("2 channels"), which MP2 refuses by that name."""
+    path = _write(tmp_path_factory.mktemp("pcm") / "in.mkv", None, "libx264", "pcm_s16le", 44100)
+    with av.open(str(path)) as media:
+        assert media.streams.audio[0].codec_context.layout.name == "2 channels"
+    return path
+
+
+@pytest.mark.parametrize("name", ["out.ts", "out.m2ts", "out.mpg", "out.vob"])
+@pytest.mark.parametrize("encoder", ["libvpx-vp9", "ffv1"])
+def test_video_the_muxer_loses_exits_2(tmp_path, clip, name, encoder):
+    out = tmp_path / name
+    line = one_error(run_pipeline(clip, "-o", out, "-c", encoder, cwd=tmp_path), 2,
+                     f"cannot hold {encoder} video", "these can: .mkv")
+    assert ".partial" not in line and not out.exists() and partials(tmp_path) == []
+
+
+def test_a_muxer_without_video_exits_2(tmp_path, clip):
+    out = tmp_path / "out.ffmeta"
+    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, "ffmetadata muxer cannot hold libx264 video")
+    assert not out.exists() and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("name, video, audio, rate", [
+    ("out.ts", "mpeg2video", "mp2", 44100), ("out.mpg", "mpeg2video", "mp2", 44100),
+    ("out.vob", "mpeg2video", "mp2", 44100), ("out.mxf", "mpeg2video", "pcm_s16le", 48000),
+    ("out.swf", "flv", "mp3", 44100)])
+@pytest.mark.parametrize("source", ["flac44", "pcm"])
+def test_audio_the_muxer_cannot_carry_is_encoded(tmp_path, request, source, name, video, audio, rate):
+    out = tmp_path / name
+    result = run_pipeline(request.getfixturevalue(source), "-o", out, "-c", video, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "cannot go into" in result.stderr
+    assert _read_back(out, "video")[:2] == (video if video != "flv" else "flv1", 10)
+    found, frames, got_rate = _read_back(out, "audio")
+    assert found == audio and frames > 0 and got_rate == rate
+
+
+def test_audio_the_muxer_carries_is_copied(tmp_path, clip):
+    out = tmp_path / "out.ts"
+    result = run_pipeline(clip, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0 and "cannot go into" not in result.stderr, result.stderr
+    assert _read_back(out, "audio")[0] == "aac"
+
+
+@pytest.mark.parametrize("name, words", [
+    ("out.swf", ("as swf", "SWF muxer only supports")),  # after its audio was set to be encoded: no notice
+    ("out.gxf", ("as gxf", "only accepts PAL or NTSC resolutions"))])
+def test_a_header_the_muxer_refuses_exits_2_in_its_words(tmp_path, clip, name, words):
+    out = tmp_path / name
+    line = one_error(run_pipeline(clip, "-o", out, "-c", "mpeg2video", cwd=tmp_path), 2, *words)
+    assert ".partial" not in line and not out.exists() and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["out.wmv", "out.asf"])
+def test_encoded_audio_into_asf_gets_a_bit_rate(tmp_path, clip, name):
+    out = tmp_path / name
+    result = run_pipeline(clip, "-o", out, "--audio", "encode", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    found, frames, _ = _read_back(out, "audio")
+    assert found == "wmav2" and frames > 0
+
