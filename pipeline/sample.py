@@ -29,8 +29,11 @@ import numpy as np
 from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTrc
 
 from . import synth
+from .audio_out import usual_encoder
+from .avlib import watch
 from .config import file_url
 from .errors import ConfigError, OutputError, PipelineError
+from .muxers import AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for
 from .outfile import StagedFile, final_path
 from .synth import synth_frame
 from .video import MAX_SIDE
@@ -207,7 +210,11 @@ def _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr=False) 
 
 
 def _add_audio(container) -> av.audio.stream.AudioStream:
-    stream = container.add_stream("aac", rate=AUDIO_RATE)
+    """AAC where the container carries it, else its usual audio (Opus in WebM, MP2 in MPEG-PS, PCM in MXF)."""
+    muxer = container.format.name
+    carried = carries_audio(muxer, "aac", AUDIO_RATE) and (muxer in AUDIO or "aac" in container.supported_codecs)
+    stream = container.add_stream("aac" if carried else usual_encoder(container, "aac"),
+                                  rate=audio_rate(muxer, AUDIO_RATE))
     stream.layout = "stereo"
     stream.bit_rate = 96_000
     return stream
@@ -306,6 +313,7 @@ def make_clip(
         staging.prepare()
         with _open_output(staging.path, path) as container:
             opts = _video_options(codec, crf, options, hdr)
+            _check_carried(container, path, codec)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container) if audio else None
             _open_encoders(container, codec, f"{width}x{height} {pix_fmt}")
@@ -354,15 +362,31 @@ def clip_errors(out: str | Path, codec: str, pix_fmt: str) -> Iterator[None]:
         raise ConfigError(f"sample: {e}") from e
 
 
+def _check_carried(container, path: Path, codec: str) -> None:
+    """A muxer that would write the video unreadable (VP9 in MPEG-TS) is refused, as by ``pipeline run``."""
+    if not carries_video(container, codec_name(av.Codec(codec, "w"))):
+        fits = ", ".join(containers_for(codec)) or "none of .mkv, .mp4, .nut"
+        raise ValueError(f"{path}: the {container.format.name} muxer cannot hold {codec} video; these can: {fits}")
+
+
 def _open_encoders(container, codec: str, what: str) -> None:
     """Open the encoders before a frame is drawn: one refusing its settings (x264 a 16384x16384 picture)
-    says so at once, not after seconds of drawing and gigabytes of memory."""
+    says so at once, not after seconds of drawing and gigabytes of memory. A muxer refusing the streams
+    (SWF takes FLV video) says why in FFmpeg's log, with EPERM or EINVAL."""
+    muxer = container.format.name
+    said = watch({muxer})
     try:
         container.start_encoding()
     except av.error.FFmpegError as e:
+        refused = "; ".join(m for who, level, m in said.take() if who == muxer and level >= 40)
+        if refused and e.errno in _REFUSALS | {errno.EPERM}:
+            streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in container.streams)
+            raise ValueError(f"the {muxer} muxer refused {streams} ({refused})") from e
         if e.errno not in _REFUSALS:
             raise
         raise ValueError(f"{codec} cannot encode {what} with these settings ({e.strerror})") from e
+    finally:
+        said.close()
 
 
 def _open_output(tmp: Path, target: Path):

@@ -207,3 +207,33 @@ def test_encoded_audio_into_asf_gets_a_bit_rate(tmp_path, clip, name):
     found, frames, _ = _read_back(out, "audio")
     assert found == "wmav2" and frames > 0
 
+
+# -- pipeline sample ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, codec, audio, rate", [
+    ("s.ts", "libx264", "aac", 48000), ("s.mpg", "mpeg2video", "mp2", 48000),
+    ("s.mxf", "mpeg2video", "pcm_s16le", 48000), ("s.swf", "flv", "mp3", 44100),
+    ("s.webm", "libvpx-vp9", "opus", 48000)])
+def test_sample_audio_is_what_the_container_carries(tmp_path, name, codec, audio, rate):
+    from pipeline.sample import make_clip
+
+    out = make_clip(tmp_path / name, width=64, height=48, frames=4, codec=codec)
+    assert _read_back(out, "video")[1] == 4
+    found, frames, got_rate = _read_back(out, "audio")
+    assert found == audio and frames > 0 and got_rate == rate
+
+
+@pytest.mark.parametrize("name, codec, words", [
+    ("s.ts", "libvpx-vp9", ("mpegts muxer cannot hold libvpx-vp9 video", "these can: .mkv")),
+    ("s.mpg", "ffv1", ("mpeg muxer cannot hold ffv1 video", "these can: .mkv")),
+    ("s.swf", "libx264", ("swf muxer refused video libx264", "SWF muxer only supports")),
+    ("s.mxf", "libvpx-vp9", ("mxf muxer refused video libvpx-vp9", "codec not currently supported"))])
+def test_sample_into_a_muxer_that_cannot_keep_the_video_exits_2(tmp_path, monkeypatch, capsys, name, codec, words):
+    from pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample", "-o", name, "--codec", codec, "--frames", "2", "--size", "64x48"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), lines
+    assert list(tmp_path.iterdir()) == []
