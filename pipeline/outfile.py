@@ -255,7 +255,7 @@ class StagedFile:
 
     def prepare(self) -> None:
         remove_stale_partials(self.final)
-        self._dir = _open_directory(self.final.parent)
+        self._dir = open_directory(self.final.parent)
         create_like(self.path, self.final)
 
     def place(self, overwrite: bool, name) -> None:
@@ -288,7 +288,7 @@ class StagedFile:
         return None
 
 
-def _open_directory(directory: Path) -> int | None:
+def open_directory(directory: Path) -> int | None:
     """``directory`` held open to name its entries by (not to read it); None where it cannot be (the
     entries are then named by their paths)."""
     try:

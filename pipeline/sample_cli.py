@@ -13,7 +13,7 @@ from pathlib import Path
 from .checks import check_output
 from .config import is_url
 from .errors import ConfigError, Interrupted, stop_signals
-from .outfile import final_path, temp_path_for
+from .outfile import final_path, open_directory, temp_path_for
 from .sample import _as_rate, clip_errors, make_clip
 from .sink import check_hardware_encoder
 from .stdio import say, stdout_errors
@@ -80,11 +80,12 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
     the exception can land inside PyAV's own error handling (one raised while its audio resampler reads
     the EAGAIN that ends its output is taken for that EAGAIN) and be lost: the clip then went on to the end."""
     stopping: list[int] = []
+    held = open_directory(tmp.parent)  # the file is named in it: a directory moved during the run loses it too
 
     def handler(signum, frame):
         if stopping:
             try:
-                tmp.unlink()
+                os.unlink(tmp.name if held is not None else tmp, dir_fd=held)
                 what = ", no clip written"
             except OSError:  # not made yet, or already moved into place
                 what = ""
@@ -102,6 +103,8 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        if held is not None:
+            os.close(held)
 
 
 def _display(path: Path) -> str:

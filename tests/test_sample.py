@@ -413,20 +413,23 @@ def test_the_sample_signal_handler_only_records_the_signal_and_the_checkpoint_ra
 
 
 def test_a_second_signal_removes_the_partial_clip_and_exits_at_once(tmp_path):
+    """Even from a directory moved during the run: the clip is named in the directory held open."""
+    (tmp_path / "d").mkdir()
     code = f"""
 import os, signal
 from pathlib import Path
 from pipeline import sample_cli
-tmp = Path({str(tmp_path / ".c.partial-1.mp4")!r})
+tmp = Path({str(tmp_path / "d" / ".c.partial-1.mp4")!r})
 tmp.write_bytes(b"half a clip")
 with sample_cli._stopped_by_signals(tmp):
     os.kill(os.getpid(), signal.SIGTERM)  # recorded: the clip would stop at its next frame
+    os.rename({str(tmp_path / "d")!r}, {str(tmp_path / "moved")!r})
     os.kill(os.getpid(), signal.SIGTERM)  # the second: out at once
 raise SystemExit("not reached")
 """
     result = run_python("-c", code, cwd=tmp_path)
     assert result.returncode == 143 and result.stderr == "pipeline: SIGTERM again: exiting now, no clip written\n"
-    assert partials(tmp_path) == []
+    assert list((tmp_path / "moved").iterdir()) == []
 
 
 def test_the_partial_clip_a_second_signal_removes_is_the_one_beside_the_links_target(tmp_path, monkeypatch,
