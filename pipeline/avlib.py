@@ -208,6 +208,11 @@ class Watch:
     def take(self) -> list[tuple[str, int, str]]:
         return [line[:3] for line in self.take_with_threads()]
 
+    def peek(self) -> list[tuple[str, int, str]]:
+        """The lines so far, left for :meth:`take`."""
+        with self._lock:
+            return list(self.lines)
+
     def close(self) -> None:
         with _WATCHES_LOCK:
             _WATCHES.discard(self)

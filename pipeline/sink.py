@@ -144,6 +144,20 @@ def _check_encoder_options(target, codec_context, options: dict[str, str]) -> No
                           f"`ffmpeg -h encoder={name}` lists its options)")
 
 
+# What libx264, libx265 and libsvtav1 log (a warning, and the encoder opens all the same) for a key or value
+# of their -params string they cannot parse.
+_PARAMS_REFUSED = re.compile(r"^(Error parsing option|Unknown option|Invalid value for)\b")
+
+
+def _check_params_parsed(target, name: str, options: dict[str, str], said) -> None:
+    """A key or value of ``x264-params`` (``x265-params``, ``svtav1-params``) the encoder could not parse is
+    refused, as an unused --encoder-opt is: FFmpeg only warns and runs at the encoder's defaults."""
+    refused = [m.rstrip(".") for who, level, m in said.peek() if who == name and _PARAMS_REFUSED.match(m)]
+    if refused:
+        given = ", ".join(f"{k}={v}" for k, v in options.items() if k.endswith("-params"))
+        raise ConfigError(f"{target}: the {name} encoder cannot parse {given}: {'; '.join(refused)}")
+
+
 # Muxers that go back to the start to finish the file (the index, moov): on a pipe, which cannot seek, they
 # write fragmented MP4 instead (an empty moov first, then a fragment per keyframe), which players read.
 # delay_moov holds the moov until the first fragment is cut, so that its edit list can say where the
@@ -252,6 +266,7 @@ class Sink:
                 log.info(f"{target}: {notice}")
             self._check_written()
             _check_encoder_options(target, self.video.codec_context, options)
+            _check_params_parsed(target, self.video.codec_context.name, options, self._encoder_said)
         except BaseException:
             self.abort()
             raise
@@ -305,7 +320,11 @@ class Sink:
         time_base = cc.time_base or 1 / Fraction(cc.framerate or 30)  # none yet for a variable-rate muxer's input
         settings = (cc.width, cc.height, cc.pix_fmt, time_base, dict(self.video.options))
         streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in self.container.streams)
-        said = watch({*asked, self.container.format.name})  # the encoders' and the muxer's own reasons (a frame-threaded one only says its init failed)
+        # The encoders' and the muxer's own reasons (a frame-threaded encoder only says its init failed).
+        said = watch({*asked, self.container.format.name})
+        # Not skipped as a repeat of an earlier run's in this process: an encoder's warnings (x264-params) count.
+        repeated = av.logging.get_skip_repeated()
+        av.logging.set_skip_repeated(False)
         try:
             with captured_stderr() as printed:  # x264, x265, SVT-AV1 print there themselves
                 self._open_encoders()
@@ -318,6 +337,8 @@ class Sink:
         except BaseException:
             said.close()
             raise
+        finally:
+            av.logging.set_skip_repeated(repeated)
         self._encoder_said = said  # kept until the first frame is taken: its refusal has reasons too
 
     def _open_failure(self, e: Exception, name: str, asked: dict[str, str], settings: tuple, said,

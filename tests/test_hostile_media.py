@@ -21,16 +21,30 @@ from pipeline.sample import make_clip
     (("--output-opt", "movflag=+faststart"), ("mp4 muxer does not use movflag=+faststart",)),
     (("--input-opt", "probsize=32"), ("--input-opt probsize=32", "mov demuxer does not use it")),
     (("--input-opt", "threads=4"), ("--input-opt threads=4", "decoder options are not input options")),
-], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo", "demuxer-typo", "decoder-option"])
+    (("--encoder-opt", "x264-params=keyint=30:bfrmes=2"), ("libx264 encoder cannot parse", "'bfrmes = 2'")),
+    (("--encoder-opt", "x264-params=keyint=abc"), ("libx264 encoder cannot parse", "'keyint = abc'")),
+    (("-c", "libx265", "--encoder-opt", "x265-params=keyint=30:bfrmes=2"), ("Unknown option: bfrmes",)),
+], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo", "demuxer-typo", "decoder-option", "x264-params-key",
+        "x264-params-value", "x265-params-key"])
 def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
     out = tmp_path / "out.mp4"
     one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
     assert not out.exists() and partials(tmp_path) == []
 
 
+def test_a_params_key_the_encoder_cannot_parse_is_refused_again_in_the_same_process(tmp_path, tiny, capsys,
+                                                                                   restore_signals):
+    """FFmpeg's log skips a line that repeats the one before: the second run's warning must still count."""
+    for name in ("a.mp4", "b.mp4"):
+        code, lines = _run_in_process([tiny, "-o", tmp_path / name, "--encoder-opt", "x264-params=bfrmes=2"], capsys)
+        assert code == 2 and len(lines) == 1 and "'bfrmes = 2'" in lines[0], lines
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_options_that_are_used_pass(tmp_path, clip):
     out = tmp_path / "out.mp4"
     result = run_pipeline(clip, "-o", out, "--encoder-opt", "crf=30", "--encoder-opt", "g=12",
+                          "--encoder-opt", "x264-params=bframes=2:keyint=24",
                           "--output-opt", "movflags=+faststart", "--output-opt", "fflags=+bitexact",
                           # the demuxer's generic and private options, the file protocol's, every protocol's
                           "--input-opt", "probesize=5000000", "--input-opt", "ignore_editlist=1",
