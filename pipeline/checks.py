@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from .config import local_path, pipe_fd
+from .config import is_pipe_name, local_path, pipe_fd
 from .errors import ConfigError, OutputError, PipelineError
 
 
@@ -190,7 +190,7 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     directory must take a new file (``in_place``: an existing file is opened and truncated instead, as
     ``-progress`` is); a FIFO or a device (``/dev/stdout``) is written into, nothing is replaced. Its
     directory may be ``made_by_run``, which the run creates (and refuses if it cannot)."""
-    if pipe_fd(path) is not None:  # ffmpeg's pipe names are -progress's; a report file named "-" helps no one
+    if is_pipe_name(path):  # ffmpeg's pipe names are -progress's; a report file named "-" helps no one
         raise ConfigError(f"{path}: {option} takes a path (/dev/stdout or /dev/stderr for those), not a pipe name")
     target = Path(path)
     check_name_length(target, option)

@@ -187,7 +187,7 @@ def device_index(device: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-_PIPE = re.compile(r"^pipe:(\d*)$")
+_PIPE = re.compile(r"^pipe:([0-9]*)$")
 
 
 def pipe_fd(name: str | None, default: int = 0) -> int | None:
@@ -199,6 +199,12 @@ def pipe_fd(name: str | None, default: int = 0) -> int | None:
     if match is None:
         return None
     return int(match.group(1)) if match.group(1) else default
+
+
+def is_pipe_name(name: str | None) -> bool:
+    """Whether ``name`` is ``-`` or in FFmpeg's pipe protocol (``pipe:N``, or a malformed ``pipe:x``, which
+    FFmpeg takes for stdin or stdout): not a local file's name (``./pipe:x`` is one)."""
+    return name == "-" or (name or "").startswith("pipe:")
 
 
 def _check_span(start: float | None, duration: float | None, end: float | None) -> None:
@@ -220,8 +226,8 @@ MAX_FD = 2**31 - 1  # a file descriptor is a C int
 def _check_pipes(source: str | None, output: str | None, output_format: str | None) -> None:
     for name in (source, output):
         fd = pipe_fd(name)
-        if fd is not None and fd > MAX_FD:
-            raise ConfigError(f"{name}: pipe:N takes a file descriptor, 0 to {MAX_FD}")
+        if (fd is not None and fd > MAX_FD) or (fd is None and is_pipe_name(name)):
+            raise ConfigError(f"{name}: pipe:N takes a file descriptor, 0 to {MAX_FD} (./{name} names a file)")
     if pipe_fd(output, 1) is not None and not output_format:
         raise ConfigError(f"{output}: writing to a pipe needs an output format, there is no file name to take it "
                           "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .checks import check_progress_path
-from .config import is_url, pipe_fd
+from .config import is_pipe_name, is_url, pipe_fd
 from .errors import ConfigError, OutputError
 from .log import log
 from .stdio import silence
@@ -132,6 +132,8 @@ def check_progress(url: str, writes_stdout: bool, source: str = "", output: Path
             raise ConfigError(f"-progress {url}: {'stdout' if fd == 1 else 'stderr'} is closed; give a file")
         _check_behind_pipe(fd, url, source, output, stats_json, theirs)
         return
+    if is_pipe_name(url):
+        raise ConfigError(f"-progress {url}: the pipes are pipe:1 (stdout) and pipe:2 (stderr)")
     if is_url(url):
         raise ConfigError(f"-progress {url}: a file, pipe:1 or pipe:2 (URLs are not written to)")
     if writes_stdout and _is_stdout(url):

@@ -406,10 +406,19 @@ def test_an_unknown_encoder_is_refused_with_a_null_output_too(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["input", "output"])
-def test_a_pipe_past_any_file_descriptor_is_a_bad_option(tmp_path, clip, where):
-    args = ["pipe:2147483648", "-o", tmp_path / "out.mp4"] if where == "input" else \
-        [clip, "-o", "pipe:99999999999999999999", "-f", "mpegts"]
-    one_error(run_pipeline(*args, cwd=tmp_path), 2, "pipe:N takes a file descriptor")
+@pytest.mark.parametrize("name", ["pipe:2147483648", "pipe:-1", "pipe:abc", "pipe:1x", "pipe:\u0661"])
+def test_a_pipe_name_that_is_no_file_descriptor_is_a_bad_option(tmp_path, clip, where, name):
+    """Past any descriptor, negative, not digits or not ASCII ones: FFmpeg would take stdin or stdout, a
+    file of that name is not what was meant (``./pipe:abc`` names one)."""
+    args = [name, "-o", tmp_path / "out.mp4"] if where == "input" else [clip, "-o", name, "-f", "mpegts"]
+    one_error(run_pipeline(*args, cwd=tmp_path), 2, "pipe:N takes a file descriptor", "./")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("option, words", [("-progress", "the pipes are pipe:1"), ("--stats-json", "not a pipe name")])
+def test_a_malformed_pipe_name_is_no_report_file(tmp_path, clip, option, words):
+    one_error(run_pipeline(clip, "-o", tmp_path / "out.mp4", option, "pipe:abc", cwd=tmp_path), 2, words)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("what", ["stats-from-config", "output-is-config", "output-is-plugin", "streams-stats",
