@@ -235,6 +235,9 @@ def test_sigterm_stops_a_run_whose_stdin_writer_is_silent(tmp_path, fed):
     assert proc.returncode == 143 and err.decode().count("pipeline: interrupted by SIGTERM") == 1, err
     assert partials(tmp_path) == []
     if fed:
-        assert len(video_times(out)) >= 80
+        # Frames still inside the decoder's frame threads (one per thread less one, at most 16 threads) and
+        # its reordering queue are lost with the stop; every frame decoded before it is in the file.
+        held = min((os.cpu_count() or 1) + 1, 16) + 4
+        assert len(video_times(out)) >= 90 - held
     else:
         assert not out.exists()
