@@ -96,7 +96,8 @@ def _main(argv: list[str], process_ends: bool = False) -> int:
     # frame's host buffer what an application's allocator would make it pay (see that function).
     hold_closed_descriptors()
     # A closed terminal must not end the run; a stderr closed from the start is rich's null file.
-    err = Console(file=Unfailing(sys.stderr) if sys.stderr is not None else None, stderr=True, highlight=False)
+    err = Console(file=Unfailing(sys.stderr) if sys.stderr is not None else None, stderr=True, highlight=False,
+                  emoji=False)  # names are shown as they are: no :smile: made an emoji
     debug = "--debug" in argv
     args = None
     install_log(lambda line: err.print(line, markup=False, soft_wrap=True), LEVELS["info"])
@@ -229,7 +230,7 @@ def _print_summary(out: Console, stats, cfg: RunConfig) -> None:
         out.print(stats.hops_table())
     out.print(stats.memory_table())
     out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
-              "(null output: nothing written)")
+              "(null output: nothing written)", markup=False, soft_wrap=True)
 
 
 def _output_of(cfg: RunConfig):

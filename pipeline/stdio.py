@@ -75,7 +75,11 @@ def stdout_errors(after: str = "") -> Iterator[None]:
 
 class StdoutConsole(Console):
     """rich's console on stdout, its broken pipe an OSError like any other write error (for
-    :func:`stdout_errors`): rich itself would leave with exit 1 and nothing said."""
+    :func:`stdout_errors`): rich itself would leave with exit 1 and nothing said. Names are shown as they
+    are: no emoji for ``:smile:`` in a file name."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**{"emoji": False, **options})
 
     def on_broken_pipe(self) -> None:
         raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))

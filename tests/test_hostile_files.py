@@ -629,3 +629,14 @@ def test_a_name_with_control_characters_is_said_on_one_line_escaped(tmp_path, cl
     several = run_pipeline(clip, odd, "-o", f"{tmp_path / 'out'}/", "--frames", "2")
     assert several.returncode == 3 and several.stderr.count("\n") == 1, several.stderr
     assert several.stderr.startswith("pipeline: error: ") and "\\x1b[31m x.mp4" in several.stderr
+
+
+def test_names_with_markup_or_emoji_codes_are_said_as_they_are(tmp_path, clip):
+    """rich reads ``[bold]`` as markup and ``:smile:`` as an emoji: the summary said ``wrote xy😄.mp4`` for
+    ``x[bold]y:smile:.mp4``, an error named another file than the one missing."""
+    missing = tmp_path / "in:smile:[bold].mp4"
+    proc = run_pipeline(missing, "-o", "null")
+    assert proc.returncode == 3 and proc.stderr == f"pipeline: error: {missing}: no such file\n"
+    out = tmp_path / "x[bold]y:smile:.mp4"
+    done = run_pipeline(clip, out, "--frames", "2", quiet=False)
+    assert done.returncode == 0 and f"wrote {out}\n" in done.stdout, done.stdout

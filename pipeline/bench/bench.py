@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from ..config import DEFAULT_FILTERS, RunConfig
 from ..memory.registry import STRATEGIES
@@ -107,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
     ok, reason = gpu_status()
     if not ok:
         raise GPUError(f"pipeline bench needs a CUDA GPU: {reason}")
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)  # an input named :smile: stays its name
     result = run_bench(args, console)
     from .report import render, write_chart, write_json
 
@@ -120,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
         written += [str(chart)] if chart else []
     if not args.quiet:
         render(result, console)
-    console.print("wrote " + ", ".join(written))
+    console.print("wrote " + ", ".join(written), markup=False)
     return 0
 
 
@@ -169,7 +170,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "device": _device_info(),
         "scopes": {},
     }
-    say = (lambda m: None) if args.quiet else (lambda m: console.print(f"[dim]{m}[/dim]"))
+    say = (lambda m: None) if args.quiet else (lambda m: console.print(Text(m, style="dim")))
     if "gpu" in args.scope:
         result["scopes"]["gpu"] = _gpu_scope(args, cfg, chain, result, say)
     if "e2e" in args.scope:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
+from rich.text import Text
 from rich.table import Table
 
 from ..reportfile import report_file, write_report
@@ -77,8 +78,8 @@ def bandwidth_table(rows: list[dict]) -> Table:
 def render(result: dict[str, Any], console: Console) -> None:
     dev = result.get("device", {})
     size = result.get("size")
-    console.print(f"[bold]{result['input']}[/bold]" + (f" {size[0]}x{size[1]}" if size else "")
-                  + f", filters {result['filters']!r}, {dev.get('name', '?')}, {dev.get('cpu_cores', '?')} CPU cores")
+    console.print(Text(result["input"], style="bold") + Text((f" {size[0]}x{size[1]}" if size else "")
+                  + f", filters {result['filters']!r}, {dev.get('name', '?')}, {dev.get('cpu_cores', '?')} CPU cores"))
     for scope, rows in result["scopes"].items():
         console.print(strategy_table(scope, rows))
     if result.get("run"):
