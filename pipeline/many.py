@@ -168,7 +168,8 @@ def output_for(source: str, output: str | None, index: int, taken: set[str]) -> 
     while name in taken:  # two inputs of one name in different folders (and a_2.mp4 beside a second a.mp4)
         name, n = named(f"_{n}_processed"), n + 1
     taken.add(name)
-    return str(Path(output) / name)
+    # Joined as typed: Path('.') / name drops the './' that keeps a name like pipe:x_processed.mp4 a file.
+    return os.path.join(output, name)
 
 
 def _name_of(source: str, index: int) -> tuple[str, str]:

@@ -294,6 +294,16 @@ def test_names_in_a_directory_for_urls_pipes_fifos_and_clashing_stems():
     assert output_for("a.mp4", "null", 0, set()) == "null"
 
 
+def test_names_chosen_in_the_working_directory_stay_files(clips, tmp_path):
+    """``-o .`` keeps its ``./``: without it pipe:clip_processed.mkv was refused as a pipe (exit 2) and
+    http:x_processed.mkv would be a URL."""
+    for name in ("pipe:clip.mkv", "http:x.mkv"):
+        (tmp_path / name).write_bytes(clips[0].read_bytes())
+    proc = run_cli("run", "./pipe:clip.mkv", "./http:x.mkv", "-o", ".", "--device", "cpu", "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert all(len(decode(tmp_path / f"{stem}_processed.mkv").frames) == 12 for stem in ("pipe:clip", "http:x"))
+
+
 def test_a_name_chosen_from_a_long_input_fits_the_filesystem(tmp_path):
     from pipeline.outfile import name_max
 
