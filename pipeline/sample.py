@@ -17,6 +17,7 @@ and the clip writer.
 from __future__ import annotations
 
 import errno
+import logging
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,8 @@ from .muxers import AUDIO, audio_rate, carries_audio, carries_video, codec_name,
 from .outfile import StagedFile, final_path
 from .synth import synth_frame
 from .video import MAX_SIDE
+
+log = logging.getLogger(__name__)
 
 AUDIO_RATE = 48000
 AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
@@ -209,9 +212,13 @@ def _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr=False) 
     return stream
 
 
-def _add_audio(container) -> av.audio.stream.AudioStream:
-    """AAC where the container carries it, else its usual audio (Opus in WebM, MP2 in MPEG-PS, PCM in MXF)."""
+def _add_audio(container, path: Path) -> av.audio.stream.AudioStream | None:
+    """AAC where the container carries it, else its usual audio (Opus in WebM, MP2 in MPEG-PS, PCM in MXF);
+    None for a muxer without audio (raw H.264, Y4M), whose clip is its video alone, as ffmpeg writes it."""
     muxer = container.format.name
+    if container.default_audio_codec == "none":
+        log.info(f"{path}: {muxer} carries no audio; the clip has none")
+        return None
     carried = carries_audio(muxer, "aac", AUDIO_RATE) and (muxer in AUDIO or "aac" in container.supported_codecs)
     stream = container.add_stream("aac" if carried else usual_encoder(container, "aac"),
                                   rate=audio_rate(muxer, AUDIO_RATE))
@@ -315,7 +322,7 @@ def make_clip(
             opts = _video_options(codec, crf, options, hdr)
             _check_carried(container, path, codec)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
-            astream = _add_audio(container) if audio else None
+            astream = _add_audio(container, path) if audio else None
             _open_encoders(container, codec, f"{width}x{height} {pix_fmt}")
             _encode_all(
                 container,
@@ -372,14 +379,15 @@ def _check_carried(container, path: Path, codec: str) -> None:
 def _open_encoders(container, codec: str, what: str) -> None:
     """Open the encoders before a frame is drawn: one refusing its settings (x264 a 16384x16384 picture)
     says so at once, not after seconds of drawing and gigabytes of memory. A muxer refusing the streams
-    (SWF takes FLV video) says why in FFmpeg's log, with EPERM or EINVAL."""
+    (SWF takes FLV video, Y4M raw video alone) says why in FFmpeg's log, with EPERM, EINVAL or
+    AVERROR_INVALIDDATA."""
     muxer = container.format.name
     said = watch({muxer})
     try:
         container.start_encoding()
     except av.error.FFmpegError as e:
         refused = "; ".join(m for who, level, m in said.take() if who == muxer and level >= 40)
-        if refused and e.errno in _REFUSALS | {errno.EPERM}:
+        if refused:
             streams = ", ".join(f"{s.type} {s.codec_context.name}" for s in container.streams)
             raise ValueError(f"the {muxer} muxer refused {streams} ({refused})") from e
         if e.errno not in _REFUSALS:
