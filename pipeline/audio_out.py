@@ -15,7 +15,7 @@ import av
 
 from .errors import ConfigError, OutputError
 from .log import log
-from .muxers import audio_rate, carries_audio, codec_name
+from .muxers import audio_rate, carries_audio, codec_name, listed_as
 
 # The usual audio codec of a muxer, by its name; Matroska keeps the input's. Others: the muxer's default.
 USUAL = {"webm": "libopus", "mp4": "aac", "mov": "aac", "ipod": "aac", "3gp": "aac", "3g2": "aac"}
@@ -51,7 +51,7 @@ class AudioOut:
             return out
         for template in templates:
             source = template.codec_context
-            if mode == "copy" and carries_audio(container.format.name, codec_name(source.codec), source.sample_rate):
+            if mode == "copy" and carries_audio(listed_as(container), codec_name(source.codec), source.sample_rate):
                 try:
                     out.copied[template.index] = container.add_stream_from_template(template)
                     continue
@@ -119,7 +119,7 @@ class _Encoder:
         name = usual_encoder(container, source.name)
         try:
             codec = av.Codec(name, "w")
-            rate = audio_rate(container.format.name, _rate(codec, source.sample_rate))
+            rate = audio_rate(listed_as(container), _rate(codec, source.sample_rate))
             stream = container.add_stream(name, rate=rate)
             stream.layout = _ordered(source.layout)
             if name in BIT_RATE and not stream.bit_rate:
@@ -135,7 +135,8 @@ class _Encoder:
         """Why the input's stream is encoded rather than copied (the codec, or the rate only)."""
         source, stream, muxer = template.codec_context, self.stream, self.stream.container.format.name
         rate, name = stream.codec_context.sample_rate, stream.codec_context.name
-        only_rate = rate != source.sample_rate and carries_audio(muxer, codec_name(source.codec), rate)
+        only_rate = rate != source.sample_rate and carries_audio(listed_as(self.stream.container),
+                                                                 codec_name(source.codec), rate)
         at = f" at {source.sample_rate} Hz" if only_rate else ""
         return (f"audio stream #{template.index} ({source.name}) cannot go into {muxer}{at}; encoded as {name}"
                 + (f" at {rate} Hz" if at else ""))

@@ -8,7 +8,9 @@ file with no video or no audio, and exit 0); the program stream muxers write any
 refuse most audio only when the header is written (AAC), too late to encode it instead. The lists
 below are what reads back after a write (tests/test_muxers.py writes and reads each one that PyAV can
 encode), with the codecs FFmpeg's demuxers name in these containers and PyAV has no encoder for (DTS,
-TrueHD). Codec names are FFmpeg's (``h264``), not an encoder's (``libx264``).
+TrueHD, LATM AAC, SMPTE 302M). Codec names are FFmpeg's (``h264``), not an encoder's (``libx264``).
+MPEG-TS written as Blu-ray's M2TS (a ``.m2ts`` name, or ``m2ts_mode=1``) carries Blu-ray's PCM too, which
+plain MPEG-TS writes unreadable: the tables name it ``m2ts`` (see :func:`listed_as`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ _PROGRAM_STREAMS = ("mpeg", "vob", "svcd", "dvd", "vcd")
 
 VIDEO = {"mpegts": frozenset({"mpeg1video", "mpeg2video", "mpeg4", "h264", "hevc"}),
          **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_VIDEO)}
-AUDIO = {"mpegts": frozenset({"mp1", "mp2", "mp3", "aac", "ac3", "eac3", "opus", "dts", "truehd"}),
+_TS_AUDIO = frozenset({"mp1", "mp2", "mp3", "aac", "aac_latm", "ac3", "eac3", "opus", "dts", "truehd", "s302m"})
+VIDEO["m2ts"] = VIDEO["mpegts"]
+AUDIO = {"mpegts": _TS_AUDIO, "m2ts": _TS_AUDIO | {"pcm_bluray"},
          **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_AUDIO),
          "mxf": frozenset({"pcm_s16le", "pcm_s24le"}), "swf": frozenset({"mp3"})}
 
@@ -40,13 +44,25 @@ def codec_name(codec: av.Codec) -> str:
     return codec.canonical_name
 
 
+def listed_as(container) -> str:
+    """The name of ``container``'s muxer in the tables above: ``m2ts`` for MPEG-TS written as M2TS (the
+    muxer's own choice: ``m2ts_mode`` set, else a name ending in ``.m2ts``), else FFmpeg's name."""
+    muxer = container.format.name
+    if muxer != "mpegts":
+        return muxer
+    mode = str((getattr(container, "options", None) or {}).get("m2ts_mode", "-1"))
+    if mode not in ("0", "1", "-1"):
+        return muxer
+    return "m2ts" if mode == "1" or (mode == "-1" and str(container.name).lower().endswith(".m2ts")) else muxer
+
+
 def carries_video(container, codec: str) -> bool:
     """Whether the output ``container``'s muxer carries video in ``codec`` (FFmpeg's name), as far as
     it can be told before the stream is added: False for a muxer without video (ffmetadata), the list
     above for one that takes anything; True otherwise (``add_stream`` asks FFmpeg)."""
     if container.default_video_codec == "none":
         return False
-    listed = VIDEO.get(container.format.name)
+    listed = VIDEO.get(listed_as(container))
     return listed is None or codec in listed
 
 

@@ -34,7 +34,7 @@ from .audio_out import usual_encoder
 from .avlib import watch
 from .config import file_url
 from .errors import ConfigError, OutputError, PipelineError
-from .muxers import AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for
+from .muxers import AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for, listed_as
 from .outfile import StagedFile, final_path
 from .synth import synth_frame
 from .video import MAX_SIDE
@@ -219,9 +219,10 @@ def _add_audio(container, path: Path) -> av.audio.stream.AudioStream | None:
     if container.default_audio_codec == "none":
         log.info(f"{path}: {muxer} carries no audio; the clip has none")
         return None
-    carried = carries_audio(muxer, "aac", AUDIO_RATE) and (muxer in AUDIO or "aac" in container.supported_codecs)
+    listed = listed_as(container)
+    carried = carries_audio(listed, "aac", AUDIO_RATE) and (listed in AUDIO or "aac" in container.supported_codecs)
     stream = container.add_stream("aac" if carried else usual_encoder(container, "aac"),
-                                  rate=audio_rate(muxer, AUDIO_RATE))
+                                  rate=audio_rate(listed, AUDIO_RATE))
     stream.layout = "stereo"
     stream.bit_rate = 96_000
     return stream

@@ -45,7 +45,10 @@ def _add_audio(container, encoder: str, rate: int):
 
 
 def _write(path: Path, muxer: str | None, video: str, audio: str | None = None, rate: int = 48000) -> Path:
-    """Ten noise frames of ``video`` and 0.4 s of noise in ``audio`` (encoder names)."""
+    """Ten noise frames of ``video`` and 0.4 s of noise in ``audio`` (encoder names). ``muxer`` is a name
+    in :mod:`pipeline.muxers`' tables: ``m2ts`` is MPEG-TS written to a ``.m2ts`` file."""
+    if muxer == "m2ts":
+        muxer, path = "mpegts", path.with_suffix(".m2ts")
     with av.open(str(path), "w", format=muxer) as out:
         v = _add_video(out, video)
         a = _add_audio(out, audio, rate) if audio else None
@@ -117,11 +120,20 @@ def test_unlisted_video_is_written_without_a_word_and_lost(tmp_path, muxer, enco
     assert muxers.codec_name(av.Codec(encoder, "w")) not in muxers.VIDEO[muxer]
 
 
-@pytest.mark.parametrize("encoder", ["flac", "pcm_s16le"])
-def test_unlisted_audio_in_mpegts_is_lost(tmp_path, encoder):
-    out = _write(tmp_path / "out", "mpegts", "mpeg2video", encoder)
+@pytest.mark.parametrize("muxer, encoder", [("mpegts", "flac"), ("mpegts", "pcm_s16le"), ("mpegts", "pcm_bluray"),
+                                            ("m2ts", "flac")])
+def test_unlisted_audio_in_mpegts_is_lost(tmp_path, muxer, encoder):
+    out = _write(tmp_path / "out", muxer, "mpeg2video", encoder)
     assert _read_back(out, "audio")[1] == 0 and _read_back(out, "video")[1] == 10
-    assert encoder not in muxers.AUDIO["mpegts"]
+    assert encoder not in muxers.AUDIO[muxer]
+
+
+@pytest.mark.parametrize("name, options, key", [
+    ("a.ts", {}, "mpegts"), ("a.M2TS", {}, "m2ts"), ("a.ts", {"m2ts_mode": "1"}, "m2ts"),
+    ("a.m2ts", {"m2ts_mode": "0"}, "mpegts"), ("a.mkv", {}, "matroska")])
+def test_m2ts_is_named_as_the_muxer_decides(tmp_path, name, options, key):
+    with av.open(str(tmp_path / name), "w", options=options) as out:
+        assert muxers.listed_as(out) == key
 
 
 def test_suggested_containers_take_the_codec():
@@ -188,6 +200,18 @@ def test_audio_the_muxer_carries_is_copied(tmp_path, clip):
     result = run_pipeline(clip, "-o", out, cwd=tmp_path)
     assert result.returncode == 0 and "cannot go into" not in result.stderr, result.stderr
     assert _read_back(out, "audio")[0] == "aac"
+
+
+@pytest.mark.parametrize("name, copied", [("out.m2ts", True), ("out.ts", False)])
+def test_blu_ray_pcm_is_copied_into_m2ts_only(tmp_path, name, copied):
+    """Blu-ray's PCM reads back from M2TS alone: into plain MPEG-TS it is encoded (MP2), not lost."""
+    source = _write(tmp_path / "in", "m2ts", "libx264", "pcm_bluray")
+    out = tmp_path / name
+    result = run_pipeline(source, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ("cannot go into" not in result.stderr) == copied, result.stderr
+    found, frames, _ = _read_back(out, "audio")
+    assert found == ("pcm_bluray" if copied else "mp2") and frames > 0
 
 
 @pytest.mark.parametrize("name, words", [
