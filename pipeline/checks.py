@@ -30,6 +30,9 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
 
     A stream URL is the receiver's business: nothing to check here. ``source`` None: a command with no
     input (``pipeline sample``)."""
+    if output_format == "fifo":  # through PyAV it writes nothing (an empty file, or a run that never ends)
+        raise ConfigError(f"{target}: the fifo muxer (a queue in front of another muxer) is not supported; the "
+                          "run queues its output itself: name the muxer behind it (-f matroska, mpegts, flv)")
     if isinstance(target, str):  # a stream URL or a pipe; but file:// writes a local file directly
         if pipe_fd(target, 1) is not None:
             check_single_file(target, output_format)

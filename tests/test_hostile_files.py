@@ -137,6 +137,15 @@ def test_a_muxer_that_writes_several_files_is_refused_before_any_is_written(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.parametrize("name", ["out.mkv", "-", "udp://127.0.0.1:9"])
+def test_the_fifo_muxer_is_refused_in_its_own_words(tmp_path, clip, name):
+    """It takes any stream (it forwards to another muxer): it was refused as 'cannot hold libx264 video'."""
+    output = name if "." not in name or "://" in name else tmp_path / name
+    one_error(run_pipeline(clip, "-o", output, "-f", "fifo", cwd=tmp_path), 2, "fifo muxer (a queue in front",
+              "-f matroska")
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- 3. the final rename never replaces a file that appeared during the run ---------------------------------
 
 
