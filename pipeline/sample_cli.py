@@ -159,8 +159,11 @@ def run(args) -> int:
             overwrite=bool(args.overwrite),
             checkpoint=checkpoint,
         )
-    size_mb = path.stat().st_size / 1e6
+    try:
+        size = f"  {path.stat().st_size / 1e6:.2f} MB"
+    except OSError:  # its directory was moved during the run (make_clip said where), or it is gone already
+        size = ""
     duration = frames / _as_rate(fps)
     with stdout_errors(f"; {_display(path)} is complete"):
-        print(f"{_display(path)}  {size_mb:.2f} MB  {frames} frames  {float(duration):.2f} s")
+        print(f"{_display(path)}{size}  {frames} frames  {float(duration):.2f} s")
     return 0

@@ -520,3 +520,29 @@ def test_a_pixel_format_ffmpeg_cannot_make_is_a_usage_error_and_keeps_the_file(t
                                    "--pix-fmt", "pal8"), timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "pal8" in proc.stderr, proc.stderr
     assert out.read_bytes() == b"theirs" and partials(tmp_path) == []
+
+
+def test_a_directory_moved_during_the_run_gets_the_clip_and_the_run_ends_well(tmp_path, monkeypatch, capsys):
+    """The clip is placed in the directory held open; the summary's size was read by the old path: an
+    internal error (FileNotFoundError, exit 1) after the clip was written."""
+    from pipeline import sample_cli
+    from pipeline.cli import main
+
+    (tmp_path / "a").mkdir()
+    real = sample_cli.make_clip
+
+    def moving(out, *, checkpoint, **kw):
+        calls = iter(range(1, 6))
+
+        def checkpoint_then_move():  # called before each of the 4 frames, then before the clip is placed
+            checkpoint()
+            if next(calls) == 5:
+                (tmp_path / "a").rename(tmp_path / "b")
+
+        return real(out, checkpoint=checkpoint_then_move, **kw)
+
+    monkeypatch.setattr(sample_cli, "make_clip", moving)
+    assert main(["sample", "-o", str(tmp_path / "a" / "c.mkv"), "--frames", "4", "--size", "64x48"]) == 0
+    out, err = capsys.readouterr()
+    assert "its directory was moved during the run" in err and "c.mkv  4 frames" in out, (out, err)
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["c.mkv"]
