@@ -94,6 +94,16 @@ def _has_option(av_class: int | None, key: str, flags: int) -> bool:
     return bool(util.av_opt_find(ctypes.byref(fake), key.encode(), None, 0, flags | _AV_OPT_SEARCH_FAKE_OBJ))
 
 
+def guessed_muxer(name: str) -> str | None:
+    """The muxer FFmpeg chooses for an output named ``name`` (by its extension, ``av_guess_format``); None
+    where it chooses none, or where this cannot be told here."""
+    functions = _functions()
+    if functions is None:
+        return None
+    pointer = functions[0].av_guess_format(None, os.fsencode(name), None)
+    return _OutputFormat.from_address(pointer).name.decode() if pointer else None
+
+
 def unused_muxer_options(muxer: str, keys) -> list[str] | None:
     """The ``keys`` the muxer named ``muxer`` would not use; None when this cannot be told here."""
     functions = _functions()

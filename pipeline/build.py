@@ -176,6 +176,26 @@ def for_sequence(cfg: RunConfig, target) -> RunConfig:
     return cfg.replace(codec=encoder_for(target, cfg.codec, default), audio="none")
 
 
+def for_muxer(cfg: RunConfig, target) -> RunConfig:
+    """The default encoder (libx264) where the output's muxer takes H.264, else the muxer's own, as ffmpeg
+    picks without ``-c``: VP9 for ``.webm``, GIF for ``.gif``, raw video for ``.y4m`` and ``.yuv``. A
+    ``-c libx264`` given for such a muxer is the default too: the muxer's encoder, with the notice, beats
+    an exit 2 (the configuration does not tell a given libx264 from the default)."""
+    from .avlib import guessed_muxer
+    from .muxers import default_video_encoder
+
+    default = RunConfig.__dataclass_fields__["codec"].default
+    if cfg.codec != default:
+        return cfg
+    muxer = cfg.output_format or guessed_muxer(str(target))
+    encoder = default_video_encoder(muxer, cfg.codec) if muxer else None
+    if encoder is None:
+        return cfg
+    log.info(f"{target}: the {muxer} muxer cannot take H.264 (libx264); encoding {encoder}, its usual video "
+             "(-c picks another)")
+    return cfg.replace(codec=encoder)
+
+
 def open_sink(cfg: RunConfig, target, info, audio, low_latency: bool, pix_fmt: str | None = None):
     """The encoder and muxer for ``target`` (a path or a URL); ``pix_fmt`` as :func:`output_choice` chose it."""
     from .sink import Sink
@@ -252,7 +272,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
     target = None if null else cfg.output_target()
     if target is not None:
         check_output(cfg.input, target, cfg.overwrite, cfg.output_format)
-        cfg = for_sequence(cfg, target)
+        cfg = for_muxer(for_sequence(cfg, target), target)
         from .sink import check_hardware_encoder
 
         check_hardware_encoder(cfg.codec)

@@ -368,7 +368,8 @@ def _add_sample(sub, name: str, help_text: str) -> None:
     sa.add_argument("--fps", type=number, help="frame rate (default: the clip's)")
     sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
     sa.add_argument("--codec", help="video encoder (default: the clip's)")
-    sa.add_argument("--pix-fmt", help="pixel format (default: yuv420p)")
+    sa.add_argument("--pix-fmt", help="pixel format (default: yuv420p, or the encoder's first where it takes "
+                    "none such: rgb8 for gif)")
     sa.add_argument("--crf", type=integer, help="libx264 quality, 0 (lossless) to 51 (default: the clip's)")
     sa.add_argument("-g", "--gop", type=integer, metavar="N",
                     help="a keyframe at least every N frames, as ffmpeg's -g (default: the encoder's, 250 for "

@@ -9,6 +9,8 @@ refuse most audio only when the header is written (AAC), too late to encode it i
 below are what reads back after a write (tests/test_muxers.py writes and reads each one that PyAV can
 encode), with the codecs FFmpeg's demuxers name in these containers and PyAV has no encoder for (DTS,
 TrueHD, LATM AAC, SMPTE 302M). Codec names are FFmpeg's (``h264``), not an encoder's (``libx264``).
+Two more take any codec and keep only raw video readable: Y4M (YUV4MPEG2, which fails the header with
+others) and the raw muxer (``.yuv``: an H.264 stream there reads back as noise).
 MPEG-TS written as Blu-ray's M2TS (a ``.m2ts`` name, or ``m2ts_mode=1``) carries Blu-ray's PCM too, which
 plain MPEG-TS writes unreadable: the tables name it ``m2ts`` (see :func:`listed_as`).
 """
@@ -27,6 +29,7 @@ VIDEO = {"mpegts": frozenset({"mpeg1video", "mpeg2video", "mpeg4", "h264", "hevc
          **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_VIDEO)}
 _TS_AUDIO = frozenset({"mp1", "mp2", "mp3", "aac", "aac_latm", "ac3", "eac3", "opus", "dts", "truehd", "s302m"})
 VIDEO["m2ts"] = VIDEO["mpegts"]
+VIDEO |= {"yuv4mpegpipe": frozenset({"wrapped_avframe", "rawvideo"}), "rawvideo": frozenset({"rawvideo"})}
 AUDIO = {"mpegts": _TS_AUDIO, "m2ts": _TS_AUDIO | {"pcm_bluray"},
          **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_AUDIO),
          "mxf": frozenset({"pcm_s16le", "pcm_s24le"}), "swf": frozenset({"mp3"})}
@@ -64,6 +67,30 @@ def carries_video(container, codec: str) -> bool:
         return False
     listed = VIDEO.get(listed_as(container))
     return listed is None or codec in listed
+
+
+def default_video_encoder(muxer: str, encoder: str) -> str | None:
+    """The encoder ffmpeg picks without ``-c`` for the muxer named ``muxer`` (libvpx-vp9 for WebM, gif for
+    GIF, rawvideo for ``.yuv``) where that muxer cannot take ``encoder``'s video; None where it can, or
+    where it has no video or this build no such encoder (the run then says what it cannot hold)."""
+    try:
+        probe = av.open(io.BytesIO(), "w", format=muxer)
+    except (ValueError, av.error.FFmpegError):
+        return None
+    with probe:
+        default = probe.default_video_codec
+        if default == "none" or default == encoder:
+            return None
+        if carries_video(probe, codec_name(av.Codec(encoder, "w"))):
+            try:
+                probe.add_stream(encoder, rate=25)
+                return None
+            except (ValueError, av.error.FFmpegError):  # not in the muxer's list
+                pass
+        try:
+            return av.Codec(default, "w").name
+        except (ValueError, av.error.FFmpegError):  # Ogg's Theora: no encoder in PyAV's build
+            return None
 
 
 def carries_audio(muxer: str, codec: str, rate: int) -> bool:

@@ -182,6 +182,16 @@ def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str, 
             )
 
 
+def usual_pix_fmt(codec: str, wanted: str) -> str:
+    """``wanted``, or the first pixel format the encoder named ``codec`` takes where it does not take
+    ``wanted`` (GIF: rgb8); ``wanted`` where the encoder is unknown (its error comes later, in words)."""
+    try:
+        formats = [f.name for f in av.Codec(codec, "w").video_formats or ()]
+    except (ValueError, av.error.FFmpegError):
+        return wanted
+    return wanted if not formats or wanted in formats else formats[0]
+
+
 def _video_options(codec: str, crf: int | None, options: dict | None, hdr: bool = False) -> dict[str, str]:
     opts: dict[str, str] = {}
     if codec == "libx264":

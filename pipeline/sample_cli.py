@@ -3,6 +3,7 @@ it), its presets, and its stop on a signal."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from .checks import check_output
 from .config import is_url
 from .errors import ConfigError, Interrupted, stop_signals
 from .outfile import final_path, open_directory, temp_path_for
-from .sample import _as_rate, clip_errors, make_clip
+from .sample import _as_rate, clip_errors, make_clip, usual_pix_fmt
 from .sink import check_hardware_encoder
 from .stdio import say, stdout_errors
 
@@ -45,6 +46,8 @@ PRESETS = {  # the names `pipeline sample` takes (listed in pipeline/cli.py's he
 
 # Containers for codecs that MP4 cannot carry, used when --codec changes a
 # preset's codec without -o.
+log = logging.getLogger(__name__)
+
 CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
 
 
@@ -57,6 +60,21 @@ def _output_path(args, preset: Preset, codec: str) -> Path:
     if codec != preset.codec and codec in CODEC_SUFFIX:
         path = path.with_suffix(CODEC_SUFFIX[codec])
     return path
+
+
+def _muxer_default(out: Path, codec: str) -> str:
+    """The clip's encoder, or the muxer's own where it cannot take that one's video, as ``pipeline run``
+    picks (VP9 for ``.webm``, raw video for ``.y4m``)."""
+    from .avlib import guessed_muxer
+    from .muxers import default_video_encoder
+
+    muxer = guessed_muxer(str(out))
+    encoder = default_video_encoder(muxer, codec) if muxer else None
+    if encoder is None:
+        return codec
+    log.info(f"{out}: the {muxer} muxer cannot take {codec}'s video; encoding {encoder}, its usual video "
+             "(--codec picks another)")
+    return encoder
 
 
 def _check_target(out: Path, default: bool, overwrite: bool) -> None:
@@ -137,12 +155,14 @@ def run(args) -> int:
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
     out = _output_path(args, preset, codec)
+    if args.codec is None:
+        codec = _muxer_default(out, codec)
     if args.gop is not None and not 1 <= args.gop <= MAX_GOP:
         raise ConfigError(f"Invalid --gop ({args.gop}). Supported values are 1 to {MAX_GOP} frames.")
     _check_crf(args.crf, codec)
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
     _check_target(out, args.output is None, bool(args.overwrite))
-    pix_fmt = args.pix_fmt or preset.pix_fmt
+    pix_fmt = args.pix_fmt or usual_pix_fmt(codec, preset.pix_fmt)
     with clip_errors(out, codec, pix_fmt), _stopped_by_signals(temp_path_for(final_path(out))) as checkpoint:
         path = make_clip(  # checkpoint: make_clip writes beside the target, and stops there on a signal
             out,
