@@ -10,7 +10,9 @@ below are what reads back after a write (tests/test_muxers.py writes and reads e
 encode), with the codecs FFmpeg's demuxers name in these containers and PyAV has no encoder for (DTS,
 TrueHD, LATM AAC, SMPTE 302M). Codec names are FFmpeg's (``h264``), not an encoder's (``libx264``).
 Two more take any codec and keep only raw video readable: Y4M (YUV4MPEG2, which fails the header with
-others) and the raw muxer (``.yuv``: an H.264 stream there reads back as noise).
+others) and the raw muxer (``.yuv``: an H.264 stream there reads back as noise). Ogg and SWF take any
+stream too and refuse most only when the header is written: their video is listed so that a run without
+``-c`` gets theirs (:func:`default_video_encoder`) and one with another says so before it starts.
 MPEG-TS written as Blu-ray's M2TS (a ``.m2ts`` name, or ``m2ts_mode=1``) carries Blu-ray's PCM too, which
 plain MPEG-TS writes unreadable: the tables name it ``m2ts`` (see :func:`listed_as`).
 """
@@ -29,10 +31,13 @@ VIDEO = {"mpegts": frozenset({"mpeg1video", "mpeg2video", "mpeg4", "h264", "hevc
          **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_VIDEO)}
 _TS_AUDIO = frozenset({"mp1", "mp2", "mp3", "aac", "aac_latm", "ac3", "eac3", "opus", "dts", "truehd", "s302m"})
 VIDEO["m2ts"] = VIDEO["mpegts"]
-VIDEO |= {"yuv4mpegpipe": frozenset({"wrapped_avframe", "rawvideo"}), "rawvideo": frozenset({"rawvideo"})}
+VIDEO |= {"yuv4mpegpipe": frozenset({"wrapped_avframe", "rawvideo"}), "rawvideo": frozenset({"rawvideo"}),
+          **dict.fromkeys(("ogg", "ogv"), frozenset({"theora", "vp8"})),
+          **dict.fromkeys(("swf", "avm2"), frozenset({"flv1", "vp6f", "mjpeg"}))}
 AUDIO = {"mpegts": _TS_AUDIO, "m2ts": _TS_AUDIO | {"pcm_bluray"},
          **dict.fromkeys(_PROGRAM_STREAMS, _PROGRAM_STREAM_AUDIO),
-         "mxf": frozenset({"pcm_s16le", "pcm_s24le"}), "swf": frozenset({"mp3"})}
+         "mxf": frozenset({"pcm_s16le", "pcm_s24le"}), "swf": frozenset({"mp3"}),
+         **dict.fromkeys(("ogg", "ogv"), frozenset({"vorbis", "opus", "flac", "speex"}))}
 
 # Sample rates a muxer takes, where it takes few (it refuses the others when the header is written).
 AUDIO_RATES = {"mxf": (48000,), "swf": (11025, 22050, 44100)}
