@@ -191,8 +191,8 @@ def for_muxer(cfg: RunConfig, target) -> RunConfig:
     encoder = default_video_encoder(muxer, cfg.codec) if muxer else None
     if encoder is None:
         return cfg
-    log.info(f"{target}: the {muxer} muxer cannot take H.264 (libx264); encoding {encoder}, its usual video "
-             "(-c picks another)")
+    log.info(f"{target}: encoding {encoder}, the {muxer} muxer's usual video, in place of libx264 (-c picks "
+             "another)")
     return cfg.replace(codec=encoder)
 
 

@@ -74,10 +74,16 @@ def carries_video(container, codec: str) -> bool:
     return listed is None or codec in listed
 
 
+# Muxers that check frames rather than store them (``-f md5 -``, ``-f framecrc``): they take any codec, and
+# what users compare with them is FFmpeg's default there, the raw frames.
+_CHECKSUMS = frozenset({"md5", "crc", "hash", "framemd5", "framecrc", "framehash", "streamhash"})
+
+
 def default_video_encoder(muxer: str, encoder: str) -> str | None:
     """The encoder ffmpeg picks without ``-c`` for the muxer named ``muxer`` (libvpx-vp9 for WebM, gif for
-    GIF, rawvideo for ``.yuv``) where that muxer cannot take ``encoder``'s video; None where it can, or
-    where it has no video or this build no such encoder (the run then says what it cannot hold)."""
+    GIF, rawvideo for ``.yuv`` and the checksum muxers) where that muxer cannot take ``encoder``'s video, or
+    only checks frames; None where it can, or where it has no video or this build no such encoder (the run
+    then says what it cannot hold)."""
     try:
         probe = av.open(io.BytesIO(), "w", format=muxer)
     except (ValueError, av.error.FFmpegError):
@@ -86,7 +92,7 @@ def default_video_encoder(muxer: str, encoder: str) -> str | None:
         default = probe.default_video_codec
         if default == "none" or default == encoder:
             return None
-        if carries_video(probe, codec_name(av.Codec(encoder, "w"))):
+        if muxer not in _CHECKSUMS and carries_video(probe, codec_name(av.Codec(encoder, "w"))):
             try:
                 probe.add_stream(encoder, rate=25)
                 return None

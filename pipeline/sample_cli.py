@@ -72,8 +72,8 @@ def _muxer_default(out: Path, codec: str) -> str:
     encoder = default_video_encoder(muxer, codec) if muxer else None
     if encoder is None:
         return codec
-    log.info(f"{out}: the {muxer} muxer cannot take {codec}'s video; encoding {encoder}, its usual video "
-             "(--codec picks another)")
+    log.info(f"{out}: encoding {encoder}, the {muxer} muxer's usual video, in place of {codec} (--codec picks "
+             "another)")
     return encoder
 
 

@@ -1,8 +1,10 @@
-"""Muxers that take any codec (MPEG-TS, MPEG-PS, MXF, SWF): the tables of what they carry are checked by
-writing and reading back, and a run that would write what no demuxer reads back is refused or encoded."""
+"""Muxers that take any codec (MPEG-TS, MPEG-PS, MXF, SWF, Ogg, Y4M): the tables of what they carry are
+checked by writing and reading back, and a run that would write what no demuxer reads back is refused or
+encoded; without -c, a muxer that takes no H.264 gets its own encoder."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import av
@@ -224,7 +226,7 @@ def test_without_c_a_container_that_cannot_take_h264_gets_its_own_encoder(tmp_pa
     """As ffmpeg picks: these were exit 2 ('cannot hold libx264 video')."""
     out = tmp_path / name
     result = run_pipeline(clip, "-o", out, cwd=tmp_path)
-    assert result.returncode == 0 and "its usual video" in result.stderr, result.stderr
+    assert result.returncode == 0 and "muxer's usual video, in place of libx264" in result.stderr, result.stderr
     assert _read_back(out, "video")[:2] == (codec, 6)
 
 
@@ -237,6 +239,14 @@ def test_raw_outputs_hold_the_frames_a_lossless_file_holds(tmp_path, clip):
     assert decode(y4m).frames and all(np.array_equal(a, b) for a, b in zip(decode(y4m).frames, want.frames, strict=True))
     flat = np.fromfile(raw, np.uint8)
     assert np.array_equal(flat, np.concatenate(want.frames))  # I420 frames back to back, as FFmpeg's rawvideo
+
+
+def test_a_checksum_muxer_hashes_the_raw_frames(tmp_path, clip):
+    """``-f md5 -`` checks the frames, as ffmpeg's default there does: it hashed the H.264 packets."""
+    raw = tmp_path / "out.yuv"
+    assert run_pipeline(clip, "-o", raw, "-an", cwd=tmp_path).returncode == 0
+    result = run_pipeline(clip, "-f", "md5", "-o", "-", "-an", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == f"MD5={hashlib.md5(raw.read_bytes()).hexdigest()}\n"
 
 
 @pytest.mark.parametrize("name, words", [
