@@ -28,8 +28,8 @@ HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotool
 # The closest to I420 first: the same layout, then more chroma, then RGB, then fewer colours.
 PREFERRED_FORMATS = ("yuv420p", "nv12", "yuv422p", "yuv444p", "yuv411p", "yuv410p", "yuva420p", "yuv420p10le",
                      "yuv422p10le", "yuv444p10le", "yuva444p10le", "gbrp", "rgb24", "bgr24", "rgb0", "bgr0",
-                     "0rgb", "0bgr", "rgba", "bgra", "argb", "abgr", "rgb48le", "rgb48be", "gray", "gray16le",
-                     "gray16be", "rgb8", "bgr8", "rgb565le", "rgb555le", "monow", "monob", "pal8")
+                     "0rgb", "0bgr", "rgba", "bgra", "argb", "abgr", "rgb48le", "rgb48be", "rgb565le", "rgb555le",
+                     "rgb8", "bgr8", "gray", "gray16le", "gray16be", "monow", "monob", "pal8")  # GIF: rgb8, not grey
 
 # For 10-bit frames: the closest to 10-bit I420 first, then more chroma, then deeper, then RGB and grey.
 DEEP_FORMATS = ("yuv420p10le", "p010le", "yuv422p10le", "yuv444p10le", "yuva420p10le", "yuv420p12le", "yuv422p12le",

@@ -13,7 +13,7 @@ Two more take any codec and keep only raw video readable: Y4M (YUV4MPEG2, which 
 others) and the raw muxer (``.yuv``: an H.264 stream there reads back as noise). Ogg and SWF take any
 stream too and refuse most only when the header is written: their video is listed so that a run without
 ``-c`` gets theirs (:func:`default_video_encoder`) and one with another says so before it starts.
-MPEG-TS written as Blu-ray's M2TS (a ``.m2ts`` name, or ``m2ts_mode=1``) carries Blu-ray's PCM too, which
+MPEG-TS written as Blu-ray's M2TS (a ``.m2ts`` name, or ``mpegts_m2ts_mode=1``) carries Blu-ray's PCM too, which
 plain MPEG-TS writes unreadable: the tables name it ``m2ts`` (see :func:`listed_as`).
 """
 
@@ -54,14 +54,33 @@ def codec_name(codec: av.Codec) -> str:
 
 def listed_as(container) -> str:
     """The name of ``container``'s muxer in the tables above: ``m2ts`` for MPEG-TS written as M2TS (the
-    muxer's own choice: ``m2ts_mode`` set, else a name ending in ``.m2ts``), else FFmpeg's name."""
+    muxer's own choice: ``mpegts_m2ts_mode`` set, else a name ending in ``.m2ts``), else FFmpeg's name."""
     muxer = container.format.name
     if muxer != "mpegts":
         return muxer
-    mode = str((getattr(container, "options", None) or {}).get("m2ts_mode", "-1"))
-    if mode not in ("0", "1", "-1"):
-        return muxer
-    return "m2ts" if mode == "1" or (mode == "-1" and str(container.name).lower().endswith(".m2ts")) else muxer
+    given = {**(getattr(container, "options", None) or {}), **(getattr(container, "container_options", None) or {})}
+    mode = _bool_option(given.get("mpegts_m2ts_mode", "auto"))
+    if mode == -1:
+        mode = int(str(container.name).lower().endswith(".m2ts"))
+    return "m2ts" if mode == 1 else muxer
+
+
+_TRUE, _FALSE = ("true", "y", "yes", "enable", "enabled", "on"), ("false", "n", "no", "disable", "disabled", "off")
+
+
+def _bool_option(value: str) -> int | None:
+    """An FFmpeg boolean option's value as FFmpeg reads it: 1, 0, or -1 for auto; None for one it refuses
+    (the muxer's header then fails, in its words)."""
+    word = str(value).strip().lower()
+    if word == "auto":
+        return -1
+    if word in _TRUE or word in _FALSE:
+        return int(word in _TRUE)
+    try:
+        number = float(word)
+    except ValueError:
+        return None
+    return int(number) if number in (-1, 0, 1) else None
 
 
 def carries_video(container, codec: str) -> bool:

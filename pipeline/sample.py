@@ -33,6 +33,7 @@ from . import synth
 from .audio_out import usual_encoder
 from .avlib import watch
 from .config import file_url
+from .encoders import pixel_format
 from .errors import ConfigError, OutputError, PipelineError
 from .muxers import AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for, listed_as
 from .outfile import StagedFile, final_path
@@ -183,13 +184,15 @@ def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str, 
 
 
 def usual_pix_fmt(codec: str, wanted: str) -> str:
-    """``wanted``, or the first pixel format the encoder named ``codec`` takes where it does not take
-    ``wanted`` (GIF: rgb8); ``wanted`` where the encoder is unknown (its error comes later, in words)."""
+    """``wanted``, or for the usual yuv420p or a format the encoder named ``codec`` does not take, the one
+    ``pipeline run`` gives it (:func:`pipeline.encoders.pixel_format`: full-range yuvj420p for MJPEG,
+    rgb8 for GIF); ``wanted`` where the encoder is unknown (its error comes later, in words)."""
     try:
-        formats = [f.name for f in av.Codec(codec, "w").video_formats or ()]
+        encoder = av.Codec(codec, "w")
     except (ValueError, av.error.FFmpegError):
         return wanted
-    return wanted if not formats or wanted in formats else formats[0]
+    formats = [f.name for f in encoder.video_formats or ()]
+    return pixel_format(encoder) if wanted == "yuv420p" or (formats and wanted not in formats) else wanted
 
 
 def _video_options(codec: str, crf: int | None, options: dict | None, hdr: bool = False) -> dict[str, str]:

@@ -134,8 +134,10 @@ def test_unlisted_audio_in_mpegts_is_lost(tmp_path, muxer, encoder):
 
 
 @pytest.mark.parametrize("name, options, key", [
-    ("a.ts", {}, "mpegts"), ("a.M2TS", {}, "m2ts"), ("a.ts", {"m2ts_mode": "1"}, "m2ts"),
-    ("a.m2ts", {"m2ts_mode": "0"}, "mpegts"), ("a.mkv", {}, "matroska")])
+    ("a.ts", {}, "mpegts"), ("a.M2TS", {}, "m2ts"), ("a.ts", {"mpegts_m2ts_mode": "1"}, "m2ts"),
+    ("a.ts", {"mpegts_m2ts_mode": "On"}, "m2ts"), ("a.m2ts", {"mpegts_m2ts_mode": "0"}, "mpegts"),
+    ("a.m2ts", {"mpegts_m2ts_mode": "false"}, "mpegts"), ("a.m2ts", {"mpegts_m2ts_mode": "auto"}, "m2ts"),
+    ("a.mkv", {}, "matroska")])
 def test_m2ts_is_named_as_the_muxer_decides(tmp_path, name, options, key):
     with av.open(str(tmp_path / name), "w", options=options) as out:
         assert muxers.listed_as(out) == key
@@ -207,12 +209,15 @@ def test_audio_the_muxer_carries_is_copied(tmp_path, clip):
     assert _read_back(out, "audio")[0] == "aac"
 
 
-@pytest.mark.parametrize("name, copied", [("out.m2ts", True), ("out.ts", False)])
-def test_blu_ray_pcm_is_copied_into_m2ts_only(tmp_path, name, copied):
-    """Blu-ray's PCM reads back from M2TS alone: into plain MPEG-TS it is encoded (MP2), not lost."""
+@pytest.mark.parametrize("name, mode, copied", [("out.m2ts", None, True), ("out.ts", None, False),
+                                               ("out.m2ts", "0", False), ("out.ts", "yes", True)])
+def test_blu_ray_pcm_is_copied_into_m2ts_only(tmp_path, name, mode, copied):
+    """Blu-ray's PCM reads back from M2TS alone: into plain MPEG-TS it is encoded (MP2), not lost, whether
+    the name or FFmpeg's mpegts_m2ts_mode makes the file M2TS."""
     source = _write(tmp_path / "in", "m2ts", "libx264", "pcm_bluray")
     out = tmp_path / name
-    result = run_pipeline(source, "-o", out, cwd=tmp_path)
+    chosen = ["--output-opt", f"mpegts_m2ts_mode={mode}"] if mode else []
+    result = run_pipeline(source, "-o", out, *chosen, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert ("cannot go into" not in result.stderr) == copied, result.stderr
     found, frames, _ = _read_back(out, "audio")
@@ -239,6 +244,15 @@ def test_raw_outputs_hold_the_frames_a_lossless_file_holds(tmp_path, clip):
     assert decode(y4m).frames and all(np.array_equal(a, b) for a, b in zip(decode(y4m).frames, want.frames, strict=True))
     flat = np.fromfile(raw, np.uint8)
     assert np.array_equal(flat, np.concatenate(want.frames))  # I420 frames back to back, as FFmpeg's rawvideo
+
+
+def test_a_gif_keeps_the_colours(tmp_path, clip):
+    """GIF's encoder lists grey before its 8-bit colour format: the clip came out grey."""
+    out = tmp_path / "out.gif"
+    assert run_pipeline(clip, "-o", out, cwd=tmp_path).returncode == 0
+    with av.open(str(out)) as media:
+        rgb = next(media.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+    assert np.abs(rgb[..., 0] - rgb[..., 1]).mean() > 4
 
 
 def test_a_checksum_muxer_hashes_the_raw_frames(tmp_path, clip):
