@@ -93,6 +93,9 @@ class RunConfig:
         _check_types(self)
         _check_finite(self)
         _check_text(self)
+        for name in ("input_format", "output_format"):  # FFmpeg matches format names in any case: -f HLS is hls
+            if getattr(self, name):
+                object.__setattr__(self, name, getattr(self, name).lower())
         check_device(self.device)
         _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))

@@ -126,7 +126,8 @@ def test_a_link_loop_output_exits_4_and_stays(tmp_path, clip):
 
 
 @pytest.mark.parametrize("name, fmt", [("out.m3u8", None), ("OUT.MPD", None), ("seg%03d.ts", "segment"),
-                                       ("out.ts", "hls"), ("out.mkv", "tee"), ("-", "hls"), ("pipe:1", "dash")])
+                                       ("out.ts", "hls"), ("out.mkv", "tee"), ("-", "hls"), ("pipe:1", "dash"),
+                                       ("out.mkv", "HLS"), ("-", "Dash")])  # FFmpeg's names in any case
 def test_a_muxer_that_writes_several_files_is_refused_before_any_is_written(tmp_path, clip, name, fmt):
     """The output is written under a temporary name and renamed whole; a playlist's segments never would be
     (they were left as hidden temporary files, and ``segment`` lost its output at the rename)."""
@@ -137,11 +138,12 @@ def test_a_muxer_that_writes_several_files_is_refused_before_any_is_written(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-@pytest.mark.parametrize("name", ["out.mkv", "-", "udp://127.0.0.1:9"])
-def test_the_fifo_muxer_is_refused_in_its_own_words(tmp_path, clip, name):
+@pytest.mark.parametrize("name, fmt", [("out.mkv", "fifo"), ("-", "fifo"), ("udp://127.0.0.1:9", "fifo"),
+                                       ("out.mkv", "FIFO")])
+def test_the_fifo_muxer_is_refused_in_its_own_words(tmp_path, clip, name, fmt):
     """It takes any stream (it forwards to another muxer): it was refused as 'cannot hold libx264 video'."""
     output = name if "." not in name or "://" in name else tmp_path / name
-    one_error(run_pipeline(clip, "-o", output, "-f", "fifo", cwd=tmp_path), 2, "fifo muxer (a queue in front",
+    one_error(run_pipeline(clip, "-o", output, "-f", fmt, cwd=tmp_path), 2, "fifo muxer (a queue in front",
               "-f matroska")
     assert list(tmp_path.iterdir()) == []
 
