@@ -14,7 +14,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from .checks import as_pipeline_error, check_output, check_stats_path, special_kind
-from .config import RunConfig, device_index, is_url, pipe_fd
+from .config import RunConfig, device_index, is_default_codec, is_url, pipe_fd
 from .errors import ConfigError, GPUError, Interrupted
 from .filters import fuse_pointwise, load_plugin, parse_chain
 from .filters.plugins import plugin_errors_are_config_errors
@@ -179,13 +179,11 @@ def for_sequence(cfg: RunConfig, target) -> RunConfig:
 def for_muxer(cfg: RunConfig, target) -> RunConfig:
     """The default encoder (libx264) where the output's muxer takes H.264, else the muxer's own, as ffmpeg
     picks without ``-c``: VP9 for ``.webm``, GIF for ``.gif``, raw video for ``.y4m`` and ``.yuv``. A
-    ``-c libx264`` given for such a muxer is the default too: the muxer's encoder, with the notice, beats
-    an exit 2 (the configuration does not tell a given libx264 from the default)."""
+    ``-c libx264`` someone gave stays (the muxer then says it cannot hold it, exit 2)."""
     from .avlib import guessed_muxer
     from .muxers import default_video_encoder
 
-    default = RunConfig.__dataclass_fields__["codec"].default
-    if cfg.codec != default:
+    if not is_default_codec(cfg.codec):
         return cfg
     muxer = cfg.output_format or guessed_muxer(str(target))
     encoder = default_video_encoder(muxer, cfg.codec) if muxer else None

@@ -43,6 +43,22 @@ MAX_ARENA_HEADROOM = 4.0
 MAX_SECONDS = 10**9
 
 
+class DefaultCodec(str):
+    """The video encoder no one chose: libx264, equal to the name as any string is. Its type alone tells
+    it from a ``-c libx264`` someone gave (:func:`pipeline.build.for_muxer` gives a container that cannot
+    take H.264 its own encoder in its place, as ffmpeg does, but honours a choice)."""
+
+    def __reduce__(self):  # a copy (a batch worker's) is still the default
+        return DefaultCodec, (str(self),)
+
+
+DEFAULT_CODEC = DefaultCodec("libx264")
+
+
+def is_default_codec(codec: str) -> bool:
+    return type(codec) is DefaultCodec
+
+
 @dataclass(frozen=True)
 class RunConfig:
     input: str = ""
@@ -51,7 +67,7 @@ class RunConfig:
     device: str = "auto"
     decode: str = "auto"  # cpu, nvdec or auto (NVDEC on a CUDA GPU when it takes the stream, else the CPU)
     nvdec_sessions: int = 4  # NVDEC sessions sharing a file's GOPs (pipeline.gops); 1: one decoder
-    codec: str = "libx264"
+    codec: str = DEFAULT_CODEC
     encoder_opts: dict[str, str] = field(default_factory=dict)
     # The encoder's pixel format (yuv420p, yuv420p10le, or another it takes); None: the input's bit depth
     # where the encoder takes it, else 8 bits with a notice (pipeline.encoders.output_format).

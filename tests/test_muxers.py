@@ -5,6 +5,7 @@ encoded; without -c, a muxer that takes no H.264 gets its own encoder."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import av
@@ -233,6 +234,25 @@ def test_without_c_a_container_that_cannot_take_h264_gets_its_own_encoder(tmp_pa
     result = run_pipeline(clip, "-o", out, cwd=tmp_path)
     assert result.returncode == 0 and "muxer's usual video, in place of libx264" in result.stderr, result.stderr
     assert _read_back(out, "video")[:2] == (codec, 6)
+
+
+@pytest.mark.parametrize("chosen", [("-c", "libx264"), ("--config", "codec.toml")])
+def test_a_libx264_someone_chose_stays_chosen(tmp_path, clip, chosen):
+    """Given on the command line or in a config file, libx264 is not replaced: the container says no."""
+    (tmp_path / "codec.toml").write_text('codec = "libx264"\n')
+    one_error(run_pipeline(clip, "-o", tmp_path / "out.webm", *chosen, cwd=tmp_path), 2,
+              "webm muxer cannot hold libx264 video")
+
+
+def test_the_default_codec_is_told_from_a_chosen_one_after_a_copy():
+    import pickle
+
+    from pipeline.config import RunConfig, is_default_codec
+
+    default, chosen = RunConfig(), RunConfig(codec="libx264")
+    assert default.codec == chosen.codec == "libx264" and json.dumps(default.codec) == '"libx264"'
+    assert is_default_codec(pickle.loads(pickle.dumps(default)).codec) and is_default_codec(default.replace().codec)
+    assert not is_default_codec(chosen.codec) and not is_default_codec(pickle.loads(pickle.dumps(chosen)).codec)
 
 
 def test_raw_outputs_hold_the_frames_a_lossless_file_holds(tmp_path, clip):
