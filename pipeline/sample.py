@@ -31,7 +31,7 @@ from av.video.reformatter import ColorPrimaries, ColorRange, Colorspace, ColorTr
 
 from . import synth
 from .audio_out import usual_encoder
-from .avlib import watch
+from .avlib import quiet_encoder, watch
 from .config import file_url
 from .encoders import pixel_format
 from .errors import ConfigError, OutputError, PipelineError
@@ -201,8 +201,6 @@ def _video_options(codec: str, crf: int | None, options: dict | None, hdr: bool 
         opts["preset"] = "veryfast"
         if crf is not None:
             opts["crf"] = str(crf)
-    if codec == "libx265":
-        opts["x265-params"] = "log-level=error"
     if hdr and codec in HDR10_PARAMS:
         key, params = HDR10_PARAMS[codec]
         opts[key] = ":".join(p for p in (opts.get(key), params) if p)
@@ -333,7 +331,7 @@ def make_clip(
     try:
         staging.prepare()
         with _open_output(staging.path, path) as container:
-            opts = _video_options(codec, crf, options, hdr)
+            opts = quiet_encoder(codec, _video_options(codec, crf, options, hdr))  # no x265 or SVT banner
             _check_carried(container, path, codec)
             vstream = _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr)
             astream = _add_audio(container, path) if audio else None

@@ -62,9 +62,9 @@ def _output_path(args, preset: Preset, codec: str) -> Path:
     return path
 
 
-def _muxer_default(out: Path, codec: str) -> str:
+def _muxer_default(out: Path, codec: str, crf: int | None) -> str:
     """The clip's encoder, or the muxer's own where it cannot take that one's video, as ``pipeline run``
-    picks (VP9 for ``.webm``, raw video for ``.y4m``)."""
+    picks (VP9 for ``.webm``, raw video for ``.y4m``); ``--crf`` is libx264's, refused then."""
     from .avlib import guessed_muxer
     from .muxers import default_video_encoder
 
@@ -72,6 +72,9 @@ def _muxer_default(out: Path, codec: str) -> str:
     encoder = default_video_encoder(muxer, codec) if muxer else None
     if encoder is None:
         return codec
+    if crf is not None:
+        raise ConfigError(f"{out}: --crf sets libx264's quality, which the {muxer} muxer cannot take; its "
+                          f"usual {encoder} does not take --crf")
     log.info(f"{out}: encoding {encoder}, the {muxer} muxer's usual video, in place of {codec} (--codec picks "
              "another)")
     return encoder
@@ -155,13 +158,13 @@ def run(args) -> int:
     frames = args.frames if args.frames is not None else preset.frames
     fps = args.fps if args.fps is not None else preset.fps
     out = _output_path(args, preset, codec)
-    if args.codec is None:
-        codec = _muxer_default(out, codec)
     if args.gop is not None and not 1 <= args.gop <= MAX_GOP:
         raise ConfigError(f"Invalid --gop ({args.gop}). Supported values are 1 to {MAX_GOP} frames.")
+    _check_target(out, args.output is None, bool(args.overwrite))
+    if args.codec is None:
+        codec = _muxer_default(out, codec, args.crf)
     _check_crf(args.crf, codec)
     check_hardware_encoder(codec)  # an absent one is a usage error, as for pipeline run, not a write error
-    _check_target(out, args.output is None, bool(args.overwrite))
     pix_fmt = args.pix_fmt or usual_pix_fmt(codec, preset.pix_fmt)
     with clip_errors(out, codec, pix_fmt), _stopped_by_signals(temp_path_for(final_path(out))) as checkpoint:
         path = make_clip(  # checkpoint: make_clip writes beside the target, and stops there on a signal

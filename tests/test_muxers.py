@@ -11,7 +11,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from utils import decode, one_error, partials, run_pipeline
+from utils import decode, one_error, partials, run_cli, run_pipeline
 
 from pipeline import muxers
 
@@ -345,3 +345,23 @@ def test_sample_into_a_muxer_without_audio_is_its_video_alone(tmp_path, monkeypa
     assert _read_back(tmp_path / name, "video")[1] == 3
     with av.open(str(tmp_path / name)) as container:
         assert not container.streams.audio
+
+
+def test_sample_into_obu_shows_no_encoder_banner(tmp_path):
+    """libsvtav1, OBU's own encoder, printed some 25 Svt[info] lines: quiet as in pipeline run."""
+    result = run_cli("sample", "-o", tmp_path / "s.obu", "--frames", "2", "--size", "64x48")
+    assert result.returncode == 0 and "Svt" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (("-o", "old.webm"), "already exists"),  # before the notice of the encoder it would have used
+    (("-o", "new.webm", "--crf", "20"), "which the webm muxer cannot take; its usual libvpx-vp9")])
+def test_sample_errors_about_a_muxers_encoder_are_one_line(tmp_path, monkeypatch, capsys, args, words):
+    from pipeline.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.webm").write_bytes(b"kept")
+    assert main(["sample", *args, "--frames", "2", "--size", "64x48"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.webm"] and (tmp_path / "old.webm").read_bytes() == b"kept"
