@@ -117,10 +117,13 @@ def default_video_encoder(muxer: str, encoder: str) -> str | None:
                 return None
             except (ValueError, av.error.FFmpegError):  # not in the muxer's list
                 pass
-        try:
-            return av.Codec(default, "w").name
-        except (ValueError, av.error.FFmpegError):  # Ogg's Theora: no encoder in PyAV's build
-            return None
+        # The muxer's default, else one it is listed to keep (Ogg's Theora has no encoder here: VP8).
+        for codec in (default, *sorted(VIDEO.get(muxer, ()))):
+            try:
+                return av.Codec(codec, "w").name
+            except (ValueError, av.error.FFmpegError):
+                continue
+        return None
 
 
 def carries_audio(muxer: str, codec: str, rate: int) -> bool:

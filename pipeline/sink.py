@@ -366,6 +366,9 @@ class Sink:
 
     def _add_video(self, codec, options, rate, time_base):
         encoder = video_encoder(codec)
+        if self.container.default_video_codec == "none":  # .mka, .ffmeta
+            raise ConfigError(f"{self.target}: the {self.container.format.name} muxer carries no video; name "
+                              "a video container (.mkv, .mp4)")
         try:
             if not carries_video(self.container, codec_name(encoder)):
                 raise ValueError("it writes no readable stream of this codec")

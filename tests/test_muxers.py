@@ -182,10 +182,14 @@ def test_video_the_muxer_loses_exits_2(tmp_path, clip, name, encoder):
     assert ".partial" not in line and not out.exists() and partials(tmp_path) == []
 
 
-def test_a_muxer_without_video_exits_2(tmp_path, clip):
-    out = tmp_path / "out.ffmeta"
-    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, "ffmetadata muxer cannot hold libx264 video")
+@pytest.mark.parametrize("name, muxer", [("out.ffmeta", "ffmetadata"), ("out.mka", "matroska")])
+def test_a_muxer_without_video_exits_2(tmp_path, clip, name, muxer):
+    """Said as such: .mka was 'the matroska muxer cannot hold libx264 video; these can: .mkv'."""
+    out = tmp_path / name
+    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, f"the {muxer} muxer carries no video")
     assert not out.exists() and partials(tmp_path) == []
+    sampled = run_cli("sample", "-o", out, "--frames", "2", "--size", "64x48")
+    assert sampled.returncode == 2 and f"the {muxer} muxer carries no video" in sampled.stderr, sampled.stderr
 
 
 @pytest.mark.parametrize("name, video, audio, rate", [
@@ -227,6 +231,7 @@ def test_blu_ray_pcm_is_copied_into_m2ts_only(tmp_path, name, mode, copied):
 
 @pytest.mark.parametrize("name, codec", [("out.webm", "vp9"), ("out.gif", "gif"), ("out.hevc", "hevc"),
                                          ("out.m2v", "mpeg2video"), ("out.y4m", "rawvideo"), ("out.ogv", "vp8"),
+                                         ("out.ogg", "vp8"),  # Ogg's Theora has no encoder in PyAV's build
                                          ("out.swf", "flv1")])
 def test_without_c_a_container_that_cannot_take_h264_gets_its_own_encoder(tmp_path, clip, name, codec):
     """As ffmpeg picks: these were exit 2 ('cannot hold libx264 video')."""
