@@ -354,6 +354,9 @@ class Sink:
                     and opens_on_one_thread(name, *settings)):
                 return encoder_without_threads(name, e).with_target(self.target)
             return refusal(encoder, e, reasons, asked.get(encoder, "its settings")).with_target(self.target)
+        if (bad := _OPTION_VALUE.search(str(e))) is not None:  # av_opt_set refused it: EINVAL
+            return ConfigError(f"{self.target}: --output-opt {bad.group(1)}={bad.group(2)}: the {muxer} muxer "
+                               "cannot take this value")
         # The muxer's own refusal (SWF takes FLV video, MXF 48 kHz audio): EPERM or EINVAL with its reason.
         refused = "; ".join(m for who, level, m in lines if level >= 40 and who == muxer)
         if isinstance(e, OSError) and not (refused and e.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS)):
@@ -492,6 +495,7 @@ class Sink:
 
 
 _FAILED_OPEN = re.compile(r'avcodec_open2\("([^"]+)"')  # PyAV names the call that failed, and its encoder
+_OPTION_VALUE = re.compile(r"Error setting option (\S+) to value (.*?)\.?$", re.M)  # a muxer's, at the header
 
 
 def _asked(stream) -> str:

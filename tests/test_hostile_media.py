@@ -24,8 +24,9 @@ from pipeline.sample import make_clip
     (("--encoder-opt", "x264-params=keyint=30:bfrmes=2"), ("libx264 encoder cannot parse", "'bfrmes = 2'")),
     (("--encoder-opt", "x264-params=keyint=abc"), ("libx264 encoder cannot parse", "'keyint = abc'")),
     (("-c", "libx265", "--encoder-opt", "x265-params=keyint=30:bfrmes=2"), ("Unknown option: bfrmes",)),
+    (("--output-opt", "movflags=+nonsense"), ("--output-opt movflags=+nonsense: the mp4 muxer cannot take",)),
 ], ids=["x264-typo", "mpeg4-has-no-crf", "muxer-typo", "demuxer-typo", "decoder-option", "x264-params-key",
-        "x264-params-value", "x265-params-key"])
+        "x264-params-value", "x265-params-key", "muxer-value"])
 def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
     out = tmp_path / "out.mp4"
     one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, *words)
