@@ -107,12 +107,25 @@ def output_format(codec: av.Codec, requested: str | None, depth: int) -> tuple[s
     return chosen, "i420p10" if format_depth(chosen) > 8 else "i420", notice
 
 
+# Encoders whose rate list ends with rates they refuse unless compliance is relaxed: MPEG-1's Xing and
+# libmpeg3 rates (15, 5, 10, 12 fps) follow its eight standard ones.
+OFFICIAL_RATES = {"mpeg1video": 8}
+RATE_TOLERANCE = 0.01  # a rate this close plays as the input's (29.97 for a phone's 29.9 average)
+
+
 def time_base(codec: av.Codec, rate: Fraction, input_time_base: Fraction | None, muxer_flags: int) -> Fraction | None:
     """The encoder's time base: the input's unless the encoder or the muxer cannot take it (see the
     module's note); None: the input has none, PyAV's default (1/rate) applies."""
     rates = [Fraction(r.numerator, r.denominator) for r in codec.frame_rates or ()]
+    rates = rates[:OFFICIAL_RATES.get(codec.name, len(rates))]
     if rates:
-        return 1 / min(rates, key=lambda r: (abs(r - rate), r))  # the standard rate nearest the input's
+        nearest = min(rates, key=lambda r: (abs(r - rate), r))  # the standard rate nearest the input's
+        # Each frame takes one tick of that rate: far from the input's, the video would play faster or slower.
+        if abs(nearest - rate) > RATE_TOLERANCE * rate:
+            raise ConfigError(f"the {codec.name} encoder takes standard frame rates only, the nearest "
+                              f"{float(nearest):.5g} fps; this {float(rate):.5g} fps video would play at the "
+                              "wrong speed: choose another encoder (-c libx264)")
+        return 1 / nearest
     if not muxer_flags & AVFMT_VARIABLE_FPS:
         return _inverse(rate)
     if input_time_base and codec.name in SHORT_TIME_BASE and input_time_base.denominator > 0xFFFF:

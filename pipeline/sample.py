@@ -384,8 +384,8 @@ def clip_errors(out: str | Path, codec: str, pix_fmt: str) -> Iterator[None]:
 def _check_carried(container, path: Path, codec: str) -> None:
     """A muxer that would write the video unreadable (VP9 in MPEG-TS) is refused, as by ``pipeline run``."""
     if container.default_video_codec == "none":  # .mka, .ffmeta
-        raise ValueError(f"{path}: the {container.format.name} muxer carries no video; name a video container "
-                         "(.mkv, .mp4)")
+        raise ValueError(f"{path}: {container.format.long_name} ({container.format.name}) carries no video; name "
+                         "a video container (.mkv, .mp4)")
     if not carries_video(container, codec_name(av.Codec(codec, "w"))):
         fits = ", ".join(containers_for(codec)) or "none of .mkv, .mp4, .nut"
         raise ValueError(f"{path}: the {container.format.name} muxer cannot hold {codec} video; these can: {fits}")

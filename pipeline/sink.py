@@ -361,8 +361,9 @@ class Sink:
         refused = "; ".join(m for who, level, m in lines if level >= 40 and who == muxer)
         if isinstance(e, OSError) and not (refused and e.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS)):
             return OutputError(f"{self.target}: cannot create output: {e}")
+        other = "another output extension (.mkv)" if self.staged is not None else "another -f (matroska, mpegts)"
         return ConfigError(f"{self.target}: cannot write {streams} as {muxer} with these options ("
-                           f"{refused or e}); try another output extension (.mkv) or --output-opt")
+                           f"{refused or e}); try {other} or --output-opt")
 
     def _open_encoders(self) -> None:
         self.container.start_encoding()  # opens every stream's encoder and writes the header
@@ -370,8 +371,8 @@ class Sink:
     def _add_video(self, codec, options, rate, time_base):
         encoder = video_encoder(codec)
         if self.container.default_video_codec == "none":  # .mka, .ffmeta
-            raise ConfigError(f"{self.target}: the {self.container.format.name} muxer carries no video; name "
-                              "a video container (.mkv, .mp4)")
+            raise ConfigError(f"{self.target}: {self.container.format.long_name} ({self.container.format.name}) "
+                              "carries no video; name a video container (.mkv, .mp4)")
         try:
             if not carries_video(self.container, codec_name(encoder)):
                 raise ValueError("it writes no readable stream of this codec")
@@ -388,8 +389,11 @@ class Sink:
         # thread_type includes FRAME. Live and paced runs want each packet out at once: slices only.
         stream.thread_type = "SLICE" if self.low_latency else "AUTO"
         # The input's clock where the encoder and muxer take it, so every pts survives (VFR included).
-        tb = encoder_time_base(stream.codec_context.codec, Fraction(rate or 30), time_base,
-                               self.container.format.flags)
+        try:
+            tb = encoder_time_base(stream.codec_context.codec, Fraction(rate or 30), time_base,
+                                   self.container.format.flags)
+        except ConfigError as e:
+            raise e.with_target(self.target) from None
         if tb:
             stream.time_base = tb
             stream.codec_context.time_base = tb

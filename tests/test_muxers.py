@@ -182,14 +182,15 @@ def test_video_the_muxer_loses_exits_2(tmp_path, clip, name, encoder):
     assert ".partial" not in line and not out.exists() and partials(tmp_path) == []
 
 
-@pytest.mark.parametrize("name, muxer", [("out.ffmeta", "ffmetadata"), ("out.mka", "matroska")])
+@pytest.mark.parametrize("name, muxer", [("out.ffmeta", "FFmpeg metadata in text (ffmetadata)"),
+                                         ("out.mka", "Matroska Audio (matroska)")])
 def test_a_muxer_without_video_exits_2(tmp_path, clip, name, muxer):
     """Said as such: .mka was 'the matroska muxer cannot hold libx264 video; these can: .mkv'."""
     out = tmp_path / name
-    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, f"the {muxer} muxer carries no video")
+    one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, f"{muxer} carries no video")
     assert not out.exists() and partials(tmp_path) == []
     sampled = run_cli("sample", "-o", out, "--frames", "2", "--size", "64x48")
-    assert sampled.returncode == 2 and f"the {muxer} muxer carries no video" in sampled.stderr, sampled.stderr
+    assert sampled.returncode == 2 and f"{muxer} carries no video" in sampled.stderr, sampled.stderr
 
 
 @pytest.mark.parametrize("name, video, audio, rate", [
@@ -370,3 +371,24 @@ def test_sample_errors_about_a_muxers_encoder_are_one_line(tmp_path, monkeypatch
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.webm"] and (tmp_path / "old.webm").read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize("fps, encoder, ok", [(7, "mpeg1video", False), (7, "mpeg2video", False),
+                                              (15, "mpeg1video", False), (29.9, "mpeg1video", True),
+                                              (25, "mpeg2video", True)])
+def test_mpeg_video_at_a_rate_it_cannot_keep_exits_2(tmp_path, fps, encoder, ok):
+    """MPEG-1/2 take standard rates only, one tick a frame: 7 fps video played at 7.49 (MPEG-2) or, through
+    MPEG-1's unofficial 5 fps, was refused in the encoder's words; 15 fps is one of those MPEG-1 refuses."""
+    from pipeline.sample import make_clip
+
+    source = make_clip(tmp_path / "in.mkv", width=64, height=48, frames=6, fps=fps, codec="ffv1", audio=False)
+    out = tmp_path / "out.mpg"
+    result = run_pipeline(source, "-o", out, "-c", encoder, cwd=tmp_path)
+    if ok:
+        assert result.returncode == 0, result.stderr
+        with av.open(str(out)) as media:
+            assert abs(float(media.streams.video[0].average_rate) - fps) < 0.01 * fps
+    else:
+        one_error(result, 2, f"{out}: the {encoder} encoder takes standard frame rates only",
+                  "would play at the wrong speed")
+        assert partials(tmp_path) == []
