@@ -250,6 +250,13 @@ def test_a_libx264_someone_chose_stays_chosen(tmp_path, clip, chosen):
               "webm muxer cannot hold libx264 video")
 
 
+def test_the_default_preset_leaves_the_codec_to_the_container(tmp_path, clip):
+    """It is the defaults written out: its codec line named libx264, and .webm was exit 2 with it alone."""
+    out = tmp_path / "out.webm"
+    assert run_pipeline(clip, "-o", out, "--config", "default", cwd=tmp_path).returncode == 0
+    assert _read_back(out, "video")[0] == "vp9"
+
+
 def test_the_default_codec_is_told_from_a_chosen_one_after_a_copy():
     import pickle
 
