@@ -180,15 +180,12 @@ def for_muxer(cfg: RunConfig, target) -> RunConfig:
     """The default encoder (libx264) where the output's muxer takes H.264, else the muxer's own, as ffmpeg
     picks without ``-c``: VP9 for ``.webm``, GIF for ``.gif``, raw video for ``.y4m`` and ``.yuv``. A
     ``-c libx264`` someone gave stays (the muxer then says it cannot hold it, exit 2)."""
-    from .avlib import guessed_muxer
-    from .muxers import default_video_encoder
+    from .muxers import container_encoder
 
-    if not is_default_codec(cfg.codec):
+    found = container_encoder(str(target), cfg.output_format, cfg.codec) if is_default_codec(cfg.codec) else None
+    if found is None:
         return cfg
-    muxer = cfg.output_format or guessed_muxer(str(target))
-    encoder = default_video_encoder(muxer, cfg.codec) if muxer else None
-    if encoder is None:
-        return cfg
+    muxer, encoder = found
     log.info(f"{target}: encoding {encoder}, the {muxer} muxer's usual video, in place of libx264 (-c picks "
              "another)")
     return cfg.replace(codec=encoder)

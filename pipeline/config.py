@@ -46,10 +46,8 @@ MAX_SECONDS = 10**9
 class DefaultCodec(str):
     """The video encoder no one chose: libx264, equal to the name as any string is. Its type alone tells
     it from a ``-c libx264`` someone gave (:func:`pipeline.build.for_muxer` gives a container that cannot
-    take H.264 its own encoder in its place, as ffmpeg does, but honours a choice)."""
-
-    def __reduce__(self):  # a copy (a batch worker's) is still the default
-        return DefaultCodec, (str(self),)
+    take H.264 its own encoder in its place, as ffmpeg does, but honours a choice). A pickled copy (a
+    batch worker's) keeps the type."""
 
 
 DEFAULT_CODEC = DefaultCodec("libx264")

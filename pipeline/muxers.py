@@ -98,6 +98,24 @@ def carries_video(container, codec: str) -> bool:
 _CHECKSUMS = frozenset({"md5", "crc", "hash", "framemd5", "framecrc", "framehash", "streamhash"})
 
 
+def container_encoder(name: str, muxer: str | None, encoder: str) -> tuple[str, str] | None:
+    """(the muxer, its encoder) where the output named ``name`` (its muxer ``-f``'s, else the one FFmpeg
+    guesses from the name) should get the muxer's own encoder in place of ``encoder``; None otherwise."""
+    from .avlib import guessed_muxer
+
+    muxer = muxer or guessed_muxer(name)
+    chosen = default_video_encoder(muxer, encoder) if muxer else None
+    return (muxer, chosen) if chosen else None
+
+
+def without_video(container) -> str | None:
+    """Why ``container`` cannot take a video stream at all (.mka, .ffmeta), or None."""
+    if container.default_video_codec != "none":
+        return None
+    return (f"{container.format.long_name} ({container.format.name}) carries no video; name a video container "
+            "(.mkv, .mp4)")
+
+
 def default_video_encoder(muxer: str, encoder: str) -> str | None:
     """The encoder ffmpeg picks without ``-c`` for the muxer named ``muxer`` (libvpx-vp9 for WebM, gif for
     GIF, rawvideo for ``.yuv`` and the checksum muxers) where that muxer cannot take ``encoder``'s video, or

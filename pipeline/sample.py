@@ -35,7 +35,8 @@ from .avlib import quiet_encoder, watch
 from .config import file_url
 from .encoders import pixel_format
 from .errors import ConfigError, OutputError, PipelineError
-from .muxers import AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for, listed_as
+from .muxers import (AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for, listed_as,
+                     without_video)
 from .outfile import StagedFile, final_path
 from .synth import synth_frame
 from .video import MAX_SIDE
@@ -383,9 +384,8 @@ def clip_errors(out: str | Path, codec: str, pix_fmt: str) -> Iterator[None]:
 
 def _check_carried(container, path: Path, codec: str) -> None:
     """A muxer that would write the video unreadable (VP9 in MPEG-TS) is refused, as by ``pipeline run``."""
-    if container.default_video_codec == "none":  # .mka, .ffmeta
-        raise ValueError(f"{path}: {container.format.long_name} ({container.format.name}) carries no video; name "
-                         "a video container (.mkv, .mp4)")
+    if (why := without_video(container)) is not None:
+        raise ValueError(f"{path}: {why}")
     if not carries_video(container, codec_name(av.Codec(codec, "w"))):
         fits = ", ".join(containers_for(codec)) or "none of .mkv, .mp4, .nut"
         raise ValueError(f"{path}: the {container.format.name} muxer cannot hold {codec} video; these can: {fits}")

@@ -44,10 +44,10 @@ PRESETS = {  # the names `pipeline sample` takes (listed in pipeline/cli.py's he
     "raw4k": Preset("samples/bench_4k_raw.mkv", 3840, 2160, 30, 120, "rawvideo", audio=False),
 }
 
-# Containers for codecs that MP4 cannot carry, used when --codec changes a
-# preset's codec without -o.
 log = logging.getLogger(__name__)
 
+# Containers for codecs that MP4 cannot carry, used when --codec changes a
+# preset's codec without -o.
 CODEC_SUFFIX = {"rawvideo": ".mkv", "ffv1": ".mkv"}
 
 
@@ -65,13 +65,12 @@ def _output_path(args, preset: Preset, codec: str) -> Path:
 def _muxer_default(out: Path, codec: str, crf: int | None) -> str:
     """The clip's encoder, or the muxer's own where it cannot take that one's video, as ``pipeline run``
     picks (VP9 for ``.webm``, raw video for ``.y4m``); ``--crf`` is libx264's, refused then."""
-    from .avlib import guessed_muxer
-    from .muxers import default_video_encoder
+    from .muxers import container_encoder
 
-    muxer = guessed_muxer(str(out))
-    encoder = default_video_encoder(muxer, codec) if muxer else None
-    if encoder is None:
+    found = container_encoder(str(out), None, codec)
+    if found is None:
         return codec
+    muxer, encoder = found
     if crf is not None:
         raise ConfigError(f"{out}: --crf sets libx264's quality, which the {muxer} muxer cannot take; its "
                           f"usual {encoder} does not take --crf")

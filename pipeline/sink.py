@@ -46,7 +46,7 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .muxers import carries_video, codec_name, containers_for
+from .muxers import carries_video, codec_name, containers_for, without_video
 from .outfile import final_path, staged
 from .protocols import url_muxer
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
@@ -370,9 +370,8 @@ class Sink:
 
     def _add_video(self, codec, options, rate, time_base):
         encoder = video_encoder(codec)
-        if self.container.default_video_codec == "none":  # .mka, .ffmeta
-            raise ConfigError(f"{self.target}: {self.container.format.long_name} ({self.container.format.name}) "
-                              "carries no video; name a video container (.mkv, .mp4)")
+        if (why := without_video(self.container)) is not None:
+            raise ConfigError(f"{self.target}: {why}")
         try:
             if not carries_video(self.container, codec_name(encoder)):
                 raise ValueError("it writes no readable stream of this codec")
