@@ -97,7 +97,7 @@ def test_second_signal_exits_at_once_without_output(tmp_path, long_clip):
     # A chain slow enough that the frames in flight take a second or more to drain (on a loaded two-core
     # machine two blurs drained before the second signal came): the second signal comes
     # during that, after the time in which it would be taken for the first's echo (timeout's).
-    cmd = pipeline_command(long_clip, "-o", out, "--filters", ",".join([SLOW_CHAIN] * 3), "--ring-size", "16",
+    cmd = pipeline_command(long_clip, "-o", out, "--filters", ",".join([SLOW_CHAIN] * 6), "--ring-size", "16",
                            "--in-flight", "8")
     proc = subprocess.Popen(cmd, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_progress(proc, out)
