@@ -18,16 +18,14 @@ the next run into the same directory removes such leftovers of processes that no
 A URL output (``udp://``, ``rtmp://``, ``srt://``...) is a live stream: it is written directly (there is
 nothing to rename), the muxer comes from ``--format`` or else the scheme (MPEG-TS for udp/tcp/srt, FLV
 for rtmp), and connecting is bounded by the timeout. A pipe (``-o -``, ``pipe:N``) is written directly
-too, with the muxer ``--format`` names, by the sink itself (:class:`PipeWriter`, so that no write error
+too, with the muxer ``--format`` names, by the sink itself (:class:`~pipeline.pipeout.PipeWriter`, so that no write error
 goes unseen); MP4 and MOV are written fragmented there.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 import re
-import select
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable
@@ -48,6 +46,7 @@ from .hdr import HdrMetadata, merge_params
 from .log import log
 from .muxers import carries_video, codec_name, containers_for, without_video
 from .outfile import final_path, staged
+from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
 from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
 
@@ -158,63 +157,6 @@ def _check_params_parsed(target, name: str, options: dict[str, str], said) -> No
         raise ConfigError(f"{target}: the {name} encoder cannot parse {given}: {'; '.join(refused)}")
 
 
-# Muxers that go back to the start to finish the file (the index, moov): on a pipe, which cannot seek, they
-# write fragmented MP4 instead (an empty moov first, then a fragment per keyframe), which players read.
-# delay_moov holds the moov until the first fragment is cut, so that its edit list can say where the
-# picture starts (B-frames start decoding before 0): without it the timestamps would move by that delay.
-SEEKING_MUXERS = {"mp4", "mov", "ipod", "3gp", "3g2", "psp", "f4v"}
-
-
-def pipe_muxer_options(muxer: str, time_base: Fraction | None) -> dict[str, str]:
-    if muxer not in SEEKING_MUXERS:
-        return {}
-    options = {"movflags": "frag_keyframe+empty_moov+delay_moov"}
-    if time_base and time_base.denominator < 2**31:  # as for files: keep the video's clock (_muxer_options)
-        options["movie_timescale"] = str(time_base.denominator)
-    return options
-
-
-def _check_pipe_audio(target, muxer: str, templates) -> None:
-    """AAC without its header (ADTS, as MPEG-TS carries it) gets one from the first packet, which MP4 and
-    Matroska then write back at the start of the file: a pipe cannot go back, so refuse it before the run."""
-    if muxer.split(",")[0] not in SEEKING_MUXERS | {"matroska", "webm"}:
-        return
-    for s in templates:
-        if s.codec_context.name == "aac" and not s.codec_context.extradata_size:
-            raise ConfigError(f"{target}: the input's AAC audio (ADTS, as in MPEG-TS) cannot be copied into "
-                              f"{muxer} on a pipe (the header it needs comes with the first packet); "
-                              "use -f mpegts, or a file output")
-
-
-class PipeWriter:
-    """A pipe output's bytes, written to its descriptor here rather than by FFmpeg's pipe protocol, whose
-    write errors the fragmented MP4 muxer drops: into a reader that left (EPIPE) or a full device the
-    run went on and ended with exit 0 and a cut stream.
-
-    The first error is kept and everything after it dropped, so that FFmpeg never takes its own error
-    paths (closing the MP4 muxer after failed writes can crash with movflags=frag_keyframe+empty_moov):
-    the sink raises the error once the mux or close that met it returns."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.error: OSError | None = None
-
-    def write(self, data: bytes) -> int:
-        if self.error is None:
-            try:
-                self._write_all(memoryview(data))
-            except OSError as e:
-                self.error = e
-        return len(data)
-
-    def _write_all(self, view: memoryview) -> None:
-        while view:
-            try:
-                view = view[os.write(self.fd, view):]
-            except BlockingIOError:  # a non-blocking descriptor into a full pipe: wait, as a blocking one does
-                select.select([], [self.fd], [])
-
-
 class Sink:
     """A PyAV encoder and muxer: I420 host frames in (8-bit wrapped, not copied; 10-bit copied), packets out.
 
@@ -259,7 +201,7 @@ class Sink:
                 self.video.set_display_matrix(info.display_matrix)
             templates = audio.templates if audio else ()
             if self.pipe:
-                _check_pipe_audio(target, self.container.format.name, templates)
+                check_pipe_audio(target, self.container.format.name, templates)
             self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
             for notice in self.audio_out.notices:
@@ -462,7 +404,7 @@ class Sink:
         self._check_written()
 
     def _check_written(self) -> None:
-        """A pipe's write error, which FFmpeg did not see (see :class:`PipeWriter`)."""
+        """A pipe's write error, which FFmpeg did not see (see :class:`~pipeline.pipeout.PipeWriter`)."""
         error = self._writer.error if self._writer is not None else None
         if error is not None:
             raise OutputError(f"{self.target}: write failed: {error.strerror or error}")
