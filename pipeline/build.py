@@ -172,8 +172,7 @@ def for_sequence(cfg: RunConfig, target) -> RunConfig:
     if not is_sequence(target, cfg.output_format) and cfg.frames != 1:
         raise ConfigError(f"{target}: one picture holds one frame; add --frames 1, or name a sequence "
                           f"({target.stem}_%04d{target.suffix}) for every frame")
-    default = RunConfig.__dataclass_fields__["codec"].default
-    return cfg.replace(codec=encoder_for(target, cfg.codec, default), audio="none")
+    return cfg.replace(codec=encoder_for(target, cfg.codec), audio="none")
 
 
 def for_muxer(cfg: RunConfig, target) -> RunConfig:

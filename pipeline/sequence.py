@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from .checks import real_path
+from .config import is_default_codec
 from .errors import ConfigError, OutputError
 
 # The picture formats FFmpeg's image2 muxer writes, by extension, and the encoder each takes.
@@ -53,9 +54,10 @@ def check_single_picture(target: Path, final: Path, output_format: str | None) -
                           "file name (frames/%04d.png); rename it")
 
 
-def encoder_for(target: Path, codec: str, default: str) -> str:
-    """``codec``, or the picture format's encoder where ``codec`` is the default (a video encoder)."""
-    return ENCODERS.get(target.suffix.lower(), codec) if codec == default else codec
+def encoder_for(target: Path, codec: str) -> str:
+    """``codec``, or the picture format's encoder where no one chose one (libx264, the default, is a video
+    encoder). A ``-c libx264`` someone gave stays: the image2 muxer then refuses it, as for a file."""
+    return ENCODERS.get(target.suffix.lower(), codec) if is_default_codec(codec) else codec
 
 
 def frame_names(target: Path) -> re.Pattern:

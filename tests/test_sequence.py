@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline import sample as make_sample
+from pipeline.config import DEFAULT_CODEC
 from pipeline.errors import ConfigError
 from pipeline.sequence import StagedSequence, encoder_for, existing_frames, is_sequence
 from utils import one_error, run_pipeline, video_frames
@@ -106,9 +107,10 @@ def test_what_is_a_sequence(name, fmt, sequence):
 
 
 def test_the_encoder_is_the_picture_formats_unless_given():
-    assert encoder_for(Path("f%03d.png"), "libx264", "libx264") == "png"
-    assert encoder_for(Path("f%03d.jpg"), "libx264", "libx264") == "mjpeg"
-    assert encoder_for(Path("f%03d.png"), "ffv1", "libx264") == "ffv1"  # the user's own -c
+    assert encoder_for(Path("f%03d.png"), DEFAULT_CODEC) == "png"
+    assert encoder_for(Path("f%03d.jpg"), DEFAULT_CODEC) == "mjpeg"
+    assert encoder_for(Path("f%03d.png"), "ffv1") == "ffv1"  # the user's own -c
+    assert encoder_for(Path("f%03d.png"), "libx264") == "libx264"  # chosen, not the default
 
 
 def test_progress_counts_the_frames_bytes(clip, tmp_path):
@@ -137,6 +139,14 @@ def test_one_picture_is_its_formats_and_takes_one_frame(clip, tmp_path):
     assert (tmp_path / "thumb.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     one_error(run_pipeline(clip, "-o", "two.png", cwd=tmp_path), 2, "one picture holds one frame; add --frames 1")
     assert sorted(os.listdir(tmp_path)) == ["thumb.png"]
+
+
+def test_a_chosen_libx264_into_pictures_is_refused_as_any_video_encoder(clip, tmp_path):
+    """Only the default gives way to the picture format: -c libx264 was silently replaced by png, while
+    -c libx265 was refused; a config file's or preset's libx264 is as chosen as -c's."""
+    for args in (["-c", "libx264"], ["-c", "libx265"]):
+        one_error(run_pipeline(clip, "-o", "f%03d.png", *args, cwd=tmp_path), 2, "image2 muxer cannot hold")
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("name", ["e%d%d.png", "dir%04d/f.png", "a%%d.png"])
