@@ -156,10 +156,19 @@ def _is_subsampled(pix_fmt: str) -> bool:
     return fmt.chroma_width(2) < 2 or fmt.chroma_height(2) < 2
 
 
-def _check_codec(codec: str) -> None:
-    kind = av.Codec(codec, "w").type  # UnknownCodecError for a name FFmpeg has no encoder for
-    if kind != "video":
-        raise ValueError(f"{codec} encodes {kind}, not video; --codec takes a video encoder (libx264, ffv1, ...)")
+def _check_codec(codec: str, pix_fmt: str) -> None:
+    encoder = av.Codec(codec, "w")  # UnknownCodecError for a name FFmpeg has no encoder for
+    if encoder.type != "video":
+        raise ValueError(f"{codec} encodes {encoder.type}, not video; --codec takes a video encoder (libx264, "
+                         "ffv1, ...)")
+    # Else the encoder's open fails with EINVAL alone (libvpx-vp9 built without high bit depth, for one).
+    try:
+        av.VideoFormat(pix_fmt)
+    except ValueError:
+        raise ValueError(f"unknown pixel format {pix_fmt!r} (`ffmpeg -pix_fmts` lists them)") from None
+    formats = [f.name for f in encoder.video_formats or ()]
+    if formats and pix_fmt not in formats:
+        raise ValueError(f"{codec} does not take pixel format {pix_fmt}; it takes {', '.join(formats)}")
 
 
 def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str, seed: int) -> None:
@@ -173,7 +182,7 @@ def _check_args(width: int, height: int, frames: int, codec: str, pix_fmt: str, 
         raise ValueError(f"frames must be positive, got {frames}")
     if seed < 0:  # NumPy's own refusal names no option
         raise ValueError(f"seed must be non-negative, got {seed}")
-    _check_codec(codec)
+    _check_codec(codec, pix_fmt)
     if width % 2 or height % 2:
         if codec in EVEN_SIZE_CODECS:
             raise ValueError(f"{codec} needs even dimensions, got {width}x{height}")

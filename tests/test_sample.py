@@ -345,19 +345,20 @@ def test_an_existing_output_is_kept_without_y_and_replaced_with_it(tmp_path):
 
 
 def test_a_failing_sample_keeps_the_file_it_would_have_replaced(tmp_path):
-    out = tmp_path / "mine.mp4"
+    out = tmp_path / "mine.3gp"
     out.write_bytes(b"the user's own file")
-    # Refused by x265 when it opens, after the container is created: the failure comes mid-write.
-    result = _sample("-o", out, *SMALL, "--codec", "libx265", "--pix-fmt", "rgb24", "-y", cwd=tmp_path)
-    assert result.returncode == 2 and "libx265" in _one_error_line(result)
+    # Refused by H.263 (which takes a few sizes only) when it opens, after the container is created: the
+    # failure comes mid-write.
+    result = _sample("-o", out, "--size", "64x32", "--frames", "2", "--codec", "h263", "-y", cwd=tmp_path)
+    assert result.returncode == 2 and "h263 cannot encode 64x32" in _one_error_line(result)
     assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
 
 
 def test_make_clip_keeps_the_file_it_would_have_replaced_when_it_fails(tmp_path):
-    out = tmp_path / "mine.mkv"
+    out = tmp_path / "mine.3gp"
     out.write_bytes(b"the user's own file")
-    with pytest.raises(ValueError):
-        sample.make_clip(out, width=64, height=32, frames=2, codec="libx265", pix_fmt="rgb24", audio=False)
+    with pytest.raises(ValueError, match="h263 cannot encode"):
+        sample.make_clip(out, width=64, height=32, frames=2, codec="h263", audio=False)
     assert out.read_bytes() == b"the user's own file" and partials(tmp_path) == []
 
 
@@ -511,6 +512,15 @@ def test_sample_whose_stdout_cannot_take_its_line_exits_4_with_the_clip_complete
     assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "is complete" in proc.stderr, proc.stderr
     with av.open(str(out)) as c:
         assert sum(1 for _ in c.decode(video=0)) == 2
+
+
+@pytest.mark.parametrize("pix_fmt, words", [("rgb24", "libx265 does not take pixel format rgb24; it takes yuv420p"),
+                                             ("nosuch", "unknown pixel format 'nosuch'")])
+def test_a_pixel_format_the_encoder_does_not_list_is_named_before_any_write(tmp_path, pix_fmt, words):
+    """It reached the encoder's open, which said "Invalid argument" alone (libvpx-vp9 and 10-bit)."""
+    result = _sample("-o", tmp_path / "c.mkv", *SMALL, "--codec", "libx265", "--pix-fmt", pix_fmt, cwd=tmp_path)
+    assert result.returncode == 2 and words in _one_error_line(result)
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_pixel_format_ffmpeg_cannot_make_is_a_usage_error_and_keeps_the_file(tmp_path):
