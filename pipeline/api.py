@@ -8,7 +8,10 @@ H x W x 3 uint8 RGB arrays (your own generator, a camera SDK), or a built source
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
+import weakref
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
@@ -50,6 +53,21 @@ class Frame:
         return self.array.__dlpack_device__()
 
 
+# Iterators still open when the program ends (never run out nor closed, or held by a traceback): closed by
+# atexit, while the worker threads can still be joined. Left to __del__ at the interpreter's finalisation, the
+# decoder's drain waited forever.
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+    for iterator in list(_OPEN):
+        try:
+            iterator.close()
+        except Exception:
+            pass
+
+
 class FrameIterator:
     """What :func:`frames` returns: an iterator of :class:`Frame`, and a context manager that stops the
     decoder and gives every buffer back on exit (also on ``break`` or an exception)."""
@@ -58,6 +76,7 @@ class FrameIterator:
         self._pipeline = pipeline
         self._frames: Iterator | None = None
         self._closed = False
+        _OPEN.add(self)
 
     def __iter__(self) -> FrameIterator:
         return self
@@ -88,6 +107,8 @@ class FrameIterator:
             self._pipeline.close()
 
     def __del__(self) -> None:
+        if sys.is_finalizing():  # too late to join threads (atexit closed it, unless it was made there)
+            return
         try:
             self.close()
         except Exception:

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from utils import all_devices, alloc_counter, decode, max_abs_diff, pipeline_threads
+from utils import all_devices, alloc_counter, decode, max_abs_diff, pipeline_threads, run_python
 from pipeline.convert import i420_to_rgb_cpu, rgb_to_rgb24_cpu
 from pipeline.filters import parse_chain
 from pipeline.video import Colour, VideoFormat
@@ -538,3 +538,14 @@ def test_a_run_leaves_no_reference_cycles(device, how, clip, tmp_path):
     assert proc.returncode == 0, proc.stderr
     found, kinds = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == 0, kinds
+
+
+@pytest.mark.parametrize("ending", ["next(it)", "", "next(it); sys.exit(3)",
+                                    "def main():\n    for f in it: raise KeyError\nmain()"],
+                         ids=["one-frame-taken", "none-taken", "sys-exit", "uncaught-exception"])
+def test_an_iterator_left_open_does_not_keep_the_program_from_ending(clip, ending):
+    """Left to __del__ at the interpreter's finalisation, its close waited forever on the decoder's drain."""
+    code = f"import sys, pipeline\nit = pipeline.frames({str(clip)!r}, device='cpu')\n{ending}\n"
+    result = run_python("-c", code, timeout=60)
+    assert result.returncode in (0, 1, 3) and "Fatal" not in result.stderr, result.stderr
+    assert result.returncode == (3 if "exit" in ending else 1 if "raise" in ending else 0), result.stderr
