@@ -82,6 +82,11 @@ def _muxer_default(out: Path, codec: str, crf: int | None) -> str:
 def _check_target(out: Path, default: bool, overwrite: bool) -> None:
     """As ``pipeline run`` checks its output, before anything is encoded. A clip's own folder (``samples/``)
     is made by :func:`make_clip` where it is missing (nothing there to lose); the one of a -o must exist."""
+    from .sequence import is_sequence
+
+    if is_sequence(out):  # the image2 muxer would expand it in the temporary name, which then cannot be found
+        raise ConfigError(f"{out}: a sample is one clip; a frame-number pattern (%d) writes an image sequence, "
+                          "which `pipeline run CLIP -o frames/%04d.png` makes from it")
     if default and not out.parent.exists():
         return
     check_output(None, out, overwrite)  # make_clip's staging removes the temporary files of runs killed mid-write

@@ -556,3 +556,12 @@ def test_a_directory_moved_during_the_run_gets_the_clip_and_the_run_ends_well(tm
     out, err = capsys.readouterr()
     assert "its directory was moved during the run" in err and "c.mkv  4 frames" in out, (out, err)
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["c.mkv"]
+
+
+@pytest.mark.parametrize("name", ["f%03d.png", "g%d.jpg"])
+def test_a_frame_number_pattern_is_refused_before_anything_is_written(tmp_path, name):
+    """The image2 muxer expanded the pattern in the temporary name: exit 4 "cannot write", and the frames
+    left hidden beside it."""
+    result = _sample("-o", tmp_path / name, *SMALL, cwd=tmp_path)
+    assert result.returncode == 2 and "frame-number pattern" in _one_error_line(result)
+    assert os.listdir(tmp_path) == []
