@@ -33,7 +33,7 @@ from . import synth
 from .audio_out import usual_encoder
 from .avlib import quiet_encoder, watch
 from .config import file_url
-from .encoders import pixel_format
+from .encoders import format_depth, pixel_format
 from .errors import ConfigError, OutputError, PipelineError
 from .muxers import (AUDIO, audio_rate, carries_audio, carries_video, codec_name, containers_for, listed_as,
                      without_video)
@@ -161,11 +161,8 @@ def _check_codec(codec: str, pix_fmt: str) -> None:
     if encoder.type != "video":
         raise ValueError(f"{codec} encodes {encoder.type}, not video; --codec takes a video encoder (libx264, "
                          "ffv1, ...)")
+    format_depth(pix_fmt)  # ConfigError (a ValueError) for a name FFmpeg does not know
     # Else the encoder's open fails with EINVAL alone (libvpx-vp9 built without high bit depth, for one).
-    try:
-        av.VideoFormat(pix_fmt)
-    except ValueError:
-        raise ValueError(f"unknown pixel format {pix_fmt!r} (`ffmpeg -pix_fmts` lists them)") from None
     formats = [f.name for f in encoder.video_formats or ()]
     if formats and pix_fmt not in formats:
         raise ValueError(f"{codec} does not take pixel format {pix_fmt}; it takes {', '.join(formats)}")

@@ -18,8 +18,8 @@ the next run into the same directory removes such leftovers of processes that no
 A URL output (``udp://``, ``rtmp://``, ``srt://``...) is a live stream: it is written directly (there is
 nothing to rename), the muxer comes from ``--format`` or else the scheme (MPEG-TS for udp/tcp/srt, FLV
 for rtmp), and connecting is bounded by the timeout. A pipe (``-o -``, ``pipe:N``) is written directly
-too, with the muxer ``--format`` names, by the sink itself (:class:`~pipeline.pipeout.PipeWriter`, so that no write error
-goes unseen); MP4 and MOV are written fragmented there.
+too, with the muxer ``--format`` names, by the sink itself (:class:`~pipeline.pipeout.PipeWriter`, so
+that no write error goes unseen); MP4 and MOV are written fragmented there.
 """
 
 from __future__ import annotations
