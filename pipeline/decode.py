@@ -84,6 +84,7 @@ class DecodeLoop:
     _gops = None
     frame_threads = False  # the video decoder runs frame threads (set by the source)
     span_ended = False  # a frame at or after -t/-to's end came: the span, not the input, ended the frames
+    _replay: list[av.Packet] = []  # packets the demux gives first
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
@@ -93,24 +94,30 @@ class DecodeLoop:
         for packet in packets:
             self._damage.packet(packet)
             if packet.stream is not video:
-                if packet.dts is not None and self._in_span(packet):  # flush packets carry nothing to copy
+                if packet.dts is not None and self._audio_in_span(packet):  # flush packets carry nothing to copy
                     yield AudioPacket(packet)
                 continue
             for frame, decode_s in self._decode_packet(packet):
                 if self.hwaccel is not None and self._index:
                     self._check_device_frame(frame)
-                verdict = self._trim.frame(frame.pts, frame.time_base or video.time_base) if self._trim else None
+                pts = self._clock(frame.pts)  # every frame's, skipped or not: the clock counts frames without one
+                verdict = self._in_span(frame, pts, video) if self._trim else None
                 if verdict == STOP:  # the span's end: what follows is not wanted
                     self.span_ended = True
                     return
                 if verdict == SKIP:
                     continue
-                yield DecodedFrame(frame, self._meta(self._index, frame, decode_s))
+                yield DecodedFrame(frame, self._meta(self._index, frame, pts, decode_s))
                 self._index += 1
         if self._trim is None:  # a span's frame count is an estimate
             self._check_complete(self._index)
 
-    def _in_span(self, packet: av.Packet) -> bool:
+    def _in_span(self, frame: av.VideoFrame, pts: int, video) -> str:
+        """The span's verdict on a frame, by its own timestamp, or where it has none (a raw stream) by the
+        clock's (the frames before it counted from the start at the frame rate)."""
+        return self._trim.frame(pts if frame.pts is None else frame.pts, frame.time_base or video.time_base)
+
+    def _audio_in_span(self, packet: av.Packet) -> bool:
         """An audio packet within -ss/-t/-to, its timestamps moved as the video's are."""
         if self._trim is None:
             return True
@@ -125,6 +132,8 @@ class DecodeLoop:
 
     def _packets(self) -> Iterator[av.Packet]:
         """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
+        replay, self._replay = self._replay, []
+        yield from replay  # read while seeking to -ss's start (pipeline.seek)
         demux = self.container.demux(self.video, *self.audio_streams)
         while True:
             try:
@@ -250,8 +259,7 @@ class DecodeLoop:
         if self.decode_errors + self.corrupt_frames == 0:
             self.warn(f"{self.path}: {what}; damaged data is skipped or concealed and counted")
 
-    def _meta(self, index: int, frame: av.VideoFrame, decode_s: float) -> FrameMeta:
-        pts = self._clock(frame.pts)
+    def _meta(self, index: int, frame: av.VideoFrame, pts: int, decode_s: float) -> FrameMeta:
         if pts != frame.pts:
             if self.retimed_frames == 0:
                 self.warn(f"{self.path}: frame {index} has timestamp {frame.pts}; "

@@ -30,7 +30,6 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
-import math
 import weakref
 from fractions import Fraction
 from typing import Callable, Iterator
@@ -48,6 +47,7 @@ from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read
 from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .opening import open_file, open_input
+from .seek import seek_before
 from .span import Span
 from .video import StreamInfo, VideoFormat, check_frame_size
 
@@ -270,13 +270,14 @@ class Source(DecodeLoop):
         return self._trim.expected_frames(frames, self.frame_rate, self._origin)
 
     def _seek_to_start(self) -> None:
-        """With -ss on a file: jump to the keyframe before the start (the frames up to the start are then
-        decoded and dropped). A stream (stdin, a live source) cannot seek: it is decoded from where it is."""
+        """With -ss on a file: jump to the keyframe before the start, checked (:mod:`pipeline.seek`); the
+        frames up to the start are then decoded and dropped. A stream (stdin, a live source) cannot seek: it is decoded from where it is."""
         target = self._trim.seek_target(self._origin) if self._trim is not None else None
         if target is None or self.live or pipe_fd(self.path) is not None or not self.video.time_base:
             return
         try:
-            self.container.seek(math.floor(target / self.video.time_base), stream=self.video, backward=True)
+            self._replay = seek_before(self.container, self.video, self.audio_streams, target, self._trim.begin,
+                                       self._origin)
         except av.error.FFmpegError as e:  # an input without an index: decoding from the beginning also works
             log.debug(f"{self.path}: cannot seek ({e}); decoding from the beginning to the start")
 

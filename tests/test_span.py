@@ -102,6 +102,53 @@ def test_span_is_frame_accurate(clip, source_frames, tmp_path, args, first, coun
     assert times(tmp_path / "out.mp4") == [Fraction(first + i, FPS) - start for i in range(count)]
 
 
+@pytest.fixture(scope="module")
+def unindexed(tmp_path_factory, clip) -> dict[str, Path]:
+    """The clip (a keyframe every 10 frames) in containers without an index, and one whose only keyframe is
+    the first: a seek there lands on whichever packet comes before the target, not on a keyframe."""
+    d = tmp_path_factory.mktemp("unindexed")
+    clips = {suffix: make_clip(d / f"in{suffix}", width=128, height=72, frames=FRAMES, fps=FPS, codec=codec,
+                               options={"g": str(GOP)}) for suffix, codec in ((".ts", "libx264"),
+                                                                              (".mpg", "mpeg2video"))}
+    clips["one-key.ts"] = make_clip(d / "one-key.ts", width=128, height=72, frames=FRAMES, fps=FPS,
+                                    options={"g": str(FRAMES)})
+    return clips
+
+
+def frames_within(path: Path, start: Fraction, end: Fraction) -> list[int]:
+    """The frames shown from ``start`` to ``end`` (seconds from the input's start time, as ffmpeg counts
+    -ss: in MPEG-TS the audio's first timestamp may come before the video's) by PyAV's decode alone."""
+    with av.open(str(path)) as c:
+        origin = Fraction(c.start_time, 1_000_000)
+        shown = [f.pts * f.time_base - origin for f in c.decode(video=0)]
+    return [i for i, t in enumerate(shown) if start <= t < end]
+
+
+@pytest.mark.parametrize("name", [".ts", ".mpg", "one-key.ts"])
+@pytest.mark.parametrize("start, duration", [
+    ("1.25", "0.5"),  # between keyframes 30 and 40: the seek's target (1.12 s) is between them too
+    ("0.5", "5"),  # the target (0.37 s) falls past the first GOP's keyframe: only a seek to the beginning works
+])
+def test_span_is_frame_accurate_without_an_index(unindexed, source_frames, tmp_path, name, start, duration):
+    r = run_pipeline(unindexed[name], "out.mkv", "-ss", start, "-t", duration, "--filters", "", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "damaged" not in r.stderr, r.stderr  # no packet before the keyframe reached the decoder
+    expected = frames_within(unindexed[name], Fraction(start), Fraction(start) + Fraction(duration))
+    assert len(expected) >= 14
+    assert which_frames(tmp_path / "out.mkv", source_frames) == expected
+
+
+def test_span_of_a_raw_stream_counts_its_frames(tmp_path):
+    """A raw H.264 stream has no timestamps (and cannot seek): its frames are timed at the frame rate."""
+    raw = make_clip(tmp_path / "in.h264", width=128, height=72, frames=50, fps=25, audio=False,
+                    options={"g": "10"})
+    with av.open(str(raw)) as c:
+        frames = [f.to_ndarray().astype(np.float32) for f in c.decode(video=0)]
+    r = run_pipeline(raw, "out.mkv", "-ss", "0.6", "-t", "0.4", "--filters", "", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert which_frames(tmp_path / "out.mkv", frames) == list(range(15, 25))
+
+
 def test_audio_is_cut_to_the_same_span(clip, tmp_path):
     r = run_pipeline(clip, "out.mp4", "-ss", "0.5", "-t", "1", "--filters", "", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
