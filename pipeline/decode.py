@@ -138,7 +138,9 @@ class DecodeLoop:
         while True:
             try:
                 packet = next(demux)
-            except StopIteration:
+            except (StopIteration, IndexError):
+                # IndexError: at the end, PyAV's demux also flushes streams the demuxer added mid-file (damaged
+                # MPEG-TS), which it never lists; ours, listed from the start, were flushed before them.
                 if self._gops is not None and not self._gops.finished:
                     yield from self._drain_packet()  # the sessions' last segment ends here
                 return

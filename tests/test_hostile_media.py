@@ -185,6 +185,23 @@ def test_complete_files_get_no_warning(tmp_path, containers):
         assert result.returncode == 0 and result.stderr == "", (suffix, result.stderr)
 
 
+def test_a_stream_that_appears_mid_file_is_left_out(tmp_path, containers):
+    """A video PES start moved to a PID no table lists: the MPEG-TS demuxer adds a stream for it mid-file,
+    which PyAV never lists (its flush at the end raised IndexError: an internal error)."""
+    data = bytearray(containers[".ts"].read_bytes())
+    video_pid = 0x100  # FFmpeg's first elementary stream
+    starts = [i for i in range(0, len(data), 188)
+              if data[i + 1] & 0x40 and ((data[i + 1] & 0x1F) << 8 | data[i + 2]) == video_pid]
+    at = starts[-3]  # near the end: there the demuxer adds the stream (not while probing the start)
+    data[at + 2] = 0xD8  # PID 0x1d8
+    src = tmp_path / "new-pid.ts"
+    src.write_bytes(bytes(data))
+    out, stats = tmp_path / "out.mkv", tmp_path / "s.json"
+    result = run_pipeline(src, "-o", out, "--stats-json", stats, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert 26 <= read_json(stats)["frames_out"] < 30 and len(video_frames(out)) == read_json(stats)["frames_out"]
+
+
 @pytest.fixture(scope="module")
 def concealed(tmp_path_factory):
     """A few flipped bytes in the H.264 payload: the decoder conceals them and logs, no packet fails."""
