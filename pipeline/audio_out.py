@@ -22,6 +22,9 @@ USUAL = {"webm": "libopus", "mp4": "aac", "mov": "aac", "ipod": "aac", "3gp": "a
 KEEPS_INPUT = {"matroska", "nut"}
 # FFmpeg's codec names whose usual encoder has another name (the native opus encoder is experimental).
 ENCODER_OF = {"opus": "libopus", "mp3": "libmp3lame", "vorbis": "libvorbis"}
+# The shortest packet of a codec that is not damaged: FFmpeg's MPEG-TS muxer refuses a shorter AAC packet, and
+# that refusal comes out of a later write (the muxer interleaves), where it would fail the run. Others: 1 byte.
+SHORTEST = {"aac": 2}
 # Bit rates for encoders that choose none themselves and refuse 0 (what ffmpeg gives them: 128 kb/s).
 BIT_RATE = {"wmav1": 128_000, "wmav2": 128_000}
 
@@ -63,8 +66,8 @@ class AudioOut:
         return out
 
     def write(self, packet: av.Packet) -> bool:
-        """One input packet; False if dropped as damaged (dts going backwards, refused by the muxer,
-        undecodable): losing that packet beats failing the whole run on the input's fault."""
+        """One input packet; False if dropped as damaged (dts going backwards, too short, refused by the
+        muxer, undecodable): losing that packet beats failing the whole run on the input's fault."""
         index = packet.stream.index
         if index in self.encoded:
             return self._encode(self.encoded[index], packet)
@@ -72,7 +75,7 @@ class AudioOut:
         if out is None:
             return False
         dts, last = packet.dts, self._last_dts.get(out.index)  # in the input's time base: mux rescales
-        if last is not None and dts <= last:
+        if last is not None and dts <= last or packet.size < SHORTEST.get(out.codec_context.name, 1):
             self.dropped += 1
             return False
         packet.stream = out

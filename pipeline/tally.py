@@ -64,7 +64,7 @@ class Tally:
         dropped = getattr(self.sink, "audio_dropped", 0)
         if dropped:
             log.warning(f"{source.path}: {dropped} damaged audio packets dropped "
-                        "(timestamps going backwards, or refused by the muxer)")
+                        "(timestamps going backwards, too short, or refused by the muxer)")
 
     def _decoder_counters(self) -> dict[str, int]:
         """The hardware decoder's own surface pool (allocated by FFmpeg as it needs, then reused)."""

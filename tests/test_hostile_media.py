@@ -5,8 +5,10 @@ the container cannot hold.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import av
 import pytest
 from utils import flip_payload_bytes, one_error, partials, read_json, run_pipeline, video_frames
 from pipeline.sample import make_clip
@@ -200,6 +202,34 @@ def test_a_stream_that_appears_mid_file_is_left_out(tmp_path, containers):
     result = run_pipeline(src, "-o", out, "--stats-json", stats, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert 26 <= read_json(stats)["frames_out"] < 30 and len(video_frames(out)) == read_json(stats)["frames_out"]
+
+
+def _one_byte_aac(ts: bytes) -> bytes:
+    """``ts`` with one ADTS header's frame length damaged so that the demuxer's parser cuts a 1-byte AAC packet
+    (which damaged header does depends on where the frames fall in the transport packets: tried in turn)."""
+    audio_pid = 0x101
+    starts = [i for i in range(0, len(ts), 188)
+              if ts[i + 1] & 0x40 and ((ts[i + 1] & 0x1F) << 8 | ts[i + 2]) == audio_pid]
+    for at in starts[1:]:
+        data = bytearray(ts)
+        adts = data.index(b"\xff\xf1", at, at + 188)
+        data[adts + 5] = 0x4D  # the frame length's low bits, the buffer fullness's high bits
+        with av.open(io.BytesIO(bytes(data))) as c:
+            if any(p.size == 1 for p in c.demux(c.streams.audio[0])):
+                return bytes(data)
+    raise AssertionError("no damage found that cuts a 1-byte AAC packet")
+
+
+@pytest.mark.parametrize("suffix", [".ts", ".mkv"])
+def test_a_one_byte_aac_packet_is_dropped_not_a_failed_write(tmp_path, containers, suffix):
+    """FFmpeg's MPEG-TS muxer refuses an AAC packet shorter than 2 bytes at a later write: exit 4, as if the
+    disk had failed, before such a packet was dropped as damaged."""
+    src = tmp_path / "short-aac.ts"
+    src.write_bytes(_one_byte_aac(containers[".ts"].read_bytes()))
+    out = tmp_path / f"out{suffix}"
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "1 damaged audio packets dropped" in result.stderr and len(video_frames(out)) == 30
 
 
 @pytest.fixture(scope="module")
