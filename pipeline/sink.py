@@ -193,6 +193,7 @@ class Sink:
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
         self.on_packets: Callable[[list[float | None]], None] | None = None
+        self._output_opts = dict(output_opts or {})  # named again if the muxer refuses them only at the end
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         try:
             _check_muxer_options(target, self.container.format.name, output_opts or {})
@@ -425,7 +426,18 @@ class Sink:
             raise
         except (OSError, av.error.FFmpegError) as e:
             self.abort()
-            raise OutputError(f"{self.target}: cannot finalise output: {e}") from e
+            raise self._finish_failure(e) from e
+
+    def _finish_failure(self, e: Exception) -> PipelineError:
+        """Why the trailer could not be written. A muxer refusing (EINVAL, EPERM) what --output-opt asked of
+        it only there (mp4's ``moov_size``, Matroska's ``reserve_index_space``: too small for this file) is
+        the options' fault, a usage error, not the disk's."""
+        if self._output_opts and getattr(e, "errno", None) in (errno.EINVAL, errno.EPERM):
+            asked = " ".join(f"{k}={v}" for k, v in self._output_opts.items())
+            return ConfigError(f"{self.target}: the {self.container.format.name} muxer could not finish the file "
+                               f"with --output-opt {asked} ({e.log[2].strip() if _logged(e) else e.strerror}); "
+                               "output removed")
+        return OutputError(f"{self.target}: cannot finalise output: {e}")
 
     def abort(self) -> None:
         """Drop the partial output: the target is left as it was."""
@@ -437,6 +449,12 @@ class Sink:
             self.container.close()
         except Exception:
             pass  # the file is gone already; a close error adds nothing
+
+
+def _logged(e: Exception) -> bool:
+    """PyAV's error carries FFmpeg's last error line as (level, who, message)."""
+    log = getattr(e, "log", None)
+    return isinstance(log, tuple) and len(log) == 3 and bool(log[2])
 
 
 _FAILED_OPEN = re.compile(r'avcodec_open2\("([^"]+)"')  # PyAV names the call that failed, and its encoder

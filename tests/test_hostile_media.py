@@ -35,6 +35,19 @@ def test_options_nobody_uses_exit_2_naming_them(tmp_path, clip, args, words):
     assert not out.exists() and partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("suffix, option, words", [
+    (".mp4", "moov_size=10", "reserved_moov_size is too small"),
+    (".mkv", "reserve_index_space=1", "Invalid argument"),
+])
+def test_a_muxer_option_refused_only_at_the_end_is_a_usage_error(tmp_path, clip, suffix, option, words):
+    """The muxer takes the value at the header and refuses it when it writes the index: exit 2, not a write
+    failure (exit 4), and no output."""
+    out = tmp_path / f"out{suffix}"
+    line = one_error(run_pipeline(clip, "-o", out, "--output-opt", option, cwd=tmp_path), 2, f"--output-opt {option}")
+    assert words in line and "output removed" in line
+    assert not out.exists() and partials(tmp_path) == []
+
+
 def test_a_params_key_the_encoder_cannot_parse_is_refused_again_in_the_same_process(tmp_path, tiny, capsys,
                                                                                    restore_signals):
     """FFmpeg's log skips a line that repeats the one before: the second run's warning must still count."""
