@@ -64,18 +64,20 @@ def _output_path(args, preset: Preset, codec: str) -> Path:
 
 def _muxer_default(out: Path, codec: str, crf: int | None) -> str:
     """The clip's encoder, or the muxer's own where it cannot take that one's video, as ``pipeline run``
-    picks (VP9 for ``.webm``, raw video for ``.y4m``); ``--crf`` is libx264's, refused then."""
+    picks (VP9 for ``.webm``, raw video for ``.y4m``, PNG for ``.png``); ``--crf`` is libx264's, refused then."""
     from .muxers import container_encoder
+    from .sequence import ENCODERS
 
-    found = container_encoder(str(out), None, codec)
+    picture = ENCODERS.get(out.suffix.lower())  # the image2 muxer's own default is mjpeg, whatever the name
+    found = ("image2", picture) if picture else container_encoder(str(out), None, codec)
     if found is None:
         return codec
     muxer, encoder = found
     if crf is not None:
         raise ConfigError(f"{out}: --crf sets libx264's quality, which the {muxer} muxer cannot take; its "
                           f"usual {encoder} does not take --crf")
-    log.info(f"{out}: encoding {encoder}, the {muxer} muxer's usual video, in place of {codec} (--codec picks "
-             "another)")
+    usual = f"the {out.suffix.lower()} picture's" if picture else f"the {muxer} muxer's usual video"
+    log.info(f"{out}: encoding {encoder}, {usual}, in place of {codec} (--codec picks another)")
     return encoder
 
 

@@ -565,3 +565,13 @@ def test_a_frame_number_pattern_is_refused_before_anything_is_written(tmp_path, 
     result = _sample("-o", tmp_path / name, *SMALL, cwd=tmp_path)
     assert result.returncode == 2 and "frame-number pattern" in _one_error_line(result)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name, encoder, magic", [("one.png", "png", b"\x89PNG"), ("one.bmp", "bmp", b"BM"),
+                                                  ("one.jpg", "mjpeg", b"\xff\xd8")])
+def test_one_picture_is_in_the_format_its_name_says(tmp_path, name, encoder, magic):
+    """The image2 muxer's own default is mjpeg: a .png was written as JPEG. ``pipeline run`` writes PNG."""
+    result = _sample("-o", tmp_path / name, *SMALL, "--frames", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"encoding {encoder}, the {name[3:]} picture's" in result.stderr
+    assert (tmp_path / name).read_bytes().startswith(magic)
