@@ -128,6 +128,9 @@ def check_options(cfg: RunConfig) -> None:
         raise ConfigError("--stats-json is one run's; a batch writes its results with --json PATH")
     if cfg.preview:
         raise ConfigError("--preview shows one run; batch workers have no window")
+    if cfg.output_format == "image2":  # its outputs are pictures, whose frames no resume marker can vouch for
+        raise ConfigError("-f image2: a batch writes one file per input, not pictures; pipeline run -o "
+                          "DIR/%04d.png writes one input's frames")
     if not cfg.plugins:  # a plugin's filters are known once the workers load it
         from ..filters import parse_chain
 

@@ -298,6 +298,16 @@ def test_a_config_with_streams_is_refused_not_half_used(clips, tmp_path, capsys)
     assert "[[streams]] are for `pipeline run --config`" in message
 
 
+@pytest.mark.parametrize("suffix", ["_%03d", "_processed"])
+def test_pictures_as_a_batchs_outputs_are_refused_before_any_work(clips, tmp_path, capsys, suffix):
+    """-f image2 made each output pictures: the frames were written, then the resume marker could not vouch
+    for them (exit 4, the frames left), or one picture could not hold every frame (exit 2 per file)."""
+    out = tmp_path / "out"
+    message = refused(capsys, 2, str(clips / "clip0.mkv"), "-o", str(out), "--suffix", suffix, "-f", "image2")
+    assert "-f image2: a batch writes one file per input" in message
+    assert not out.exists()
+
+
 def test_a_scheduler_without_workers_is_said_and_the_batch_can_be_stopped(clips, caplog):
     import threading
 
