@@ -4,6 +4,7 @@ CUDA failures (against a fake CuPy: this machine has no GPU).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +140,15 @@ def test_a_plugin_failing_to_load_exits_2_naming_it(tmp_path, clip, make, word):
     assert not (tmp_path / "out.mp4").exists()
 
 
+@pytest.mark.parametrize("kind", ["directory", "FIFO", "character device"])
+def test_a_plugin_that_is_not_a_file_says_what_it_is(tmp_path, clip, kind):
+    path = {"directory": tmp_path, "character device": Path("/dev/null")}.get(kind, tmp_path / "fifo")
+    if kind == "FIFO":
+        os.mkfifo(path)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", path, cwd=tmp_path)
+    one_error(result, 2, f"plugin {path}: is a {kind}; a plugin is a Python file")
+
+
 def test_a_plugin_failing_while_the_chain_is_built_exits_2_naming_it(tmp_path, clip):
     plugin = write_plugin(tmp_path, "picky", init="raise ValueError('level is not to my taste')")
     result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "picky", cwd=tmp_path)
@@ -152,7 +162,7 @@ def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, cli
     out = tmp_path / "out.mp4"
     result = run_pipeline(clip, "-o", out, "--plugin", plugin, "--filters", "gblur=sigma=1,flaky", cwd=tmp_path)
     line = one_error(result, 1, "'flaky'", str(plugin.resolve()), "frame 0", word)
-    assert "internal error" not in line and "bug" not in line
+    assert "internal error" not in line and "bug" not in line and "while loading" not in line
     assert not out.exists() and partials(tmp_path) == []
 
 

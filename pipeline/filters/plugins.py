@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..checks import as_pipeline_error, check_reachable
+from ..checks import as_pipeline_error, check_reachable, special_kind
 from ..errors import ConfigError, Interrupted, PipelineError, PluginError
 from .registry import FILTERS
 
@@ -34,7 +34,9 @@ def load_plugin(path: str | Path) -> None:
     path = Path(path)
     check_reachable(path, "plugin", ConfigError)
     if not path.is_file():
-        raise ConfigError(f"plugin not found: {path}")
+        kind = "a directory" if path.is_dir() else (f"a {special_kind(path)}" if special_kind(path) else None)
+        raise ConfigError(f"plugin {path}: is {kind}; a plugin is a Python file" if kind else
+                          f"plugin not found: {path}")
     resolved = path.resolve()
     if resolved in _LOADED_PLUGINS:
         return
@@ -66,7 +68,7 @@ def _exec(path: Path) -> None:
 
 def _describe(error: BaseException) -> str:
     if isinstance(error, SystemExit):
-        return f"it called sys.exit({error.code!r}) while loading"
+        return f"it called sys.exit({error.code!r})"
     return f"{type(error).__name__}: {error}"
 
 
