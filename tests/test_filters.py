@@ -437,6 +437,9 @@ BAD_CUBES = {
     "other digits": ("LUT_3D_SIZE \u0662\n" + "0 0 0\n" * 8, ":1: expected numbers in ASCII digits"),
     "underscore": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "1_0 1 1\n", ":9: expected numbers in ASCII digits"),
     "huge value": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "1e39 1 1\n", ":9: expected numbers from -1000000"),
+    "nan row": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "nan 0 0\n", ":9: expected finite numbers, got 'nan 0 0'"),
+    "inf row": ("LUT_3D_SIZE 2\n" + "0 0 0\n" * 7 + "-inf 0 0\n", ":9: expected finite numbers"),
+    "infinity row": ("LUT_3D_SIZE 2\nInfinity 0 0\n" + "0 0 0\n" * 7, ":2: expected finite numbers"),
 }
 
 

@@ -44,6 +44,14 @@ _UNDERSCORED = re.compile(r"[0-9]_")
 MAX_VALUE = 1e6  # a LUT's inputs and outputs are colours: about 0 to 1, HDR ones a few hundred at most
 
 
+def _is_float(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 def _floats(path: Path, lineno: int, words: list[str], count: int) -> list[float]:
     if len(words) != count:
         raise ConfigError(f"{path}:{lineno}: expected {count} numbers, got {' '.join(words)!r}")
@@ -104,7 +112,7 @@ def parse_cube(path: str | Path) -> CubeLut:
             lo, hi = [a] * 3, [b] * 3
         elif key == "LUT_1D_SIZE":
             raise ConfigError(f"{path}:{lineno}: 1D LUTs are not supported; lut3d needs LUT_3D_SIZE")
-        elif key[0].isalpha():
+        elif key[0].isalpha() and not _is_float(key):  # nan and inf are numbers: refused as such by _floats
             raise ConfigError(f"{path}:{lineno}: unknown keyword {key!r}")
         else:
             rows.append(_floats(path, lineno, line.split(), 3))
