@@ -183,6 +183,21 @@ def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan_workers("all", None, "auto")] == ["3", "5"]
 
 
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), 2.5, "2", True, None.__class__])
+def test_a_worker_count_that_is_not_a_whole_number_is_refused_saying_so(monkeypatch, bad):
+    """From the Python API any value arrives: NaN and "2" were a bare TypeError, 2.5 a count of cores."""
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
+    with pytest.raises(ConfigError, match=r"Invalid --workers \(.*\)\. Supported values are integers >= 1"):
+        plan_workers(None, bad, "cpu")
+
+
+def test_a_numpy_worker_count_is_a_count(monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
+    assert [s.name for s in plan_workers(None, np.int64(2), "cpu")] == ["cpu0", "cpu1"]
+
+
 def test_chosen_gpus_are_checked_and_device_cuda_n_is_that_gpus_worker(monkeypatch):
     monkeypatch.setattr(cluster, "usable_cores", lambda: 8)
     monkeypatch.setattr(cluster, "visible_gpus", lambda: ["0", "1"])
