@@ -40,7 +40,10 @@ def seek_before(container, video, audio: list, target: Fraction, begin: Fraction
         _rewind(container)
         raise
     while target > origin:
-        read = _read_to_keyframe(container, video, audio, begin)
+        try:
+            read = _read_to_keyframe(container, video, audio, begin)
+        except (av.error.FFmpegError, IndexError):  # damage on the way (IndexError: see pipeline.decode)
+            break  # from the beginning: the decode loop meets that damage in its turn and says so
         if read is not None:
             return read
         log.debug(f"seek to {float(target):.3f} s landed past the keyframe before {float(begin):.3f} s; "

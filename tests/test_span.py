@@ -178,3 +178,63 @@ def test_span_through_the_api(clip, tmp_path):
     stats = pipeline.run(str(clip), str(tmp_path / "api.mp4"), filters="", device="cpu", start=0.5, duration=0.5)
     assert stats["frames_out"] == 15
     assert times(tmp_path / "api.mp4")[0] == 0
+
+
+# -- the checked seek (pipeline.seek) on a container that says where it lands ---------------------------
+
+
+class _Packets:
+    """A container of video packets (decoding time, shown time, keyframe) at 1/10 s, sought as FFmpeg
+    seeks one without an index: to the last packet decoded at or before the target, keyframe or not."""
+
+    class Format:
+        flags = 0
+
+    def __init__(self, packets, fail_reading=False):
+        from types import SimpleNamespace
+
+        self.video = SimpleNamespace(time_base=Fraction(1, 10))
+        self.format, self.at, self.seeks, self.fail = self.Format(), 0, [], fail_reading
+        self.packets = [SimpleNamespace(stream=self.video, dts=d, pts=p, is_keyframe=k, size=1)
+                        for d, p, k in packets]
+
+    def seek(self, ticks, stream, backward):
+        self.seeks.append(ticks)
+        self.at = max([i for i, p in enumerate(self.packets) if p.dts <= ticks], default=0)
+
+    def demux(self, *streams):
+        if self.fail:
+            raise av.error.InvalidDataError(1094995529, "damaged")
+        yield from self.packets[self.at:]
+
+
+def _gops(count: int, gop: int) -> list[tuple[int, int, bool]]:
+    return [(i, i, i % gop == 0) for i in range(count)]
+
+
+def test_a_seek_that_lands_on_the_keyframe_gives_it_back():
+    from pipeline.seek import seek_before
+
+    c = _Packets(_gops(100, 10))
+    c.seek = lambda ticks, stream, backward: (c.seeks.append(ticks), setattr(c, "at", ticks - ticks % 10))
+    read = seek_before(c, c.video, [], Fraction(52, 10), Fraction(55, 10), Fraction(0))
+    assert [p.dts for p in read] == [50] and c.seeks == [52]
+
+
+def test_a_seek_that_lands_mid_gop_goes_further_back_until_a_keyframe_comes_first():
+    from pipeline.seek import seek_before
+
+    c = _Packets(_gops(100, 10))
+    read = seek_before(c, c.video, [], Fraction(52, 10), Fraction(55, 10), Fraction(0))
+    assert [p.dts for p in read] == [50] and c.seeks == [52, 42]  # 4.2 s lands at 42: keyframe 50 comes first
+    c = _Packets(_gops(100, 100))  # one keyframe: only the beginning works
+    assert seek_before(c, c.video, [], Fraction(52, 10), Fraction(55, 10), Fraction(0)) == []
+    assert c.seeks == [52, 42, 22, -10] and c.at == 0  # 1, 2 s back, then 1 s before the input's start
+
+
+def test_a_read_error_while_checking_the_seek_decodes_from_the_beginning():
+    from pipeline.seek import seek_before
+
+    c = _Packets(_gops(100, 10), fail_reading=True)
+    assert seek_before(c, c.video, [], Fraction(52, 10), Fraction(55, 10), Fraction(0)) == []
+    assert c.seeks == [52, -10] and c.at == 0
