@@ -25,6 +25,8 @@ from .video import FrameMeta
 # A gap between two frames longer than this is a discontinuity (a timestamp wrap or damage), not a
 # pause: FFmpeg's own threshold for such jumps is 10 s; a minute leaves room for sparse VFR capture.
 MAX_GAP_S = 60.0
+# How far past a span's end the demuxer reads for that span's audio: FFmpeg's default max_interleave_delta.
+MAX_INTERLEAVE_S = 10
 
 
 @dataclass
@@ -100,22 +102,40 @@ class DecodeLoop:
             for frame, decode_s in self._decode_packet(packet):
                 if self.hwaccel is not None and self._index:
                     self._check_device_frame(frame)
-                pts = self._clock(frame.pts)  # every frame's, skipped or not: the clock counts frames without one
-                verdict = self._in_span(frame, pts, video) if self._trim else None
-                if verdict == STOP:  # the span's end: what follows is not wanted
+                given = self._best_effort(frame.pts, frame.dts)
+                pts = self._clock(given)  # every frame's, skipped or not: the clock counts frames without one
+                verdict = self._in_span(frame, given, pts, video) if self._trim else None
+                if verdict == STOP:  # the span's end: no frame after it is wanted, some audio may be
                     self.span_ended = True
+                    yield from self._audio_after_the_last_frame(packets, video)
                     return
                 if verdict == SKIP:
                     continue
-                yield DecodedFrame(frame, self._meta(self._index, frame, pts, decode_s))
+                yield DecodedFrame(frame, self._meta(self._index, frame, given, pts, decode_s))
                 self._index += 1
         if self._trim is None:  # a span's frame count is an estimate
             self._check_complete(self._index)
 
-    def _in_span(self, frame: av.VideoFrame, pts: int, video) -> str:
+    def _in_span(self, frame: av.VideoFrame, given: int | None, pts: int, video) -> str:
         """The span's verdict on a frame, by its own timestamp, or where it has none (a raw stream) by the
         clock's (the frames before it counted from the start at the frame rate)."""
-        return self._trim.frame(pts if frame.pts is None else frame.pts, frame.time_base or video.time_base)
+        return self._trim.frame(pts if given is None else given, frame.time_base or video.time_base)
+
+    def _audio_after_the_last_frame(self, packets: Iterator[av.Packet], video) -> Iterator[AudioPacket]:
+        """The span's audio still to come after its last frame. A muxer may put audio well after the video
+        of the same time (MPEG-PS: about 0.7 s), so packets are read on, video ones dropped undecoded, until
+        each audio stream has passed the span's end, or the video is MAX_INTERLEAVE_S past it."""
+        waiting = {s.index for s in self.audio_streams}
+        for packet in packets if waiting else ():
+            if packet.stream is video:
+                if self._trim.past_end(packet.dts, packet.time_base, MAX_INTERLEAVE_S):
+                    return
+            elif packet.dts is not None and self._audio_in_span(packet):
+                yield AudioPacket(packet)
+            elif self._trim.past_end(packet.pts, packet.time_base):
+                waiting.discard(packet.stream.index)
+                if not waiting:
+                    return
 
     def _audio_in_span(self, packet: av.Packet) -> bool:
         """An audio packet within -ss/-t/-to, its timestamps moved as the video's are."""
@@ -261,10 +281,12 @@ class DecodeLoop:
         if self.decode_errors + self.corrupt_frames == 0:
             self.warn(f"{self.path}: {what}; damaged data is skipped or concealed and counted")
 
-    def _meta(self, index: int, frame: av.VideoFrame, pts: int, decode_s: float) -> FrameMeta:
-        if pts != frame.pts:
+    def _meta(self, index: int, frame: av.VideoFrame, given: int | None, pts: int, decode_s: float) -> FrameMeta:
+        # A frame without a timestamp (a raw stream's, or an MPEG-PS packet's without one) gets the next
+        # frame step, as ffmpeg gives it, unsaid; one whose own timestamp had to move is counted and said.
+        if given is not None and pts != given:
             if self.retimed_frames == 0:
-                self.warn(f"{self.path}: frame {index} has timestamp {frame.pts}; "
+                self.warn(f"{self.path}: frame {index} has timestamp {given}; "
                             f"moved to {pts} to keep timestamps increasing")
             self.retimed_frames += 1
         time_base = frame.time_base or self.video.time_base
@@ -295,6 +317,30 @@ class DecodeLoop:
             raise InputError(f"{self.path}: frame {self._index} is {frame.width}x{frame.height} "
                              f"({kind}) after {fmt.width}x{fmt.height} {self.layout} frames; with --decode nvdec "
                              "the size and format cannot change mid-stream (--decode cpu converts such input)")
+
+
+class _BestEffort:
+    """FFmpeg's best-effort timestamp (``guess_correct_pts``), which PyAV does not give: a frame's own
+    timestamp while those have gone backwards no more often than the decoding timestamps, else its
+    decoding timestamp. AVI has no presentation times: its B-frames come out with their packets' decoding
+    order (1, 3, 2, 5, 4...), where the decoding timestamps run straight; an MPEG-PS packet may have none."""
+
+    def __init__(self):
+        self.faulty_pts = self.faulty_dts = 0
+        self.last_pts = self.last_dts = None
+
+    def __call__(self, pts: int | None, dts: int | None) -> int | None:
+        if dts is not None:
+            self.faulty_dts += self.last_dts is not None and dts <= self.last_dts
+            self.last_dts = dts
+        elif pts is not None:
+            self.last_dts = pts
+        if pts is not None:
+            self.faulty_pts += self.last_pts is not None and pts <= self.last_pts
+            self.last_pts = pts
+        elif dts is not None:
+            self.last_pts = dts
+        return pts if pts is not None and (self.faulty_pts <= self.faulty_dts or dts is None) else dts
 
 
 class _Clock:
@@ -329,9 +375,15 @@ def _ticks(video, seconds: float) -> int:
     return int(seconds / tb) if tb else 1 << 62
 
 
-def _frame_step(video) -> int:
+def frame_rate(video, untimed: bool):
+    """The stream's frame rate. A stream without timestamps (raw H.264) has as its average the demuxer's
+    default (25 fps), where FFmpeg's guess reads the rate its headers give (as ffmpeg counts its frames)."""
+    return (video.guessed_rate or video.average_rate) if untimed else (video.average_rate or video.guessed_rate)
+
+
+def _frame_step(video, untimed: bool) -> int:
     """One frame period in the stream's time base (at least one tick)."""
-    rate, tb = video.average_rate or video.guessed_rate, video.time_base
+    rate, tb = frame_rate(video, untimed), video.time_base
     if not rate or not tb:
         return 1
     return max(1, round(1 / (Fraction(rate) * Fraction(tb))))

@@ -40,14 +40,15 @@ import numpy as np
 from .avlib import drain_decoder, route_ffmpeg_log
 from .config import is_url, pipe_fd
 from .damage import DamageLog
-from .decode import MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameReturns, _Clock, _frame_step, _stream_desc, _ticks
+from .decode import (MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameReturns, _BestEffort, _Clock, _frame_step,
+                     _stream_desc, _ticks, frame_rate)
 from .errors import ConfigError, InputError, no_threads
 from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read_hdr, refuse_deep_surfaces,
                      surface_layout)
 from .inputnotes import interlaced, other_video_streams
 from .log import log
 from .opening import open_file, open_input
-from .seek import seek_before
+from .seek import NO_TIMESTAMPS, seek_before
 from .span import Span
 from .video import StreamInfo, VideoFormat, check_frame_size
 
@@ -115,7 +116,7 @@ class Source(DecodeLoop):
         self.last_rejection = ""  # what the decoder said of the last one
         self.last_rejection_errno: int | None = None
         self.corrupt_frames = 0  # frames the decoder concealed errors in (processed)
-        self.retimed_frames = 0  # frames whose timestamp was missing or went backwards
+        self.retimed_frames = 0  # frames whose timestamp went backwards or jumped (see _Clock)
         self._index = 0  # frames decoded, across reconnections
         self.container = self._open()
         try:
@@ -123,12 +124,14 @@ class Source(DecodeLoop):
             self._damage = DamageLog(path, self.container.format.name, self.video.codec_context.name)
             self.audio_streams = self._audio_streams()
             self._origin = _start_time(self.container)
+            self.untimed = bool(self.container.format.flags & NO_TIMESTAMPS)  # raw H.264: the clock times it
             self._trim = span.bind(self._origin) if span is not None else None
             self._seek_to_start()
             if decode_sessions > 1 and hwaccel is not None:
                 self._open_sessions(decode_sessions, make_current or (lambda: None))
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
-            self._clock = _Clock(_frame_step(self.video), _ticks(self.video, MAX_GAP_S))
+            self._best_effort = _BestEffort()
+            self._clock = _Clock(_frame_step(self.video, self.untimed), _ticks(self.video, MAX_GAP_S))
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
@@ -251,7 +254,7 @@ class Source(DecodeLoop):
 
     @property
     def frame_rate(self):
-        return self.video.average_rate or self.video.guessed_rate
+        return frame_rate(self.video, self.untimed)
 
     @property
     def info(self) -> StreamInfo:

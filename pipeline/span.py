@@ -78,6 +78,11 @@ class Trim:
             return SKIP
         return KEEP
 
+    def past_end(self, pts: int | None, time_base: Fraction | None, margin: int = 0) -> bool:
+        """Whether ``pts`` is at or after the end, plus ``margin`` seconds (False without either)."""
+        t = _seconds(pts, time_base)
+        return t is not None and self.stop is not None and t >= self.stop + margin
+
     def packet(self, pts: int | None, time_base: Fraction | None) -> bool:
         """Whether an audio packet starting at ``pts`` is kept."""
         t = _seconds(pts, time_base)

@@ -9,7 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from utils import run_pipeline, video_times
+from utils import count_audio_packets, read_json, run_pipeline, video_times
 
 from pipeline.span import KEEP, SKIP, STOP, Span
 from pipeline.sample import make_clip
@@ -138,15 +138,74 @@ def test_span_is_frame_accurate_without_an_index(unindexed, source_frames, tmp_p
     assert which_frames(tmp_path / "out.mkv", source_frames) == expected
 
 
-def test_span_of_a_raw_stream_counts_its_frames(tmp_path):
-    """A raw H.264 stream has no timestamps (and cannot seek): its frames are timed at the frame rate."""
-    raw = make_clip(tmp_path / "in.h264", width=128, height=72, frames=50, fps=25, audio=False,
+def test_span_of_a_raw_stream_counts_its_frames_at_its_own_rate(tmp_path):
+    """A raw H.264 stream has no timestamps (and cannot seek): its frames are timed at the rate its headers
+    give, 30 fps, not the raw demuxer's default of 25 (PyAV's average rate), as ffmpeg times them."""
+    raw = make_clip(tmp_path / "in.h264", width=128, height=72, frames=60, fps=FPS, audio=False,
                     options={"g": "10"})
     with av.open(str(raw)) as c:
         frames = [f.to_ndarray().astype(np.float32) for f in c.decode(video=0)]
-    r = run_pipeline(raw, "out.mkv", "-ss", "0.6", "-t", "0.4", "--filters", "", cwd=tmp_path)
+        assert c.streams.video[0].average_rate == 25  # what the frames were timed by
+    r = run_pipeline(raw, "out.mkv", "-ss", "0.5", "-t", "0.5", "--filters", "", cwd=tmp_path)
+    assert r.returncode == 0 and "timestamp" not in r.stderr, r.stderr  # none to keep: none said moved
+    assert which_frames(tmp_path / "out.mkv", frames) == list(range(15, 30))
+    r = run_pipeline(raw, "whole.mkv", "--filters", "", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert abs(times(tmp_path / "whole.mkv")[-1] - Fraction(59, FPS)) <= Fraction(1, 1000)  # Matroska: ms
+
+
+@pytest.fixture(scope="module")
+def avi(tmp_path_factory, clip) -> Path:
+    """The clip (B-frames) in AVI, which stores no presentation times: its frames decode with their packets'
+    timestamps in decoding order (1, 3, 2, 5, 4...)."""
+    d = tmp_path_factory.mktemp("avi")
+    r = run_pipeline(clip, "in.avi", "--filters", "", cwd=d)  # libx264 as in the clip: B-frames
     assert r.returncode == 0, r.stderr
-    assert which_frames(tmp_path / "out.mkv", frames) == list(range(15, 25))
+    with av.open(str(d / "in.avi")) as c:
+        shown = [f.pts for f in c.decode(video=0)][:6]
+    assert shown != sorted(shown), shown
+    return d / "in.avi"
+
+
+def test_avi_b_frames_keep_their_spacing(avi, tmp_path):
+    """Timed by FFmpeg's best-effort timestamp (the decoding timestamps once the frames' own have gone back
+    more often): before, each step back shifted every later frame, and 60 frames lasted about 4 s."""
+    r = run_pipeline(avi, "whole.mkv", "--filters", "", "-an", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shown = times(tmp_path / "whole.mkv")
+    steps = np.diff([float(t) for t in shown])
+    assert len(shown) == FRAMES and np.all(np.abs(steps[2:-2] - 1 / FPS) < 1e-3), steps
+    assert shown[-1] - shown[0] < Fraction(FRAMES + 2, FPS)
+
+
+def _audio_within(path: Path, start: Fraction, end: Fraction) -> int:
+    """The audio packets that start in the span, by PyAV's demux alone."""
+    with av.open(str(path)) as c:
+        origin = Fraction(c.start_time, 1_000_000)
+        return sum(1 for p in c.demux(c.streams.audio[0])
+                   if p.pts is not None and start <= p.pts * p.time_base - origin < end)
+
+
+@pytest.mark.parametrize("name", [".mpg", ".ts"])
+def test_the_spans_audio_is_kept_where_the_muxer_put_it_after_the_video(unindexed, tmp_path, name):
+    """MPEG-PS puts audio about 0.7 s after the video of the same time: the run ended at the span's last
+    frame and lost that audio (3 of 21 packets for 0.5 s)."""
+    r = run_pipeline(unindexed[name], "out.mkv", "-ss", "0.5", "-t", "0.5", "--filters", "",
+                     "--stats-json", "s.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    expected = _audio_within(unindexed[name], Fraction(1, 2), Fraction(1))
+    assert expected >= 20 and read_json(tmp_path / "s.json")["audio_packets"] == expected
+    assert count_audio_packets(tmp_path / "out.mkv") == expected
+
+
+def test_h264_in_mpeg_ps_without_a_timestamp_on_every_packet_is_not_said_retimed(clip, tmp_path):
+    """Its PES packets carry a timestamp only now and then; the frames between get the next frame step."""
+    src = run_pipeline(clip, "in.mpg", "--filters", "", cwd=tmp_path)
+    assert src.returncode == 0, src.stderr
+    r = run_pipeline(tmp_path / "in.mpg", "out.mkv", "-ss", "0.5", "-t", "0.5", "--filters", "",
+                     "--stats-json", "s.json", cwd=tmp_path)
+    assert r.returncode == 0 and "timestamp" not in r.stderr, r.stderr
+    assert read_json(tmp_path / "s.json")["retimed_frames"] == 0 and len(times(tmp_path / "out.mkv")) == 15
 
 
 def test_audio_is_cut_to_the_same_span(clip, tmp_path):
