@@ -87,6 +87,7 @@ class DecodeLoop:
     frame_threads = False  # the video decoder runs frame threads (set by the source)
     span_ended = False  # a frame at or after -t/-to's end came: the span, not the input, ended the frames
     _replay: list[av.Packet] = []  # packets the demux gives first
+    last_skipped: Fraction | None = None  # the time (seconds) of the last frame before -ss's start
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
@@ -110,6 +111,7 @@ class DecodeLoop:
                     yield from self._audio_after_the_last_frame(packets, video)
                     return
                 if verdict == SKIP:
+                    self.last_skipped = (given if given is not None else pts) * (frame.time_base or video.time_base)
                     continue
                 yield DecodedFrame(frame, self._meta(self._index, frame, given, pts, decode_s))
                 self._index += 1

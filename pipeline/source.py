@@ -315,9 +315,14 @@ class Source(DecodeLoop):
             raise no_threads(f"{self.path}: no frame decoded: the decoder could not start its threads "
                              f"({self.last_rejection}, {times})")
         if self._trim is not None and not errors:
-            why = self._span_too_short() if self.span_ended else "the input ends before it starts"
+            why = self._span_too_short() if self.span_ended else self._starts_past_the_end()
             raise ConfigError(f"{self.path}: no video frames in the span asked for (-ss/-t/-to): {why}")
         raise InputError(f"{self.path}: no decodable video frames{errors}")
+
+    def _starts_past_the_end(self) -> str:
+        if self.last_skipped is None:
+            return "the input ends before it starts"
+        return f"the input's last frame starts at {float(self.last_skipped - self._origin):.3f} s, before it"
 
     def _span_too_short(self) -> str:
         rate = self.frame_rate

@@ -217,7 +217,8 @@ def test_audio_is_cut_to_the_same_span(clip, tmp_path):
     assert len(audio) in (46, 47)  # 1 s of 1024-sample packets at 48 kHz
 
 
-@pytest.mark.parametrize("span, why", [(("-ss", "5"), "the input ends before it starts"),
+@pytest.mark.parametrize("span, why", [(("-ss", "5"), "the input's last frame starts at 1.967 s, before it"),
+                                       (("-ss", "1.98"), "the input's last frame starts at 1.967 s, before it"),
                                        (("-ss", "0.51", "-to", "0.52"), "no frame starts within it (a frame lasts")])
 def test_a_span_without_frames_is_a_usage_error_that_says_why(clip, tmp_path, span, why):
     r = run_pipeline(clip, "out.mp4", *span, "--filters", "", cwd=tmp_path)
