@@ -13,12 +13,13 @@ import threading
 import time
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import av
 
 from .errors import DecoderRefused, InputError, SourceStalled
 from .ingest import SURFACE_LAYOUT, refuse_deep_surfaces
+from .log import log
 from .span import SKIP, STOP
 from .video import FrameMeta
 
@@ -86,7 +87,7 @@ class DecodeLoop:
     _gops = None
     frame_threads = False  # the video decoder runs frame threads (set by the source)
     span_ended = False  # a frame at or after -t/-to's end came: the span, not the input, ended the frames
-    _replay: list[av.Packet] = []  # packets the demux gives first
+    _replay: Sequence[av.Packet] = ()  # packets the demux gives first (pipeline.seek)
     last_skipped: Fraction | None = None  # the time (seconds) of the last frame before -ss's start
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
@@ -105,30 +106,37 @@ class DecodeLoop:
                     self._check_device_frame(frame)
                 given = self._best_effort(frame.pts, frame.dts)
                 pts = self._clock(given)  # every frame's, skipped or not: the clock counts frames without one
-                verdict = self._in_span(frame, given, pts, video) if self._trim else None
+                # Judged by the timestamp it is written with: the span's first frame is written at 0 or after.
+                time_base = frame.time_base or video.time_base
+                verdict = self._trim.frame(pts, time_base) if self._trim else None
                 if verdict == STOP:  # the span's end: no frame after it is wanted, some audio may be
                     self.span_ended = True
                     yield from self._audio_after_the_last_frame(packets, video)
                     return
                 if verdict == SKIP:
-                    self.last_skipped = (given if given is not None else pts) * (frame.time_base or video.time_base)
+                    self.last_skipped = pts * time_base
                     continue
                 yield DecodedFrame(frame, self._meta(self._index, frame, given, pts, decode_s))
                 self._index += 1
         if self._trim is None:  # a span's frame count is an estimate
             self._check_complete(self._index)
 
-    def _in_span(self, frame: av.VideoFrame, given: int | None, pts: int, video) -> str:
-        """The span's verdict on a frame, by its own timestamp, or where it has none (a raw stream) by the
-        clock's (the frames before it counted from the start at the frame rate)."""
-        return self._trim.frame(pts if given is None else given, frame.time_base or video.time_base)
-
     def _audio_after_the_last_frame(self, packets: Iterator[av.Packet], video) -> Iterator[AudioPacket]:
         """The span's audio still to come after its last frame. A muxer may put audio well after the video
         of the same time (MPEG-PS: about 0.7 s), so packets are read on, video ones dropped undecoded, until
-        each audio stream has passed the span's end, or the video is MAX_INTERLEAVE_S past it."""
+        each audio stream has passed the span's end, or the video is MAX_INTERLEAVE_S past it. Not on a live
+        input, where reading on is waiting (a stall there would fail a span already complete)."""
         waiting = {s.index for s in self.audio_streams}
-        for packet in packets if waiting else ():
+        if not waiting or self.live:
+            return
+        try:
+            yield from self._audio_until_past_the_end(packets, video, waiting)
+        except InputError as e:  # --strict's read error past the span: what the span holds is complete
+            log.debug(f"{self.path}: after the span: {e}")
+
+    def _audio_until_past_the_end(self, packets: Iterator[av.Packet], video, waiting: set) -> Iterator[AudioPacket]:
+        for packet in packets:
+            self._damage.packet(packet)
             if packet.stream is video:
                 if self._trim.past_end(packet.dts, packet.time_base, MAX_INTERLEAVE_S):
                     return
@@ -154,8 +162,9 @@ class DecodeLoop:
 
     def _packets(self) -> Iterator[av.Packet]:
         """Demuxed packets; a read error ends the input like a truncation (fatal only when strict)."""
-        replay, self._replay = self._replay, []
+        replay, self._replay = self._replay, ()
         yield from replay  # read while seeking to -ss's start (pipeline.seek)
+        del replay  # not held for the rest of the run
         demux = self.container.demux(self.video, *self.audio_streams)
         while True:
             try:
@@ -377,15 +386,18 @@ def _ticks(video, seconds: float) -> int:
     return int(seconds / tb) if tb else 1 << 62
 
 
-def frame_rate(video, untimed: bool):
-    """The stream's frame rate. A stream without timestamps (raw H.264) has as its average the demuxer's
-    default (25 fps), where FFmpeg's guess reads the rate its headers give (as ffmpeg counts its frames)."""
-    return (video.guessed_rate or video.average_rate) if untimed else (video.average_rate or video.guessed_rate)
+def frame_rate(video, from_headers: bool = False):
+    """The stream's frame rate: its average, or with ``from_headers`` FFmpeg's guess. A raw stream's average
+    is the raw demuxer's default (25 fps), where the guess reads the rate its headers give, as ffmpeg counts
+    its frames."""
+    if from_headers:
+        return video.guessed_rate or video.average_rate
+    return video.average_rate or video.guessed_rate
 
 
-def _frame_step(video, untimed: bool) -> int:
+def _frame_step(video, from_headers: bool) -> int:
     """One frame period in the stream's time base (at least one tick)."""
-    rate, tb = frame_rate(video, untimed), video.time_base
+    rate, tb = frame_rate(video, from_headers), video.time_base
     if not rate or not tb:
         return 1
     return max(1, round(1 / (Fraction(rate) * Fraction(tb))))

@@ -31,14 +31,18 @@ def seek_before(container, video, audio: list, target: Fraction, begin: Fraction
     (the keyframe, ``audio``'s packets before it). Raises what ``container.seek`` raises."""
     if container.format.flags & NO_TIMESTAMPS:
         return []  # a raw stream: its frames are timed by counting them from the start (pipeline.decode)
-    tb = Fraction(video.time_base)
-    step = Fraction(1)
     try:
-        container.seek(math.floor(target / tb), stream=video, backward=True)
+        return _seek_checked(container, video, audio, target, begin, origin)
     except av.error.FFmpegError:
         # FFmpeg may have read to the end looking for a timestamp; decoding starts at the beginning then.
         _rewind(container)
         raise
+
+
+def _seek_checked(container, video, audio: list, target: Fraction, begin: Fraction, origin: Fraction) -> list:
+    tb = Fraction(video.time_base)
+    step = Fraction(1)
+    container.seek(math.floor(target / tb), stream=video, backward=True)
     while target > origin:
         try:
             read = _read_to_keyframe(container, video, audio, begin)

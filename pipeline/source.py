@@ -124,14 +124,16 @@ class Source(DecodeLoop):
             self._damage = DamageLog(path, self.container.format.name, self.video.codec_context.name)
             self.audio_streams = self._audio_streams()
             self._origin = _start_time(self.container)
-            self.untimed = bool(self.container.format.flags & NO_TIMESTAMPS)  # raw H.264: the clock times it
+            # A raw stream (H.264, HEVC) carries no timestamps: the clock times it, at the rate its headers
+            # give unless the raw demuxer was told one (--input-opt framerate=50).
+            self._headers_rate = bool(self.container.format.flags & NO_TIMESTAMPS) and "framerate" not in self.options
             self._trim = span.bind(self._origin) if span is not None else None
             self._seek_to_start()
             if decode_sessions > 1 and hwaccel is not None:
                 self._open_sessions(decode_sessions, make_current or (lambda: None))
             self._pending: list[DecodedFrame | AudioPacket] = []  # read while probing, replayed by items()
             self._best_effort = _BestEffort()
-            self._clock = _Clock(_frame_step(self.video, self.untimed), _ticks(self.video, MAX_GAP_S))
+            self._clock = _Clock(_frame_step(self.video, self._headers_rate), _ticks(self.video, MAX_GAP_S))
             self._frames = self._decode()
             self.format, self.display_matrix = self._probe()
         except BaseException:
@@ -228,6 +230,7 @@ class Source(DecodeLoop):
         except BaseException:
             self.container.close()
             raise
+        self._best_effort = _BestEffort()  # a new decoder's: FFmpeg counts its faulty timestamps per decoder
         self._frames = self._decode()
 
     def _audio_streams(self) -> list:
@@ -254,7 +257,7 @@ class Source(DecodeLoop):
 
     @property
     def frame_rate(self):
-        return frame_rate(self.video, self.untimed)
+        return frame_rate(self.video, self._headers_rate)
 
     @property
     def info(self) -> StreamInfo:
@@ -274,7 +277,8 @@ class Source(DecodeLoop):
 
     def _seek_to_start(self) -> None:
         """With -ss on a file: jump to the keyframe before the start, checked (:mod:`pipeline.seek`); the
-        frames up to the start are then decoded and dropped. A stream (stdin, a live source) cannot seek: it is decoded from where it is."""
+        frames up to the start are then decoded and dropped. A stream (stdin, a live source) cannot seek: it
+        is decoded from where it is."""
         target = self._trim.seek_target(self._origin) if self._trim is not None else None
         if target is None or self.live or pipe_fd(self.path) is not None or not self.video.time_base:
             return

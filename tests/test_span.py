@@ -3,13 +3,15 @@ and the audio cut to the same span (to the packet)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
-from utils import count_audio_packets, read_json, run_pipeline, video_times
+from utils import count_audio_packets, pipeline_command, read_json, run_command, run_pipeline, video_times
 
 from pipeline.span import KEEP, SKIP, STOP, Span
 from pipeline.sample import make_clip
@@ -152,6 +154,9 @@ def test_span_of_a_raw_stream_counts_its_frames_at_its_own_rate(tmp_path):
     r = run_pipeline(raw, "whole.mkv", "--filters", "", cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert abs(times(tmp_path / "whole.mkv")[-1] - Fraction(59, FPS)) <= Fraction(1, 1000)  # Matroska: ms
+    r = run_pipeline(raw, "told.mkv", "--input-opt", "framerate=50", "--filters", "", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr  # the raw demuxer told a rate: that one
+    assert abs(times(tmp_path / "told.mkv")[-1] - Fraction(59, 50)) <= Fraction(1, 1000)
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +181,10 @@ def test_avi_b_frames_keep_their_spacing(avi, tmp_path):
     steps = np.diff([float(t) for t in shown])
     assert len(shown) == FRAMES and np.all(np.abs(steps[2:-2] - 1 / FPS) < 1e-3), steps
     assert shown[-1] - shown[0] < Fraction(FRAMES + 2, FPS)
+    r = run_pipeline(avi, "cut.mkv", "-ss", "1", "-t", "0.5", "--filters", "", "-an", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    cut = times(tmp_path / "cut.mkv")  # judged by the timestamps written, though the clock moved some
+    assert len(cut) == 15 and cut[0] == 0 and cut[-1] < Fraction(1, 2), cut
 
 
 def _audio_within(path: Path, start: Fraction, end: Fraction) -> int:
@@ -196,6 +205,29 @@ def test_the_spans_audio_is_kept_where_the_muxer_put_it_after_the_video(unindexe
     expected = _audio_within(unindexed[name], Fraction(1, 2), Fraction(1))
     assert expected >= 20 and read_json(tmp_path / "s.json")["audio_packets"] == expected
     assert count_audio_packets(tmp_path / "out.mkv") == expected
+
+
+def test_a_live_inputs_span_ends_at_its_last_frame(unindexed, tmp_path):
+    """Reading on for audio is waiting on a live input (a FIFO): where the audio had ended before the span,
+    the stall that followed failed a span already complete (exit 3 after --timeout)."""
+    src = tmp_path / "audio-ends-early.ts"
+    with av.open(str(unindexed[".ts"])) as i, av.open(str(src), "w") as o:
+        out = {s.index: o.add_stream_from_template(s) for s in i.streams}
+        for p in i.demux():
+            if p.dts is not None and (p.stream.type == "video" or p.pts * p.time_base < Fraction(1, 2)):
+                p.stream = out[p.stream.index]
+                o.mux(p)
+    fifo = tmp_path / "live"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", 'exec > "$1"; cat "$2"; exec sleep 30', "sh", str(fifo), str(src)])
+    try:
+        r = run_command(pipeline_command(fifo, "-o", tmp_path / "out.mkv", "-t", "1", "--timeout", "3",
+                                         "--drop-policy", "block", "--filters", ""), timeout=60)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert r.returncode == 0 and "no data" not in r.stderr, r.stderr
+    assert len(times(tmp_path / "out.mkv")) in (29, 30)  # a live input's start: its first packet
 
 
 def test_h264_in_mpeg_ps_without_a_timestamp_on_every_packet_is_not_said_retimed(clip, tmp_path):
@@ -250,16 +282,24 @@ class _Packets:
     class Format:
         flags = 0
 
-    def __init__(self, packets, fail_reading=False):
+    def __init__(self, packets, fail_reading=False, fail_seek: int | None = None):
         from types import SimpleNamespace
 
         self.video = SimpleNamespace(time_base=Fraction(1, 10))
         self.format, self.at, self.seeks, self.fail = self.Format(), 0, [], fail_reading
+        self.fail_seek = fail_seek  # the seek (counted from 1) that fails
         self.packets = [SimpleNamespace(stream=self.video, dts=d, pts=p, is_keyframe=k, size=1)
                         for d, p, k in packets]
 
-    def seek(self, ticks, stream, backward):
+    def seek(self, ticks, stream=None, backward=True, unsupported_byte_offset=False):
+        if unsupported_byte_offset:  # to a byte: the first
+            self.seeks.append(f"byte {ticks}")
+            self.at = ticks
+            return
         self.seeks.append(ticks)
+        if len(self.seeks) == self.fail_seek:
+            self.at = len(self.packets)  # where a failed search may leave it: the end
+            raise av.error.PermissionError(1, "Operation not permitted")
         self.at = max([i for i, p in enumerate(self.packets) if p.dts <= ticks], default=0)
 
     def demux(self, *streams):
@@ -298,3 +338,14 @@ def test_a_read_error_while_checking_the_seek_decodes_from_the_beginning():
     c = _Packets(_gops(100, 10), fail_reading=True)
     assert seek_before(c, c.video, [], Fraction(52, 10), Fraction(55, 10), Fraction(0)) == []
     assert c.seeks == [52, -10] and c.at == 0
+
+
+@pytest.mark.parametrize("failing", [1, 2])
+def test_a_seek_that_fails_goes_back_to_the_first_byte(failing):
+    """FFmpeg may read to the end looking for a timestamp before it fails: decoding would start there."""
+    from pipeline.seek import seek_before
+
+    c = _Packets(_gops(100, 10), fail_seek=failing)
+    with pytest.raises(av.error.PermissionError):
+        seek_before(c, c.video, [], Fraction(52, 10), Fraction(55, 10), Fraction(0))
+    assert c.seeks[-1] == "byte 0" and c.at == 0 and len(c.seeks) == failing + 1
