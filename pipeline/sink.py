@@ -429,14 +429,14 @@ class Sink:
             raise self._finish_failure(e) from e
 
     def _finish_failure(self, e: Exception) -> PipelineError:
-        """Why the trailer could not be written. A muxer refusing (EINVAL, EPERM) what --output-opt asked of
-        it only there (mp4's ``moov_size``, Matroska's ``reserve_index_space``: too small for this file) is
-        the options' fault, a usage error, not the disk's."""
-        if self._output_opts and getattr(e, "errno", None) in (errno.EINVAL, errno.EPERM):
-            asked = " ".join(f"{k}={v}" for k, v in self._output_opts.items())
-            return ConfigError(f"{self.target}: the {self.container.format.name} muxer could not finish the file "
-                               f"with --output-opt {asked} ({e.log[2].strip() if _logged(e) else e.strerror}); "
-                               "output removed")
+        """Why the trailer could not be written. The space an option reserved for the index turning out too
+        small for this file (the muxer says EINVAL) is that option's fault, a usage error, not the disk's."""
+        asked = [f"{k}={v}" for k, v in self._output_opts.items() if k in RESERVES_INDEX_SPACE]
+        if asked and getattr(e, "errno", None) == errno.EINVAL:
+            muxer = self.container.format.name
+            why = e.log[2].strip() if _logged(e) else "the space it reserves for the index is too small"
+            return ConfigError(f"{self.target}: the {muxer} muxer could not finish the file with --output-opt "
+                               f"{' '.join(asked)} ({why}); output removed")
         return OutputError(f"{self.target}: cannot finalise output: {e}")
 
     def abort(self) -> None:
@@ -449,6 +449,10 @@ class Sink:
             self.container.close()
         except Exception:
             pass  # the file is gone already; a close error adds nothing
+
+
+# Muxer options that reserve room for the index at the header, found too small only at the trailer.
+RESERVES_INDEX_SPACE = frozenset({"moov_size", "reserve_index_space"})
 
 
 def _logged(e: Exception) -> bool:
