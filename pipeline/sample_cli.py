@@ -81,14 +81,16 @@ def _muxer_default(out: Path, codec: str, crf: int | None) -> str:
     return encoder
 
 
-def _check_target(out: Path, default: bool, overwrite: bool) -> None:
+def _check_target(out: Path, default: bool, overwrite: bool, frames: int) -> None:
     """As ``pipeline run`` checks its output, before anything is encoded. A clip's own folder (``samples/``)
     is made by :func:`make_clip` where it is missing (nothing there to lose); the one of a -o must exist."""
-    from .sequence import is_sequence
+    from .sequence import is_picture, is_sequence
 
     if is_sequence(out):  # the image2 muxer would expand it in the temporary name, which then cannot be found
         raise ConfigError(f"{out}: a sample is one clip; a frame-number pattern (%d) writes an image sequence, "
                           "which `pipeline run CLIP -o frames/%04d.png` makes from it")
+    if is_picture(out) and frames != 1:  # the image2 muxer would fail at the second frame
+        raise ConfigError(f"{out}: one picture holds one frame; add --frames 1")
     if default and not out.parent.exists():
         return
     check_output(None, out, overwrite)  # make_clip's staging removes the temporary files of runs killed mid-write
@@ -166,7 +168,7 @@ def run(args) -> int:
     out = _output_path(args, preset, codec)
     if args.gop is not None and not 1 <= args.gop <= MAX_GOP:
         raise ConfigError(f"Invalid --gop ({args.gop}). Supported values are 1 to {MAX_GOP} frames.")
-    _check_target(out, args.output is None, bool(args.overwrite))
+    _check_target(out, args.output is None, bool(args.overwrite), frames)
     if args.codec is None:
         codec = _muxer_default(out, codec, args.crf)
     _check_crf(args.crf, codec)

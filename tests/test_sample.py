@@ -575,3 +575,10 @@ def test_one_picture_is_in_the_format_its_name_says(tmp_path, name, encoder, mag
     assert result.returncode == 0, result.stderr
     assert f"encoding {encoder}, the {name[3:]} picture's" in result.stderr
     assert (tmp_path / name).read_bytes().startswith(magic)
+
+
+def test_one_picture_of_several_frames_is_refused_before_anything_is_written(tmp_path):
+    """The image2 muxer failed at the second frame with FFmpeg's own words about -update."""
+    result = _sample("-o", tmp_path / "two.png", *SMALL, cwd=tmp_path)  # 2 frames
+    assert result.returncode == 2 and "one picture holds one frame; add --frames 1" in _one_error_line(result)
+    assert os.listdir(tmp_path) == []
