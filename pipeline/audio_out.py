@@ -75,7 +75,7 @@ class AudioOut:
         if out is None:
             return False
         dts, last = packet.dts, self._last_dts.get(out.index)  # in the input's time base: mux rescales
-        if last is not None and dts <= last or packet.size < SHORTEST.get(out.codec_context.name, 1):
+        if (last is not None and dts <= last) or packet.size < SHORTEST.get(out.codec_context.name, 1):
             self.dropped += 1
             return False
         packet.stream = out

@@ -34,8 +34,8 @@ def load_plugin(path: str | Path) -> None:
     path = Path(path)
     check_reachable(path, "plugin", ConfigError)
     if not path.is_file():
-        kind = "a directory" if path.is_dir() else (f"a {special_kind(path)}" if special_kind(path) else None)
-        raise ConfigError(f"plugin {path}: is {kind}; a plugin is a Python file" if kind else
+        kind = "directory" if path.is_dir() else special_kind(path)
+        raise ConfigError(f"plugin {path}: is a {kind}; a plugin is a Python file" if kind else
                           f"plugin not found: {path}")
     resolved = path.resolve()
     if resolved in _LOADED_PLUGINS:
