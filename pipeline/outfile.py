@@ -20,6 +20,7 @@ import hashlib
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
 
 from .checks import special_kind
@@ -83,6 +84,26 @@ def final_path(target: Path) -> Path:
 
 def temp_path_for(target: Path, pid: int | None = None) -> Path:
     return target.with_name(f"{partial_prefix(target)}{pid or os.getpid()}{target.suffix}")
+
+
+# Temporary names this process writes now. They carry the process id only (its other runs' files are not
+# stale), so two runs of one process into one output (two threads, a stage running a run) would share one.
+_WRITING: set[str] = set()
+_WRITING_LOCK = threading.Lock()
+
+
+def claim_temporary(tmp: Path, name) -> None:
+    """Take ``tmp`` for this run; ConfigError where another run of this process has it."""
+    key = os.path.abspath(tmp)
+    with _WRITING_LOCK:
+        if key in _WRITING:
+            raise ConfigError(f"{name}: another run in this process is writing it now")
+        _WRITING.add(key)
+
+
+def release_temporary(tmp: Path) -> None:
+    with _WRITING_LOCK:
+        _WRITING.discard(os.path.abspath(tmp))
 
 
 def _renameat2():
@@ -252,11 +273,18 @@ class StagedFile:
         self.path = temp_path_for(final)
         self.muxer_path = str(self.path)  # what the muxer is given
         self._dir: int | None = None
+        self._claimed = False
 
     def prepare(self) -> None:
-        remove_stale_partials(self.final)
-        self._dir = open_directory(self.final.parent)
-        create_like(self.path, self.final)
+        claim_temporary(self.path, self.final)
+        self._claimed = True  # from here the temporary file is this run's to remove
+        try:
+            remove_stale_partials(self.final)
+            self._dir = open_directory(self.final.parent)
+            create_like(self.path, self.final)
+        except BaseException:
+            self._close()
+            raise
 
     def place(self, overwrite: bool, name) -> None:
         try:
@@ -266,6 +294,8 @@ class StagedFile:
             self._close()
 
     def discard(self) -> None:
+        if not self._claimed:  # refused at prepare: the temporary file is another run's
+            return
         try:
             _unlink(self.path, self._dir)
         except OSError:  # already failing or stopping: that error says more than a file left to clean
@@ -274,6 +304,9 @@ class StagedFile:
             self._close()
 
     def _close(self) -> None:
+        if self._claimed:
+            release_temporary(self.path)
+            self._claimed = False
         held, self._dir = self._dir, None
         if held is not None:
             os.close(held)

@@ -215,14 +215,19 @@ class StagedSequence:
         self._discarded = False
         self._gate = threading.Lock()
         self._outside: Path | None = None  # a frame moved beside the file a link names, not yet renamed onto it
+        self._claimed = False
 
     def prepare(self) -> None:
-        from .outfile import remove_stale_partials
+        from .outfile import claim_temporary, release_temporary, remove_stale_partials
 
+        claim_temporary(self.dir, self.final)
+        self._claimed = True  # from here the staging directory is this run's to remove
         remove_stale_partials(self._named)
         try:
             self.dir.mkdir()
         except OSError as e:
+            self._claimed = False
+            release_temporary(self.dir)
             raise OutputError(f"{self.final}: cannot create output: {e.strerror or e}") from e
 
     def place(self, overwrite: bool, name) -> None:
@@ -231,7 +236,7 @@ class StagedSequence:
         link is written through it, as ffmpeg and a single output file do (the link stays a link). On any
         failure the staging directory is removed; a failure while moving (another process racing) says how
         many were placed."""
-        from .outfile import final_path, place_output
+        from .outfile import final_path, place_output, release_temporary
 
         frames, placed = sorted(os.listdir(self.dir), key=self._number), 0
         try:
@@ -265,6 +270,8 @@ class StagedSequence:
             raise
         self.placing = False
         self.dir.rmdir()
+        self._claimed = False
+        release_temporary(self.dir)
 
     def _number(self, name: str) -> tuple[int, str]:
         """Frames in the muxer's order, by number (f9.png before f10.png), as ffmpeg writes them."""
@@ -273,7 +280,12 @@ class StagedSequence:
 
     def discard(self) -> None:
         """Remove the staged frames (those already placed stay), the one on its way beside a link included."""
+        from .outfile import release_temporary
+
+        if not self._claimed:  # refused at prepare: the staging directory is another run's
+            return
         shutil.rmtree(self.dir, ignore_errors=True)
+        release_temporary(self.dir)
         outside = self._outside
         if outside is not None:
             with contextlib.suppress(OSError):

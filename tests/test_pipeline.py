@@ -352,3 +352,35 @@ def test_write_combined_where_it_does_not_apply_is_said_once(clips, tmp_path, mo
     assert len(built) == 2
     said = [r.getMessage() for r in caplog.records if "--write-combined" in r.getMessage()]
     assert [m.rsplit("ignored with ", 1)[1] for m in said] == ["the CPU backend", "--alloc naive"], said
+
+
+@pytest.mark.parametrize("name", ["out.mkv", "frames/f%03d.png"])
+def test_two_runs_of_one_process_into_one_output_refuse_the_second(clips, tmp_path, name):
+    """Their temporary name carries the process id only: the second run shared the first's temporary file,
+    and the output in place held the other run's frames."""
+    import pipeline
+
+    out = tmp_path / name
+    out.parent.mkdir(exist_ok=True)
+    started, go_on, result = threading.Event(), threading.Event(), {}
+
+    def held(frame) -> None:
+        started.set()
+        go_on.wait(30)
+
+    def first() -> None:
+        result["first"] = pipeline.run(str(clips["mkv"]), str(out), device="cpu", filters="", stage=held)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(pipeline.ConfigError, match="another run in this process is writing it now"):
+            pipeline.run(str(clips["mp4"]), str(out), device="cpu", filters="", overwrite=True)
+    finally:
+        go_on.set()
+        thread.join(60)
+    assert result["first"]["frames_out"] == MKV_FRAMES
+    written = sorted(out.parent.iterdir()) if "%" in name else [out]
+    assert len(decode(written[0]).frames if "%" not in name else written) == MKV_FRAMES
+    assert partials(out.parent) == []
