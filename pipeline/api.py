@@ -9,6 +9,7 @@ H x W x 3 uint8 RGB arrays (your own generator, a camera SDK), or a built source
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import sys
 import weakref
@@ -190,7 +191,7 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
     """
     from .many import configs_for, run_many as run_streams
 
-    check_list(sources, "run_many", "sources", "for one, use run() or pass [source]")
+    sources = check_list(sources, "run_many", "sources", "for one, use run() or pass [source]")
     if not sources:
         raise ConfigError("run_many needs at least one source")
     locations, output = [_as_location(s) for s in sources], _as_location(output)
@@ -284,16 +285,29 @@ def _check_for_frames(cfg: RunConfig) -> None:
 
 
 def _check_stage(stage) -> None:
-    """Before the run: called on the first frame, anything else failed there as a StageError."""
+    """Before the run: called on the first frame, anything else failed there as a StageError; a coroutine or
+    generator function would be called, never run, and the frames go on unchanged."""
     if stage is not None and not callable(stage):
         raise ConfigError(f"Invalid stage ({type(stage).__name__}). Supported values are None and a function "
                           "taking each frame.")
+    if inspect.iscoroutinefunction(stage) or inspect.isasyncgenfunction(stage) or inspect.isgeneratorfunction(stage):
+        kind = "a generator function" if inspect.isgeneratorfunction(stage) else "an async function"
+        raise ConfigError(f"Invalid stage ({getattr(stage, '__qualname__', stage)}): {kind}, whose body a call "
+                          "does not run; a stage is a plain function that works on each frame before it returns")
 
 
-def check_list(items, caller: str, what: str, hint: str) -> None:
-    """``items`` is a list of locations, not one: a str would be taken a character at a time."""
+def check_list(items, caller: str, what: str, hint: str) -> list:
+    """``items`` as a list of locations (str, bytes or os.PathLike); a single one is refused (a str would be
+    taken a character at a time), and so is anything else that is not a list or tuple of them."""
     if isinstance(items, (str, bytes, bytearray, os.PathLike)):
         raise ConfigError(f"{caller} takes a list of {what}, not one ({os.fspath(_as_location(items))!r}); {hint}")
+    if not isinstance(items, (list, tuple)):
+        raise ConfigError(f"{caller} takes a list of {what}, not {safe_repr(items)}; {hint}")
+    odd = [item for item in items if not _is_location(_as_location(item))]
+    if odd:
+        raise ConfigError(f"{caller}: {safe_repr(odd[0])} among the {what} is not a path (str, bytes or "
+                          "os.PathLike)")
+    return [_as_location(item) for item in items]
 
 
 def _is_location(source) -> bool:

@@ -10,6 +10,7 @@ not started; the outputs already complete are kept.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..checks import check_name_length
-from ..config import RunConfig
+from ..config import RunConfig, safe_repr
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, OutputError
 from ..log import log
 from ..outfile import remove_stale_partials
@@ -74,11 +75,31 @@ def run_batch(inputs: Sequence[str | Path], output: str | Path = ".", *, filters
     :class:`BatchReport` (``report.exit_code``: the largest of the files' exit codes)."""
     from ..api import check_list, settings as run_settings
 
-    check_list(inputs, "run_batch", "inputs", "pass [input] (a path, a glob or an @list file)")
+    inputs = check_list(inputs, "run_batch", "inputs", "pass [input] (a path, a glob or an @list file)")
+    _check_arguments(output, suffix, gpus, dashboard, processes, on_result, stop)
     cfg = run_settings("", None, filters, device, alloc, {"overwrite": overwrite, **options})
     batch = BatchSettings(output=str(output), suffix=suffix, gpus=gpus, workers=workers, scheduler=scheduler,
                           processes=processes, dashboard=dashboard)
     return execute(inputs, cfg, batch, on_result=on_result, stop=stop)
+
+
+def _check_arguments(output, suffix, gpus, dashboard, processes, on_result, stop) -> None:
+    """run_batch's own arguments, of the types the command line would give (ConfigError before any work)."""
+    if not isinstance(output, (str, os.PathLike)) or not os.fspath(output):
+        raise ConfigError(f"Invalid output ({safe_repr(output)}). Supported values are a directory (str or "
+                          "os.PathLike) or \"null\".")
+    for name, value, what in (("suffix", suffix, "text (\"_processed\")"),
+                              ("gpus", gpus, "None, \"all\" or GPU indexes or UUIDs as text (\"0,1\")"),
+                              ("dashboard", dashboard, "None or an address as text (\":8787\")")):
+        if not (isinstance(value, str) or value is None and name != "suffix"):
+            raise ConfigError(f"Invalid {name} ({safe_repr(value)}). Supported values are {what}.")
+    if not isinstance(processes, bool):
+        raise ConfigError(f"Invalid processes ({safe_repr(processes)}). Supported values are True and False.")
+    if on_result is not None and not callable(on_result):
+        raise ConfigError(f"Invalid on_result ({safe_repr(on_result)}). Supported values are None and a function "
+                          "taking each FileResult.")
+    if stop is not None and not isinstance(stop, StopRequest):
+        raise ConfigError(f"Invalid stop ({safe_repr(stop)}). Supported values are None and a StopRequest.")
 
 
 def execute(inputs: Sequence[str | Path], cfg: RunConfig, batch: BatchSettings, *,

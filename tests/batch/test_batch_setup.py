@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -181,6 +182,28 @@ def test_workers_one_per_gpu_pinned_by_environment_or_cpu(monkeypatch):
         plan_workers(None, 2, "cuda")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in plan_workers("all", None, "auto")] == ["3", "5"]
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"inputs": 5}, "run_batch takes a list of inputs, not 5"),
+    ({"inputs": [None]}, "None among the inputs is not a path"),
+    ({"output": 5}, "Invalid output (5)"),
+    ({"output": ""}, "Invalid output ('')"),
+    ({"suffix": None}, "Invalid suffix (None)"),
+    ({"suffix": ["_l"]}, "Invalid suffix (['_l'])"),
+    ({"gpus": 0}, "Invalid gpus (0)"),
+    ({"dashboard": 3}, "Invalid dashboard (3)"),
+    ({"processes": "no"}, "Invalid processes ('no')"),
+    ({"on_result": 3}, "Invalid on_result (3)"),
+    ({"stop": 3}, "Invalid stop (3)"),
+])
+def test_run_batch_refuses_arguments_of_the_wrong_type_before_any_work(clips, tmp_path, kwargs, words):
+    """They were a bare TypeError or AttributeError (some after every file had run, the report lost), or
+    taken: a list as the suffix named files a['_l'].mp4, the number 5 as the output made a directory ./5."""
+    args = {"inputs": [str(clips / "clip0.mkv")], "output": str(tmp_path / "out"), "device": "cpu", **kwargs}
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        run_batch(args.pop("inputs"), args.pop("output"), **args)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), 2.5, "2", True, None.__class__])
