@@ -155,6 +155,14 @@ def prepare_kernels(chain, in_layout: str, out_layout: str, *, stage: bool = Fal
         f.prepare()
 
 
+def _said(error: Exception) -> str:
+    """``str(error)``, or where even that raises, its type alone."""
+    try:
+        return str(error)
+    except Exception:
+        return "(its message could not be read)"
+
+
 @dataclass
 class StageFrame:
     """What a user's stage sees: the working frame, writable in place, on the frame's own stream.
@@ -259,12 +267,18 @@ class Processor:
     def _run_stage(self, planes, item: WorkItem, ctx) -> None:
         meta = item.meta
         frame = StageFrame(planes, getattr(ctx, "stream", None), meta.index, meta.pts, meta.seconds, self.source)
+        shape, dtype = planes.shape, planes.dtype
+        name = getattr(self.stage, "__qualname__", None) or type(self.stage).__name__
         try:
             self.stage(frame)
         except Exception as e:
-            name = getattr(self.stage, "__qualname__", None) or type(self.stage).__name__
-            raise StageError(f"stage {name!r} failed at frame {meta.index}: {type(e).__name__}: {e}",
-                             stage=name) from e
+            raise StageError(f"stage {name!r} failed at frame {meta.index}: {type(e).__name__}: "
+                             f"{_said(e)}", stage=name) from e
+        # What the frame goes on with is the array the stage was given, written in place: a new one bound to
+        # frame.planes would be dropped unseen, and a view changed to another shape or dtype misread.
+        if frame.planes is not planes or planes.shape != shape or planes.dtype != dtype:
+            raise StageError(f"stage {name!r} at frame {meta.index}: frame.planes must be written in place "
+                             f"({shape} {dtype}: frame.planes[...] = ...), not replaced or reshaped", stage=name)
 
     def output_array(self, item: WorkItem):
         """The frame's converted output in device memory (``keep_device`` items)."""

@@ -1,0 +1,65 @@
+"""A user's stage used in ways that did nothing, or failed outside the stage's own error: a frame replaced or
+reshaped instead of written in place, an async or generator function, an exception that cannot say itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from utils import all_devices, pipeline_threads
+
+import pipeline
+
+
+def _rebinds(frame):
+    frame.planes = frame.planes * 0.5  # a new array: the frame went on unchanged
+
+
+def _retypes(frame):
+    frame.planes.dtype = np.uint8  # the same bytes read as four times as many values
+
+
+def _reshapes(frame):
+    frame.planes.shape = (frame.planes.shape[0], -1)
+
+
+@pytest.mark.parametrize("device", all_devices())
+@pytest.mark.parametrize("stage", [_rebinds, _retypes, _reshapes], ids=["rebinds", "retypes", "reshapes"])
+def test_a_stage_that_replaces_or_reshapes_the_frame_is_a_stage_error(device, clip, tmp_path, stage):
+    out = tmp_path / "out.mkv"
+    with pytest.raises(pipeline.StageError, match=f"{stage.__name__}.*frame 0") as e:
+        pipeline.run(clip, out, stage=stage, device=device, codec="ffv1")
+    assert "in place" in str(e.value) or e.value.__cause__ is not None  # CuPy may refuse the change itself
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert pipeline_threads() == []
+
+
+async def _async_stage(frame):
+    frame.planes[...] = 0
+
+
+def _generator_stage(frame):
+    frame.planes[...] = 0
+    yield
+
+
+@pytest.mark.parametrize("stage, kind", [(_async_stage, "an async function"),
+                                         (_generator_stage, "a generator function")])
+def test_a_stage_whose_call_does_not_run_its_body_is_refused(clip, tmp_path, stage, kind):
+    """Called, it returned a coroutine or a generator and the frames went on unchanged, the run a success."""
+    with pytest.raises(pipeline.ConfigError, match=f"Invalid stage .*{stage.__name__}.*{kind}"):
+        pipeline.run(clip, tmp_path / "out.mkv", stage=stage, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Unsayable(Exception):
+    def __str__(self):
+        raise RuntimeError("no words")
+
+
+def test_an_exception_that_cannot_say_itself_is_still_the_stages_error(clip, tmp_path):
+    def mute(frame):
+        raise _Unsayable()
+
+    with pytest.raises(pipeline.StageError, match="_Unsayable: .its message could not be read") as e:
+        pipeline.run(clip, tmp_path / "out.mkv", stage=mute, device="cpu")
+    assert isinstance(e.value.__cause__, _Unsayable)
