@@ -22,6 +22,7 @@ def _reshapes(frame):
     frame.planes.shape = (frame.planes.shape[0], -1)
 
 
+@pytest.mark.filterwarnings("ignore:Setting the (dtype|shape):DeprecationWarning")  # NumPy 2.5: the misuse itself
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("stage", [_rebinds, _retypes, _reshapes], ids=["rebinds", "retypes", "reshapes"])
 def test_a_stage_that_replaces_or_reshapes_the_frame_is_a_stage_error(device, clip, tmp_path, stage):
