@@ -121,6 +121,10 @@ class FrameIterator:
         return self._pipeline.stats
 
 
+# RunConfig fields that only an output uses: given to frames(), they would be silently unused.
+OUTPUT_ONLY = ("codec", "encoder_opts", "pix_fmt", "output_format", "output_opts", "audio", "overwrite", "preview")
+
+
 def frames(source, *, filters: str | None = None, device: str = "auto", alloc: str = "pool",
            decoders: DecoderPool | None = None, **options: Any) -> FrameIterator:
     """Decode ``source``, run ``filters`` on ``device``, and yield each frame as RGB (:class:`Frame`).
@@ -138,6 +142,9 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     cfg = settings(source, None, filters, device, alloc, options)
     if cfg.stats_json:
         raise ConfigError("frames() writes no statistics file (stats_json): its iterator's .stats are the run's")
+    if given := [name for name in OUTPUT_ONLY if name in options]:
+        raise ConfigError(f"{', '.join(given)}: {'options' if len(given) > 1 else 'an option'} of an output; "
+                          "frames() writes none (run() does)")
     check_decoders(decoders)
     chain = make_chain(cfg.filters, cfg.plugins)
     backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)

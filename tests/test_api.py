@@ -372,6 +372,9 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
 @pytest.mark.parametrize("call, error, message", [
     (lambda: pipeline.run_many([None]), pipeline.ConfigError, "None among the sources is not a path"),
     (lambda: pipeline.run_many(5), pipeline.ConfigError, "run_many takes a list of sources, not 5"),
+    (lambda: pipeline.frames("clip.mp4", codec="nosuch"), pipeline.ConfigError, "codec: an option of an output"),
+    (lambda: pipeline.frames("clip.mp4", pix_fmt="zzz", audio="none"), pipeline.ConfigError,
+     "pix_fmt, audio: options of an output; frames() writes none"),
     (lambda: pipeline.run_many(None), pipeline.ConfigError, "run_many takes a list of sources, not None"),
     (lambda: pipeline.run_many(["a.mp4"], None), pipeline.ConfigError, "run_many takes files or URLs"),
     (lambda: pipeline.run([1, 2], "null", device="cpu"), pipeline.InputError, "frames must be NumPy arrays, got int"),
