@@ -72,7 +72,7 @@ class Trim:
         t = _seconds(pts, time_base)
         if t is None:
             return KEEP  # no timestamp to judge by: the source gives it one in sequence
-        if self.stop is not None and t >= self.stop:
+        if self.past_end(pts, time_base):
             return STOP
         if self.begin is not None and t < self.begin:
             return SKIP
