@@ -113,15 +113,15 @@ class RunConfig:
         check_device(self.device)
         _check_choice("decode", self.decode, DECODERS)
         _check_choice("alloc", self.alloc, tuple(STRATEGIES))
-        _check_int("ring_size", self.ring_size, 2, MAX_RING_SIZE)
-        _check_int("streams", self.streams, 1, MAX_STREAMS)
-        _check_int("in_flight", self.in_flight, 1, MAX_IN_FLIGHT)
-        _check_int("copy_threads", self.copy_threads, 1)
-        _check_int("nvdec_sessions", self.nvdec_sessions, 1, MAX_NVDEC_SESSIONS)
+        check_int("ring_size", self.ring_size, 2, MAX_RING_SIZE)
+        check_int("streams", self.streams, 1, MAX_STREAMS)
+        check_int("in_flight", self.in_flight, 1, MAX_IN_FLIGHT)
+        check_int("copy_threads", self.copy_threads, 1)
+        check_int("nvdec_sessions", self.nvdec_sessions, 1, MAX_NVDEC_SESSIONS)
         if self.pinned_cap_mib is not None:
-            _check_int("pinned_cap_mib", self.pinned_cap_mib, 1)
+            check_int("pinned_cap_mib", self.pinned_cap_mib, 1)
         if self.frames is not None:
-            _check_int("frames", self.frames, 1)
+            check_int("frames", self.frames, 1)
         _check_between("arena_headroom", self.arena_headroom, 1.0, MAX_ARENA_HEADROOM)
         _check_choice("drop_policy", self.drop_policy, DROP_POLICIES)
         _check_choice("audio", self.audio, AUDIO_MODES)
@@ -366,10 +366,10 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {', '.join(allowed)}.")
 
 
-def _check_int(name: str, value: int, low: int, high: int | None = None) -> None:
+def check_int(name: str, value: int, low: int, high: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
         supported = f"integers >= {low}" if high is None else f"integers from {low} to {high}"
-        raise ConfigError(f"Invalid {name} ({value!r}). Supported values are {supported}.")
+        raise ConfigError(f"Invalid {name} ({safe_repr(value)}). Supported values are {supported}.")
 
 
 def _check_between(name: str, value: Any, low: float, high: float, what: str = "numbers") -> None:

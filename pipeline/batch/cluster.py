@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 import os
 import shutil
 import signal
@@ -23,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from ..config import device_index, safe_repr
+from ..config import check_int, device_index
 from ..errors import ConfigError, GPUError
 
 
@@ -58,16 +57,6 @@ def check_worker_count(count: int, gpus: int, asked: str) -> None:
                           f"{max(cores, gpus)} (each worker runs a whole file at a time)")
 
 
-def _is_count(value) -> bool:
-    """An integer of at least 1 (numpy's too), not a bool, a float (2.5, NaN) or text."""
-    if isinstance(value, bool):
-        return False
-    try:
-        return operator.index(value) >= 1
-    except TypeError:
-        return False
-
-
 def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[WorkerSpec]:
     """The local workers for ``--gpus`` / ``--workers`` and ``--device``.
 
@@ -77,8 +66,8 @@ def plan_workers(gpus: str | None, workers: int | None, device: str) -> list[Wor
     if gpus is not None and workers is not None:
         raise ConfigError("--gpus and --workers exclude each other: --gpus starts one worker per GPU, "
                           "--workers N starts N CPU workers")
-    if workers is not None and not _is_count(workers):
-        raise ConfigError(f"Invalid --workers ({safe_repr(workers)}). Supported values are integers >= 1.")
+    if workers is not None:  # from the API any value comes; a NumPy integer is a count, as RunConfig's are
+        check_int("--workers", workers.item() if type(workers).__module__ == "numpy" else workers, 1)
     if device == "cpu" and gpus is not None:
         raise ConfigError("--gpus with --device cpu: choose one")
     if (index := device_index(device)) is not None:
