@@ -156,7 +156,7 @@ def prepare_kernels(chain, in_layout: str, out_layout: str, *, stage: bool = Fal
 
 
 def _said(error: Exception) -> str:
-    """``str(error)``, or where even that raises, its type alone."""
+    """``str(error)``, or where even that raises, a note saying so (the message names its type already)."""
     try:
         return str(error)
     except Exception:
@@ -268,17 +268,21 @@ class Processor:
         meta = item.meta
         frame = StageFrame(planes, getattr(ctx, "stream", None), meta.index, meta.pts, meta.seconds, self.source)
         shape, dtype = planes.shape, planes.dtype
-        name = getattr(self.stage, "__qualname__", None) or type(self.stage).__name__
         try:
             self.stage(frame)
         except Exception as e:
+            name = self._stage_name()
             raise StageError(f"stage {name!r} failed at frame {meta.index}: {type(e).__name__}: "
                              f"{_said(e)}", stage=name) from e
         # What the frame goes on with is the array the stage was given, written in place: a new one bound to
         # frame.planes would be dropped unseen, and a view changed to another shape or dtype misread.
         if frame.planes is not planes or planes.shape != shape or planes.dtype != dtype:
+            name = self._stage_name()
             raise StageError(f"stage {name!r} at frame {meta.index}: frame.planes must be written in place "
                              f"({shape} {dtype}: frame.planes[...] = ...), not replaced or reshaped", stage=name)
+
+    def _stage_name(self) -> str:
+        return getattr(self.stage, "__qualname__", None) or type(self.stage).__name__
 
     def output_array(self, item: WorkItem):
         """The frame's converted output in device memory (``keep_device`` items)."""
