@@ -270,7 +270,9 @@ class Processor:
         shape, dtype = planes.shape, planes.dtype
         try:
             self.stage(frame)
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise  # a stop, not the stage's failure
+        except BaseException as e:  # SystemExit too: a stage does not decide how the caller's program ends
             name = self._stage_name()
             raise StageError(f"stage {name!r} failed at frame {meta.index}: {type(e).__name__}: "
                              f"{_said(e)}", stage=name) from e

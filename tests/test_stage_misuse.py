@@ -64,3 +64,18 @@ def test_an_exception_that_cannot_say_itself_is_still_the_stages_error(clip, tmp
     with pytest.raises(pipeline.StageError, match="_Unsayable: .its message could not be read") as e:
         pipeline.run(clip, tmp_path / "out.mkv", stage=mute, device="cpu")
     assert isinstance(e.value.__cause__, _Unsayable)
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), GeneratorExit()], ids=["SystemExit", "GeneratorExit"])
+def test_a_stage_that_exits_fails_the_run_not_the_callers_program(clip, tmp_path, raised):
+    """SystemExit went past the run to the caller, ending a program that had only asked for one run."""
+    def leaves(frame):
+        if frame.index == 2:
+            raise raised
+
+    out = tmp_path / "out.mkv"
+    with pytest.raises(pipeline.StageError, match=f"leaves.*frame 2: {type(raised).__name__}") as e:
+        pipeline.run(clip, out, stage=leaves, device="cpu")
+    assert e.value.__cause__ is raised
+    assert list(tmp_path.iterdir()) == []
+    assert pipeline_threads() == []
