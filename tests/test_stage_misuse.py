@@ -79,3 +79,14 @@ def test_a_stage_that_exits_fails_the_run_not_the_callers_program(clip, tmp_path
     assert e.value.__cause__ is raised
     assert list(tmp_path.iterdir()) == []
     assert pipeline_threads() == []
+
+
+def test_a_keyboard_interrupt_from_the_stage_reaches_the_caller_with_no_output(clip, tmp_path):
+    def stops(frame):
+        if frame.index == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(clip, tmp_path / "out.mkv", stage=stops, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+    assert pipeline_threads() == []
