@@ -312,6 +312,13 @@ class Processor:
         finally:
             self.waiting = None
 
+    def abandon(self, item: WorkItem) -> None:
+        """A frame whose work failed part-way: its ``done`` event is marked after whatever work it issued,
+        so the wait that precedes giving its buffers back covers that work."""
+        if item.ctx is not None:
+            with self.ops.scope(item.ctx):
+                self.ops.mark(item.ctx, "done")
+
     def release(self, item: WorkItem, after=None) -> None:
         """Give back the device buffers a ``keep_device`` frame was holding (once ``after`` completes)."""
         if item.device is not None:

@@ -8,6 +8,7 @@ the per-frame path reads on its own, without the run's set-up and tear-down.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from typing import Any
@@ -65,11 +66,27 @@ class Stages:
         slot = wait_for(lambda: in_host.acquire(timeout=0.05), self.abort)
         self.stats.count_in()
         item = WorkItem(entry.meta, in_slot=slot)
-        if self._copiers is not None:
-            item.copying = self._copiers.submit(self._copy, entry, slot)
-        else:
-            self._copy(entry, slot)
+        with self._given_back_on_failure(item):
+            if self._copiers is not None:
+                item.copying = self._copiers.submit(self._copy, entry, slot)
+            else:
+                self._copy(entry, slot)
         return item
+
+    @contextlib.contextmanager
+    def _given_back_on_failure(self, item: WorkItem):
+        """A frame whose work in this thread fails gives back what it holds (its slots, its device buffers
+        once the work it issued has completed, its decoder surface): memory shared with other runs (run_many,
+        a batch worker) would otherwise lose them for good, one frame per failed run."""
+        try:
+            yield
+        except BaseException:
+            # Best effort: the failure that got here is the one to report (a CUDA error fails these too).
+            with contextlib.suppress(Exception):
+                self.processor.abandon(item)
+            with contextlib.suppress(Exception):
+                self._give_back(item)
+            raise
 
     def _copy(self, entry, slot) -> None:
         t0 = time.perf_counter()
@@ -82,11 +99,12 @@ class Stages:
         keep = self.sink is None or self.sink.residence == "device"
         while (item := self.q_decoded.get()) is not _END:
             if isinstance(item, WorkItem):
-                if item.copying is not None:
-                    item.copying.result()  # the copy into its slot (raises what the copy raised)
-                    item.copying = None
-                with self.nvtx(f"submit {item.meta.index}"):
-                    self.processor.submit(item, keep_device=keep)
+                with self._given_back_on_failure(item):
+                    if item.copying is not None:
+                        item.copying.result()  # the copy into its slot (raises what the copy raised)
+                        item.copying = None
+                    with self.nvtx(f"submit {item.meta.index}"):
+                        self.processor.submit(item, keep_device=keep)
             try:
                 self.q_submitted.put(item)
             except Aborted:
@@ -110,7 +128,7 @@ class Stages:
             if not isinstance(item, WorkItem):
                 self._write_audio(item)
                 continue
-            with self.nvtx(f"encode {item.meta.index}"):
+            with self.nvtx(f"encode {item.meta.index}"), self._given_back_on_failure(item):
                 self._encode_frame(item, lent)
 
     def _write_audio(self, entry) -> None:
@@ -135,19 +153,20 @@ class Stages:
         meta, sink = item.meta, self.sink
         timings, t0 = self._complete(item)
         if self.abort.is_set():  # the run ended while this frame was awaited (a stall: the sink is closed)
-            self._give_back(item)
-            raise Aborted
+            raise Aborted  # the frame is given back on the way out
         if sink.residence == "device":
             sink.write_video(self.processor.output_array(item), meta)
             self.processor.release(item)
         else:
-            slot = item.out_slot
+            slot, item.out_slot = item.out_slot, None
+            # Lent before the write: an encoder that fails part-way may still hold a frame wrapping the slot,
+            # which then goes back only once the encoder is closed (Teardown._return_lent).
+            lent.append(slot)
             sink.write_video(slot.lend(*self._out_shape()), meta)
             if self.preview is not None and self.preview.wants_frame():
                 from .preview import eight_bit_i420
 
                 self.preview.offer(eight_bit_i420(slot.array, item.out_format), self._caption(meta, t0))
-            lent.append(slot)
             if slot.in_use_elsewhere:
                 sink.zero_copy = False  # this encoder keeps frames: copy from now on, never wait on it
             while lent and not lent[0].in_use_elsewhere:
