@@ -230,6 +230,8 @@ class Sink:
             except BaseException:
                 self.staged.discard()
                 raise
+        except ConfigError:  # the output's own (another run of this process writes it): says it all
+            raise
         except ValueError as e:  # unknown container for this extension, or an unknown --format
             if muxer:
                 raise ConfigError(f"{target}: invalid --format {muxer!r} ({e})") from e
