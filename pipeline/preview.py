@@ -23,6 +23,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from .errors import ConfigError
+from .log import log
 
 WINDOW = "pipeline preview"
 INSTALL = "the [preview] extra, or pip install pygame-ce"
@@ -150,9 +151,10 @@ class Preview:
         self._on_quit = on_quit
         self._lock = threading.Lock()
         self._latest: tuple[np.ndarray, str] | None = None
+        self._failed = False
 
     def wants_frame(self) -> bool:
-        return self._latest is None  # the last one was shown: copy the next
+        return self._latest is None and not self._failed  # the last one was shown: copy the next
 
     def offer(self, i420: np.ndarray, caption: str) -> None:
         """From the encode thread: a frame (copied here, the slot is reused) and the text to draw."""
@@ -162,12 +164,24 @@ class Preview:
 
     def pump(self) -> None:
         """From the main thread: show the latest frame, if any, and handle the window's keys."""
+        if self._failed:
+            return
         with self._lock:
             latest, self._latest = self._latest, None
-        if latest is not None:
-            self._window.show(render(*latest))
-        if self._window.quit_requested():
+        try:
+            if latest is not None:
+                self._window.show(render(*latest))
+            quit_requested = self._window.quit_requested()
+        except Exception as e:  # the window is a view of the run, not part of it: the run goes on without it
+            self._failed = True
+            log.warning(f"--preview: the window failed ({type(e).__name__}: {e}); the run goes on without it")
+            self.close()
+            return
+        if quit_requested:
             self._on_quit()
 
     def close(self) -> None:
-        self._window.close()
+        try:
+            self._window.close()
+        except Exception as e:
+            log.debug(f"--preview: closing the window failed: {e}")

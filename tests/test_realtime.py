@@ -416,6 +416,34 @@ def test_preview_draws_the_latest_frame_and_q_stops():
     assert fit((320, 180), (0, 0)) == (320, 180)
 
 
+def test_a_failing_preview_window_closes_and_the_run_goes_on(caplog):
+    """A window that failed (pygame.error from set_mode or flip) ended the run as an internal error, its
+    threads still running while the output was finished under them."""
+    from pipeline.preview import Preview
+
+    closed, stopped = [], []
+
+    class BrokenWindow:
+        def show(self, rgb):
+            raise RuntimeError("video system not initialized")
+
+        def quit_requested(self):
+            return False
+
+        def close(self):
+            closed.append(True)
+
+    preview = Preview(on_quit=lambda: stopped.append(True), window=BrokenWindow())
+    preview.offer(np.full((180 * 3 // 2, 320), 128, np.uint8), "30.0 fps")
+    with caplog.at_level("WARNING", logger="pipeline"):
+        preview.pump()
+        preview.pump()
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "video system not initialized" in said[0] and "goes on without it" in said[0]
+    assert closed == [True] and stopped == []
+    assert not preview.wants_frame()  # no more frames copied for a window that is gone
+
+
 def test_preview_window_shows_frames_and_q_stops(monkeypatch):
     """The real window, on SDL's offscreen driver (no display needed)."""
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
