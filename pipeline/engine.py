@@ -255,6 +255,11 @@ class Pipeline(Stages, Tally, Teardown):
             interrupted = True
             self._stop_on_interrupt(threads)
             raise
+        except GPUStalled:
+            raise  # its threads are stuck in CUDA calls: the tear-down waits for none of them
+        except BaseException as e:  # the main thread's own part failed: the run fails as for a stage's error,
+            self._fail(e)  # its threads stopped and joined before anything closes under them
+            wait_for_all(threads, 0.1, self._watch_gpu)
         finally:
             if self.preview is not None:
                 self.preview.close()

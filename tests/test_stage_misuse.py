@@ -90,3 +90,26 @@ def test_a_keyboard_interrupt_from_the_stage_reaches_the_caller_with_no_output(c
         pipeline.run(clip, tmp_path / "out.mkv", stage=stops, device="cpu")
     assert list(tmp_path.iterdir()) == []
     assert pipeline_threads() == []
+
+
+def test_a_failure_in_the_callers_thread_stops_and_joins_the_run_before_it_closes(clip, tmp_path, monkeypatch):
+    """What the caller's thread runs while it waits (the preview window, the GPU watchdog) failing ended the
+    run with its threads still running: the output was finished and kept under the encoder still writing."""
+    import time
+
+    from pipeline.engine import Pipeline
+
+    ticks = {"n": 0}
+    tick = Pipeline._tick
+
+    def failing_tick(self):
+        ticks["n"] += 1
+        if ticks["n"] == 3:
+            raise RuntimeError("the caller's part failed")
+        tick(self)
+
+    monkeypatch.setattr(Pipeline, "_tick", failing_tick)
+    with pytest.raises(RuntimeError, match="the caller's part failed"):
+        pipeline.run(clip, tmp_path / "out.mkv", stage=lambda frame: time.sleep(0.05), device="cpu")
+    assert pipeline_threads() == []
+    assert list(tmp_path.iterdir()) == []
