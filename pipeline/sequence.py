@@ -286,6 +286,7 @@ class StagedSequence:
             return
         shutil.rmtree(self.dir, ignore_errors=True)
         release_temporary(self.dir)
+        self._claimed = False  # a second discard must not remove what another run has claimed since
         outside = self._outside
         if outside is not None:
             with contextlib.suppress(OSError):

@@ -429,6 +429,9 @@ class Sink:
         except (OSError, av.error.FFmpegError) as e:
             self.abort()
             raise self._finish_failure(e) from e
+        except BaseException:  # the API caller's Ctrl-C mid-flush: the file is not whole, so none is kept
+            self.abort()
+            raise
 
     def _finish_failure(self, e: Exception) -> PipelineError:
         """Why the trailer could not be written. The space an option reserved for the index turning out too

@@ -62,6 +62,16 @@ class Teardown:
                 self.sink.abort()
                 raise GPUStalled(f"{self._stalled}; no output written")
             self._end_sink(self._stalled)  # raises it
+        try:
+            self._drain_and_end(consumer_left)
+        finally:
+            # After the sink: a closed encoder holds none of the slots its frames wrapped, so each goes
+            # back whole (to a shared pinned pool, for the next stream).
+            self._return_lent()
+            self._give_memory_back()
+            trim_heap()
+
+    def _drain_and_end(self, consumer_left: bool) -> None:
         error = self._error
         try:
             self._drain_leftovers()
@@ -69,6 +79,10 @@ class Teardown:
             self._memory.drain()  # frees still pending on an event: the counters below show what is held
         except Exception as e:  # a CUDA error surfacing at the final sync
             error = error or GPUError(f"CUDA error while draining: {e}")
+        except BaseException:  # the API caller's Ctrl-C meanwhile: no temporary file left, the name let go
+            if self.sink is not None:
+                self.sink.abort()
+            raise
         self.stats.memory = {**self._memory.counters(), **self._decoder_counters()}
         error = as_pipeline_error(error) if error is not None else self._input_error
         if consumer_left and error is not None and not isinstance(error, GPUError):
@@ -77,15 +91,8 @@ class Teardown:
             # failure is raised all the same: the device may be unusable for what the caller does next.
             log.warning(f"{error} (after the caller stopped taking frames)")
             error = None
-        try:
-            if not (consumer_left and error is None):  # frames(): the caller stopped; nothing to finalise
-                self._end_sink(error)
-        finally:
-            # After the sink: a closed encoder holds none of the slots its frames wrapped, so each goes
-            # back whole (to a shared pinned pool, for the next stream).
-            self._return_lent()
-            self._give_memory_back()
-            trim_heap()
+        if not (consumer_left and error is None):  # frames(): the caller stopped; nothing to finalise
+            self._end_sink(error)
 
     def _end_sink(self, error: BaseException | None) -> None:
         done, sink = self.stats.frames_out, self.sink

@@ -406,3 +406,19 @@ def test_progress_bytes_look_only_at_new_frames(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "stat", lambda self, **kw: seen.append(self.name) or real_stat(self, **kw))
     (staging.dir / "f003.png").write_bytes(b"c" * 7)
     assert staging.written_bytes() == 27 and "f001.png" not in seen  # frame 1 is whole: not looked at again
+
+
+def test_a_second_discard_leaves_a_later_runs_staging_alone(tmp_path):
+    """discard() kept its claim: called again (a placing that failed, then the sink's abort), it removed the
+    staging directory another run of this process had claimed since."""
+    target = tmp_path / "f%03d.png"
+    first = StagedSequence(target)
+    first.prepare()
+    first.discard()
+    second = StagedSequence(target)
+    second.prepare()
+    (second.dir / "f001.png").write_bytes(b"frame")
+    first.discard()
+    assert (second.dir / "f001.png").exists()
+    second.discard()
+    assert not second.dir.exists()

@@ -113,3 +113,26 @@ def test_a_failure_in_the_callers_thread_stops_and_joins_the_run_before_it_close
         pipeline.run(clip, tmp_path / "out.mkv", stage=lambda frame: time.sleep(0.05), device="cpu")
     assert pipeline_threads() == []
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["draining", "flushing"])
+def test_a_ctrl_c_while_the_run_ends_leaves_no_temporary_file_and_frees_the_name(clip, tmp_path, monkeypatch, where):
+    """A KeyboardInterrupt in the caller's thread while the frames in flight drained or the encoder flushed
+    left the temporary file, and the output's name claimed: every later run() into it in this process was
+    refused as "another run in this process is writing it now"."""
+    from pipeline.audio_out import AudioOut
+    from pipeline.teardown import Teardown
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    if where == "draining":
+        monkeypatch.setattr(Teardown, "_drain_leftovers", interrupted)
+    else:  # the audio's flush comes between the encoder's and the container's close
+        monkeypatch.setattr(AudioOut, "flush", interrupted)
+    out = tmp_path / "out.mkv"
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(clip, out, device="cpu", codec="ffv1")
+    assert list(tmp_path.iterdir()) == [] and pipeline_threads() == []
+    monkeypatch.undo()
+    assert pipeline.run(clip, out, device="cpu", codec="ffv1", frames=3)["frames_out"] == 3
