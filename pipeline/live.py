@@ -233,14 +233,19 @@ class Feed:
         for attempt in range(1, self._reconnect + 1):
             delay = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
             log.warning(f"{error}; reconnecting in {delay:g} s (attempt {attempt} of {self._reconnect})")
+            # The next sign of life is due after the wait, not before: a back-off longer than the watchdog's
+            # limit (8 s against a 1 s --timeout's 4) is not a stuck read.
+            self.heartbeat = time.monotonic() + delay
             if self._wait(delay):
                 raise _Stopped
             self.heartbeat = time.monotonic()
             try:
-                self.source.reopen()
+                self.source.reopen()  # bounded by the timeout (connecting, then reading the stream's headers)
             except InputError as e:  # refused, or nothing within the open timeout: try again
                 error = SourceStalled(str(e))
                 continue
+            finally:
+                self.heartbeat = time.monotonic()  # the first read after it gets the watchdog's whole limit
             self.reconnects += 1
             log.info(f"{self.source.path}: reconnected")
             return

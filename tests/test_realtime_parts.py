@@ -169,3 +169,43 @@ def test_waiting_for_workers_survives_one_that_never_started_and_an_interrupt(re
     release.set()
     wait_for_all([running, never], poll=0.05)
     assert not running.is_alive()
+
+
+def test_a_reconnect_back_off_longer_than_the_watchdogs_limit_is_waited_out(monkeypatch):
+    """The watchdog took the reader's back-off (up to 8 s) for a stuck read once it passed twice the timeout
+    and a grace: --reconnect 8 --timeout 1 ended at the 5th attempt's wait, blaming the device or driver."""
+    from pipeline import live
+    from pipeline.decode import DecodedFrame
+    from pipeline.errors import InputError, SourceStalled
+    from pipeline.video import FrameMeta
+
+    monkeypatch.setattr(live, "BACKOFF_S", (0.05, 0.8))  # the second wait is past the limit below
+    monkeypatch.setattr(live, "WATCHDOG_GRACE_S", 0.1)  # the limit: 2 * 0.1 + 0.1 s
+
+    class Flaky:
+        live, path = True, "tcp://camera"
+        connections = refusals = 0
+
+        def entries(self):
+            for i in range(3):
+                yield DecodedFrame(object(), FrameMeta(index=i, pts=i, time_base=None))
+            if self.connections == 0:
+                raise SourceStalled("tcp://camera: no data for 0.1 s")
+
+        def reopen(self):
+            if self.refusals == 0:
+                self.refusals += 1
+                raise InputError("tcp://camera: connection refused")
+            self.connections += 1
+
+        def close(self):
+            pass
+
+    feed = live.Feed(Flaky(), size=8, policy="block", abort=threading.Event(), paced=False, limit=None,
+                     reconnect=3, timeout=0.1, on_drop=lambda entry: None)
+    feed.start()
+    try:
+        got = list(feed.entries(threading.Event()))
+    finally:
+        feed.stop()
+    assert len(got) == 6 and feed.reconnects == 1
