@@ -243,13 +243,13 @@ class Pipeline(Stages, Tally, Teardown):
 
     def _run_threads(self, consume: Callable[[], None]) -> None:
         self._channels()
-        self._start_preview()
         stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted),
                   ("encode", consume, None)]
         threads = [Worker(self._guard, s, name=f"pipeline-{s[0]}") for s in stages]
-        self._start(threads)
         interrupted = False
-        try:
+        try:  # from before the first thread starts: a Ctrl-C meanwhile still ends the run through _finish
+            self._start_preview()
+            self._start(threads)
             self._wait_for(threads)
         except KeyboardInterrupt:
             interrupted = True
