@@ -204,6 +204,10 @@ def place_output(tmp: Path, target: Path, overwrite: bool, name: Path | str | No
     except OutputError:
         _unlink(tmp, dir_fd)
         raise
+    except OSError:  # the rename refused (a sticky directory, an immutable target): the work is lost, not left
+        with contextlib.suppress(OSError):
+            _unlink(tmp, dir_fd)
+        raise
 
 
 def move_into_place(tmp: Path, target: Path, overwrite: bool, name: Path | str, dir_fd: int | None = None) -> None:

@@ -267,6 +267,9 @@ class StagedSequence:
             self.discard()
             if placed and isinstance(e, (ConfigError, OutputError)):
                 raise type(e)(f"{e} ({placed} of {len(frames)} frames were placed before it)") from e
+            if placed and isinstance(e, OSError):  # a frame the directory would not let be replaced
+                raise OutputError(f"{name}: cannot place {frames[placed]}: {e.strerror or e} ({placed} of "
+                                  f"{len(frames)} frames were placed before it)") from e
             raise
         self.placing = False
         self.dir.rmdir()

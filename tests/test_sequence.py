@@ -236,6 +236,46 @@ def test_a_failure_while_placing_removes_the_staging_and_says_how_far_it_got(tmp
     assert not staging.dir.exists() and (tmp_path / "f03.png").read_bytes() == b"theirs"
 
 
+def test_a_frame_the_directory_will_not_let_be_replaced_says_how_far_the_placing_got(tmp_path, monkeypatch):
+    """A rename refused (another user's frame in a sticky directory, an immutable one) said nothing of the
+    frames already replaced, and left the refused frame's temporary file in the output directory."""
+    import errno
+
+    from pipeline import outfile
+    from pipeline.errors import OutputError
+
+    target = tmp_path / "f%02d.png"
+    for i in (1, 2, 3):
+        (tmp_path / f"f{i:02d}.png").write_bytes(b"old")
+    staging = StagedSequence(target)
+    staging.prepare()
+    for i in (1, 2, 3):
+        (staging.dir / f"f{i:02d}.png").write_bytes(b"new")
+    real = os.replace
+
+    def refusing(src, dst, **kwargs):
+        if str(dst).endswith("f02.png"):
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real(src, dst, **kwargs)
+
+    monkeypatch.setattr(outfile.os, "replace", refusing)
+    with pytest.raises(OutputError, match="cannot place f02.png: Operation not permitted .1 of 3 frames were placed"):
+        staging.place(True, target)
+    assert sorted(os.listdir(tmp_path)) == ["f01.png", "f02.png", "f03.png"]  # nothing of the run's left over
+    assert [(tmp_path / f"f{i:02d}.png").read_bytes() for i in (1, 2, 3)] == [b"new", b"old", b"old"]
+
+
+def test_an_output_whose_rename_is_refused_leaves_no_temporary_file(clip, tmp_path, monkeypatch):
+    import pipeline
+    from pipeline import outfile
+
+    (tmp_path / "out.mkv").write_bytes(b"theirs")
+    monkeypatch.setattr(outfile.os, "replace", lambda *a, **k: (_ for _ in ()).throw(PermissionError(1, "no")))
+    with pytest.raises(pipeline.OutputError, match="cannot finalise output"):
+        pipeline.run(clip, tmp_path / "out.mkv", device="cpu", overwrite=True, frames=3)
+    assert os.listdir(tmp_path) == ["out.mkv"] and (tmp_path / "out.mkv").read_bytes() == b"theirs"
+
+
 def test_with_y_a_frame_that_is_a_link_is_written_through_it(clip, tmp_path):
     """As ffmpeg writes through a link, and as a single output file is: the link stays, the file it names
     (in another directory, or not there yet) gets the frame."""
