@@ -215,6 +215,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
         raise OutputError(f"{target}: {option} is a symbolic link loop")
     if target.is_file() and not overwrite:
         raise ConfigError(f"{target}: {option} file already exists (use -y/--overwrite to replace it)")
+    if target.is_file() and not os.access(target, os.W_OK):  # renamed over, it would be replaced all the same
+        raise OutputError(f"{target}: {option} file is read-only; not replaced")
     if made_by_run is not None and _same_file(parent, made_by_run):
         return
     if not parent.is_dir():

@@ -234,3 +234,19 @@ def test_without_hard_links_a_report_is_still_placed_only_where_nothing_is(tmp_p
     else:
         reportfile.write_report(path, "ours\n", exclusive=True)
     assert path.read_text() == ("theirs\n" if exists else "ours\n") and os.listdir(tmp_path) == ["r.json"]
+
+
+def test_a_read_only_report_is_not_replaced_even_with_y(tmp_path, monkeypatch):
+    """-y replaced a --stats-json file its owner had made read-only (renamed over, it needs no write
+    permission on the file itself), where the output and -progress are refused; ffmpeg refuses too."""
+    from pipeline import checks
+
+    path = tmp_path / "stats.json"
+    path.write_text("theirs\n")
+    path.chmod(0o444)
+    if os.geteuid() == 0:  # root may write any file: make the file read-only for this process too
+        real = os.access
+        monkeypatch.setattr(checks.os, "access", lambda p, mode: real(p, mode) and not (p == path and mode == os.W_OK))
+    with pytest.raises(OutputError, match="stats.json: --stats-json file is read-only; not replaced"):
+        checks.check_report_path(str(path), "--stats-json", [], overwrite=True)
+    assert path.read_text() == "theirs\n"
