@@ -48,7 +48,7 @@ from .muxers import carries_video, codec_name, containers_for, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
-from .video import AVCOL_RANGE_JPEG, FrameMeta, StreamInfo
+from .video import AVCOL_RANGE_JPEG, AVCOL_SPC_RGB, FrameMeta, StreamInfo
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
 
@@ -349,6 +349,10 @@ class Sink:
             cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
             if stream.pix_fmt.startswith("yuvj"):
                 cc.color_range = AVCOL_RANGE_JPEG
+        elif stream.pix_fmt.startswith("gray"):  # swscale makes grey full range, whatever range is asked for
+            cc.color_range = AVCOL_RANGE_JPEG
+        elif av.VideoFormat(stream.pix_fmt).is_rgb:  # RGB, so tagged: MOV writes primaries and transfer
+            cc.colorspace, cc.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG  # only beside a matrix tag
         cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
         return stream
 
@@ -357,7 +361,9 @@ class Sink:
         copied; 10-bit: uint16 samples)."""
         frame = i420_frame(i420, self.fmt, self.zero_copy)
         colour = self.fmt.colour
-        frame.colorspace, frame.color_range = colour.colorspace, colour.color_range
+        frame.colorspace, frame.color_range = colour.frame_colorspace, colour.color_range
+        # Encoders that code the primaries and transfer per frame (ProRes) read them from the frame.
+        frame.color_primaries, frame.color_trc = colour.color_primaries, colour.color_trc
         frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:

@@ -82,6 +82,15 @@ class Colour:
         return cls("bt601", False, AVCOL_SPC_SMPTE170M, AVCOL_RANGE_MPEG, primaries, trc)
 
     @property
+    def frame_colorspace(self) -> int:
+        """The matrix tag the output's frames carry: the input's where it names one, else the matrix the run
+        worked in (untagged HD: BT.709), so that a conversion to the encoder's format (RGB, grey) uses that
+        matrix, not swscale's default of BT.601."""
+        if self.colorspace not in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB):
+            return self.colorspace
+        return {"bt709": AVCOL_SPC_BT709, "bt2020": AVCOL_SPC_BT2020_NCL}.get(self.matrix, AVCOL_SPC_SMPTE170M)
+
+    @property
     def name(self) -> str:
         """BT.709, BT.601 or BT.2020, and the range: for notices."""
         return f"BT.{self.matrix[2:]} {'full' if self.full_range else 'limited'} range"

@@ -37,3 +37,88 @@ def test_video_format_depth():
     assert fmt.nbytes == 64 * 32 * 3 // 2  # samples: the layouts say how many bytes each takes
     with pytest.raises(ValueError, match="bit depth"):
         VideoFormat(64, 32, depth=12)
+
+
+def _flat_clip(path, width: int, height: int, yuv: tuple[int, int, int], **tags):
+    """Two frames of one flat colour, coded losslessly, with the given stream and frame tags."""
+    import av
+    import numpy as np
+
+    y, u, v = yuv
+    planes = np.concatenate([np.full((height, width), y, np.uint8),
+                             np.full((height // 4, width), u, np.uint8), np.full((height // 4, width), v, np.uint8)])
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for name, value in tags.items():
+            setattr(stream.codec_context, name, value)
+        for i in range(2):
+            frame = av.VideoFrame.from_ndarray(planes, format="yuv420p")
+            frame.pts = i
+            for name, value in tags.items():
+                setattr(frame, name, value)
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return path
+
+
+def _first_frame(path):
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return stream.codec_context, next(container.decode(stream))
+
+
+def test_untagged_hd_into_an_rgb_encoder_is_converted_with_bt709(tmp_path):
+    """The run works in BT.709 for untagged HD, but the frames went to the encoder's RGB conversion untagged:
+    swscale's default, BT.601, turned a colour 35 levels off. The reference here is the H.273 formula."""
+    import numpy as np
+
+    from utils import run_pipeline, ycbcr_matrix
+
+    yuv = (170, 60, 40)  # inside RGB's gamut in BT.709 (the run's [0, 1] clamp leaves it), 17 levels off in BT.601
+    clip = _flat_clip(tmp_path / "hd.mkv", 1280, 720, yuv)
+    out = tmp_path / "hd.mov"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "png")
+    assert result.returncode == 0, result.stderr
+    _, frame = _first_frame(out)
+    got = frame.to_ndarray(format="rgb24")[360, 640].astype(float)
+    ycc = np.array([(yuv[0] - 16) / 219, (yuv[1] - 128) / 224, (yuv[2] - 128) / 224])
+    want, bt601 = (np.clip(np.linalg.inv(ycbcr_matrix(Colour(m))) @ ycc, 0, 1) * 255 for m in ("bt709", "bt601"))
+    assert np.abs(got - want).max() <= 4, (got, want)  # swscale's 8-bit RGB path is a few levels off exact
+    assert np.abs(got - bt601).max() > 15, (got, bt601)
+
+
+def test_the_primaries_and_transfer_reach_encoders_that_code_them_per_frame_and_rgb_in_mov(tmp_path):
+    """ProRes codes them in each frame's header, from the frame (they came out unspecified: PQ lost); an
+    RGB stream in MOV got none, since the muxer writes them only beside a matrix tag."""
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "pq.mkv", 64, 48, (300 // 4, 128, 128), colorspace=9, color_range=1,
+                      color_primaries=9, color_trc=16)
+    for codec in ("prores_ks", "png"):
+        out = tmp_path / f"{codec}.mov"
+        result = run_pipeline(clip, "-o", out, "-vf", "", "-c", codec)
+        assert result.returncode == 0, result.stderr
+        cc, frame = _first_frame(out)
+        assert (cc.color_primaries, cc.color_trc) == (9, 16), codec
+        assert (frame.color_primaries, frame.color_trc) == (9, 16), codec
+
+
+@pytest.mark.parametrize("pix_fmt", ["gray", "gray10le"])
+def test_grey_output_is_tagged_with_the_range_it_is_coded_in(tmp_path, pix_fmt):
+    """swscale codes grey in full range whatever is asked; the stream said limited (or nothing), and a player
+    stretched it again: black and white crushed."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "in.mkv", 64, 48, (16 + 219 // 2, 128, 128), colorspace=6, color_range=1)
+    out = tmp_path / "grey.mkv"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "ffv1", "-pix_fmt", pix_fmt)
+    assert result.returncode == 0, result.stderr
+    cc, frame = _first_frame(out)
+    assert cc.color_range == 2 and frame.format.name == pix_fmt
+    grey = frame.to_ndarray().astype(float) / (4 if pix_fmt.endswith("10le") else 1)
+    assert np.abs(grey - 255 / 2).max() <= 1.5  # mid-grey in full range: what the stream now says
