@@ -25,6 +25,10 @@ from .errors import ConfigError, PipelineError, no_threads
 HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan",
                      "_omx", "_rkmpp", "_mf", "_d3d12va")
 
+# Encoders FFmpeg declares limited range only for (``color_ranges = AVCOL_RANGE_MPEG``; PyAV does not expose
+# the field): full-range frames are converted for them, or a decoder reads the codes as limited.
+LIMITED_RANGE_ONLY = frozenset({"prores", "prores_aw", "prores_ks", "huffyuv", "h263", "cljr", "libwebp"})
+
 # The closest to I420 first: the same layout, then more chroma, then RGB, then fewer colours.
 PREFERRED_FORMATS = ("yuv420p", "nv12", "yuv422p", "yuv444p", "yuv411p", "yuv410p", "yuva420p", "yuv420p10le",
                      "yuv422p10le", "yuv444p10le", "yuva444p10le", "gbrp", "rgb24", "bgr24", "rgb0", "bgr0",

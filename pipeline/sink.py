@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 import av
+from av.video.reformatter import ColorRange
 import numpy as np
 
 from .audio_out import AudioOut
@@ -38,8 +39,8 @@ from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg
                     watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import (encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
-                       video_encoder)
+from .encoders import (LIMITED_RANGE_ONLY, encoder_without_threads, is_hardware, opens_on_one_thread,
+                       output_format, refusal, video_encoder)
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
@@ -48,7 +49,7 @@ from .muxers import carries_video, codec_name, containers_for, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
-from .video import AVCOL_RANGE_JPEG, AVCOL_SPC_RGB, FrameMeta, StreamInfo
+from .video import AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_RGB, FrameMeta, StreamInfo
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
 
@@ -189,6 +190,7 @@ class Sink:
         self._next_pts = 0
         self._encoded = 0  # frames the encoder took
         self._encoder_said = None
+        self._limited: str | None = None  # the encoder's format, where its frames must be made limited range
         self.audio_out: AudioOut | None = None
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
@@ -349,6 +351,10 @@ class Sink:
             cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
             if stream.pix_fmt.startswith("yuvj"):
                 cc.color_range = AVCOL_RANGE_JPEG
+            elif colour.full_range and cc.name in LIMITED_RANGE_ONLY:
+                cc.color_range = AVCOL_RANGE_MPEG
+                self._limited = stream.pix_fmt
+                log.info(f"{self.target}: {cc.name} codes limited range only: the full-range frames are converted")
         elif stream.pix_fmt.startswith("gray"):  # swscale makes grey full range, whatever range is asked for
             cc.color_range = AVCOL_RANGE_JPEG
         elif av.VideoFormat(stream.pix_fmt).is_rgb:  # RGB, so tagged: MOV writes primaries and transfer
@@ -364,6 +370,8 @@ class Sink:
         frame.colorspace, frame.color_range = colour.frame_colorspace, colour.color_range
         # Encoders that code the primaries and transfer per frame (ProRes) read them from the frame.
         frame.color_primaries, frame.color_trc = colour.color_primaries, colour.color_trc
+        if self._limited is not None:
+            frame = frame.reformat(format=self._limited, dst_color_range=ColorRange.MPEG)
         frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:

@@ -122,3 +122,21 @@ def test_grey_output_is_tagged_with_the_range_it_is_coded_in(tmp_path, pix_fmt):
     assert cc.color_range == 2 and frame.format.name == pix_fmt
     grey = frame.to_ndarray().astype(float) / (4 if pix_fmt.endswith("10le") else 1)
     assert np.abs(grey - 255 / 2).max() <= 1.5  # mid-grey in full range: what the stream now says
+
+
+def test_full_range_into_an_encoder_that_codes_limited_range_only_is_converted(tmp_path):
+    """ProRes has no full-range flag: full-range codes went in as they were, and decoders read them as
+    limited (black and white crushed). Now they are converted, as ffmpeg converts them for such encoders."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "full.mkv", 64, 48, (235, 128, 128), colorspace=1, color_range=2)
+    out = tmp_path / "prores.mov"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "prores_ks", quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "prores_ks codes limited range only: the full-range frames are converted" in result.stderr
+    cc, frame = _first_frame(out)
+    assert cc.color_range == 1 and frame.format.name == "yuv422p10le"
+    y = np.frombuffer(frame.planes[0], np.uint16).reshape(frame.height, -1)[:, :frame.width]
+    assert len(np.unique(y)) == 1 and abs(int(y[0, 0]) - 64 - 235 * 876 / 255) <= 1  # not 940, 235 unconverted
