@@ -102,13 +102,13 @@ def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[
     w, h = frame.width, frame.height
     pix = _sw_format(frame)
     if layout == "rgb24" or is_rgb_like(pix):
-        colour = Colour.for_rgb(h - h % 2, frame.color_primaries, frame.color_trc)
+        colour = Colour.for_rgb(h - h % 2, frame.color_primaries, frame.color_trc, w - w % 2)
         notice(f"{path}: {pix.name} input, the output is YUV: converted with {colour.name} and tagged so")
     else:
         colour_range = frame.color_range
         if pix.name.startswith("yuvj") and colour_range == 0:
             colour_range = AVCOL_RANGE_JPEG
-        colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h)
+        colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h, w)
         if frame.colorspace == AVCOL_SPC_BT2020_CL:
             notice(f"{path}: BT.2020 constant luminance is processed as non-constant luminance (the same "
                    "weights, applied to R'G'B' rather than linear light); the output keeps the input's tags")

@@ -39,7 +39,7 @@ from .muxers import (AUDIO, audio_rate, carries_audio, carries_video, codec_name
                      without_video)
 from .outfile import StagedFile, final_path
 from .synth import synth_frame
-from .video import MAX_SIDE
+from .video import MAX_SIDE, is_hd
 
 log = logging.getLogger(__name__)
 
@@ -105,17 +105,17 @@ HDR10_PARAMS = {
 }
 
 
-def colour_tags(height: int, hdr: bool = False) -> ColourTags:
-    """HD and up is BT.709, SD is BT.601; both limited range, as broadcast
+def colour_tags(width: int, height: int, hdr: bool = False) -> ColourTags:
+    """HD and up is BT.709, SD is BT.601 (:func:`pipeline.video.is_hd`); both limited range, as broadcast
     and most players assume when a stream is untagged. ``hdr``: BT.2020 PQ."""
     if hdr:
         return BT2020_PQ
-    return BT709 if height >= 720 else BT601
+    return BT709 if is_hd(width, height) else BT601
 
 
 def rgb_to_frame(rgb: np.ndarray, pix_fmt: str, hdr: bool = False) -> av.VideoFrame:
     """Convert an RGB frame to ``pix_fmt`` with the matrix its tags declare."""
-    tags = colour_tags(rgb.shape[0], hdr)
+    tags = colour_tags(rgb.shape[1], rgb.shape[0], hdr)
     frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
     frame = frame.reformat(
         format=pix_fmt, dst_colorspace=tags.sws_matrix, dst_color_range=tags.color_range
@@ -222,7 +222,7 @@ def _add_video(container, codec, width, height, rate, pix_fmt, opts, hdr=False) 
     stream.pix_fmt = pix_fmt
     ctx = stream.codec_context
     ctx.time_base = 1 / rate
-    tags = colour_tags(height, hdr)
+    tags = colour_tags(width, height, hdr)
     ctx.colorspace = tags.colorspace
     ctx.color_range = tags.color_range
     ctx.color_primaries = tags.primaries

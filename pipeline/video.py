@@ -47,6 +47,12 @@ LUMA = {
 }
 
 
+def is_hd(width: int, height: int) -> bool:
+    """HD by its size, as players judge an untagged stream: wider than SD's 1024 (a 1280x536 crop of a film
+    is HD) or taller than its 576 lines."""
+    return width >= 1280 or height > 576
+
+
 @dataclass(frozen=True)
 class Colour:
     """Colour matrix and range of a YUV stream, as tagged in the input and kept for the output."""
@@ -60,24 +66,25 @@ class Colour:
     color_trc: int = 2
 
     @classmethod
-    def from_tags(cls, colorspace: int, color_range: int, primaries: int = 2, trc: int = 2, height: int = 0):
+    def from_tags(cls, colorspace: int, color_range: int, primaries: int = 2, trc: int = 2, height: int = 0,
+                  width: int = 0):
         """The matrix a YUV stream's tags declare. BT.2020 constant luminance (10) is read as non-constant
         luminance (the source says so): its luma is computed from linear light, which no stage here does."""
         if colorspace == AVCOL_SPC_BT709:
             matrix = "bt709"
         elif colorspace in (AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL):
             matrix = "bt2020"
-        elif colorspace in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB) and height >= 720:
+        elif colorspace in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB) and is_hd(width, height):
             matrix = "bt709"  # untagged HD video is BT.709 by convention
         else:
             matrix = "bt601"
         return cls(matrix, color_range == AVCOL_RANGE_JPEG, colorspace, color_range, primaries, trc)
 
     @classmethod
-    def for_rgb(cls, height: int, primaries: int = 2, trc: int = 2) -> Colour:
+    def for_rgb(cls, height: int, primaries: int = 2, trc: int = 2, width: int = 0) -> Colour:
         """What an RGB (or grey) input is written with: YUV, BT.709 for HD and BT.601 for SD, limited range,
         tagged so (the input's primaries and transfer kept)."""
-        if height >= 720:
+        if is_hd(width, height):
             return cls("bt709", False, AVCOL_SPC_BT709, AVCOL_RANGE_MPEG, primaries, trc)
         return cls("bt601", False, AVCOL_SPC_SMPTE170M, AVCOL_RANGE_MPEG, primaries, trc)
 

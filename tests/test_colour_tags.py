@@ -16,16 +16,21 @@ from pipeline.video import Colour, VideoFormat
     (2, 720, "bt709"),     # unspecified HD: BT.709 by convention
     (2, 576, "bt601"),     # unspecified SD
     (0, 1080, "bt709"),    # "RGB" on YUV frames: as unspecified
+    (2, (1280, 536), "bt709"),  # an untagged HD film cropped to 2.39:1: HD by its width
+    (2, (1024, 576), "bt601"),  # SD's widest
+    (2, (960, 720), "bt709"),   # 4:3 HD
 ])
 def test_from_tags(colorspace, height, matrix):
-    colour = Colour.from_tags(colorspace, 1, 9, 16, height)
+    width, height = height if isinstance(height, tuple) else (0, height)
+    colour = Colour.from_tags(colorspace, 1, 9, 16, height, width)
     assert colour.matrix == matrix and not colour.full_range
     assert (colour.colorspace, colour.color_range, colour.color_primaries, colour.color_trc) == (colorspace, 1, 9, 16)
-    assert Colour.from_tags(colorspace, 2, height=height).full_range
+    assert Colour.from_tags(colorspace, 2, height=height, width=width).full_range
 
 
 def test_rgb_input_is_written_with_a_real_matrix():
     hd, sd = Colour.for_rgb(1080, primaries=1, trc=13), Colour.for_rgb(480)
+    assert Colour.for_rgb(536, width=1280).matrix == "bt709" and Colour.for_rgb(576, width=1024).matrix == "bt601"
     assert (hd.matrix, hd.colorspace, hd.color_range, hd.color_primaries, hd.color_trc) == ("bt709", 1, 1, 1, 13)
     assert (sd.matrix, sd.colorspace, sd.color_range) == ("bt601", 6, 1)
     assert hd.name == "BT.709 limited range" and Colour("bt2020", True).name == "BT.2020 full range"
