@@ -184,8 +184,26 @@ class SlotWriter:
         # Same size: convert the format only and crop the odd row/column after, rather than resample the
         # whole picture by a pixel. Another size (a mid-stream change): scale.
         width, height = (frame.width, frame.height) if same_size else (fmt.width, fmt.height)
+        # swscale reads grey as full range whatever its tag says: limited-range grey (a 4:0:0 H.264 or HEVC
+        # stream's) is asked for in full range, so its codes pass unchanged (they are limited range already),
+        # or expanded here on the way to RGB.
+        limited_grey = _is_limited_grey(frame)
         colour = {}
         if target != "rgb24" and is_rgb_like(frame.format):  # RGB into YUV: the matrix the output is tagged with
+            full = fmt.colour.full_range or limited_grey
             colour = {"dst_colorspace": SWS_MATRIX[fmt.colour.matrix],
-                      "dst_color_range": ColorRange.JPEG if fmt.colour.full_range else ColorRange.MPEG}
-        return self._reformatter.reformat(frame, width=width, height=height, format=target, **colour)
+                      "dst_color_range": ColorRange.JPEG if full else ColorRange.MPEG}
+        converted = self._reformatter.reformat(frame, width=width, height=height, format=target, **colour)
+        if target == "rgb24" and limited_grey:
+            samples = np.frombuffer(converted.planes[0], np.uint8)
+            samples[:] = _EXPAND_LIMITED[samples]
+        return converted
+
+
+# Limited-range 8-bit codes (16..235) to full range (0..255), clipped as a decoder's conversion clips.
+_EXPAND_LIMITED = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
+
+
+def _is_limited_grey(frame: av.VideoFrame) -> bool:
+    fmt = frame.format
+    return not fmt.is_rgb and not fmt.has_palette and len(fmt.components) <= 2 and frame.color_range == 1

@@ -145,3 +145,32 @@ def test_full_range_into_an_encoder_that_codes_limited_range_only_is_converted(t
     assert cc.color_range == 1 and frame.format.name == "yuv422p10le"
     y = np.frombuffer(frame.planes[0], np.uint16).reshape(frame.height, -1)[:, :frame.width]
     assert len(np.unique(y)) == 1 and abs(int(y[0, 0]) - 64 - 235 * 876 / 255) <= 1  # not 940, 235 unconverted
+
+
+@pytest.mark.parametrize("pix_fmt", ["gray", "gray10le"])
+def test_limited_range_grey_input_keeps_its_codes(tmp_path, pix_fmt):
+    """swscale reads grey as full range whatever its tag: a limited-range 4:0:0 stream came out with black at
+    30 and white at 218 (8 bits), its contrast lost."""
+    import av
+    import numpy as np
+
+    from utils import run_pipeline
+
+    deep = pix_fmt.endswith("10le")
+    codes = np.linspace(16, 235, 64).round().astype(np.uint16 if deep else np.uint8) * (4 if deep else 1)
+    clip = tmp_path / "grey.mkv"
+    with av.open(str(clip), "w") as out:
+        stream = out.add_stream("ffv1", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, pix_fmt
+        stream.codec_context.color_range = 1
+        for i in range(2):
+            frame = av.VideoFrame.from_ndarray(np.tile(codes, (48, 1)), format=pix_fmt)
+            frame.pts, frame.color_range = i, 1
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    result = run_pipeline(clip, "-o", tmp_path / "out.mkv", "-vf", "", "-c", "ffv1")
+    assert result.returncode == 0, result.stderr
+    cc, frame = _first_frame(tmp_path / "out.mkv")
+    assert cc.color_range == 1 and frame.format.name == ("yuv420p10le" if deep else "yuv420p")
+    y = np.frombuffer(frame.planes[0], codes.dtype).reshape(48, -1)[:, :64]
+    assert np.abs(y[0].astype(int) - codes.astype(int)).max() <= 1, (y[0], codes)
