@@ -324,3 +324,40 @@ def drain_decoder(video) -> None:
         cc.decode(None)  # a flush packet; the GIL is released while the threads finish
     except (av.error.FFmpegError, ValueError):
         pass  # a decoder in error has nothing left to finish
+
+
+def flush_encoder(stream) -> list:
+    """The encoder's last packets (``stream.encode(None)``). On the main thread the flush runs on a thread of
+    its own while this one waits in short steps: a slow encoder's flush (x264's lookahead at a slow preset)
+    is seconds inside one C call, during which no signal handler runs, so a second Ctrl-C could not end the
+    process at once. PyAV releases the interpreter's lock while the codec works."""
+    if threading.current_thread() is not threading.main_thread():
+        return stream.encode(None)
+    done, result = threading.Event(), {}
+
+    def flush() -> None:
+        try:
+            result["packets"] = stream.encode(None)
+        except BaseException as e:
+            result["error"] = e
+        finally:
+            done.set()
+
+    thread, interrupted = threading.Thread(target=flush, name="pipeline-flush", daemon=True), None
+    try:
+        thread.start()
+    except KeyboardInterrupt as e:
+        if thread.ident is None:  # never started: nothing to wait for
+            raise
+        interrupted = e
+    while True:
+        try:
+            if done.wait(0.05):
+                break
+        except KeyboardInterrupt as e:  # the API's caller: the encoder is not closed under the flush
+            interrupted = e
+    if interrupted is not None:
+        raise interrupted
+    if "error" in result:
+        raise result["error"]
+    return result["packets"]

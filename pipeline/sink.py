@@ -35,8 +35,8 @@ from av.video.reformatter import ColorRange
 import numpy as np
 
 from .audio_out import AudioOut
-from .avlib import (captured_stderr, library_errors, quiet_encoder, route_ffmpeg_log, unused_muxer_options,
-                    watch)
+from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encoder, route_ffmpeg_log,
+                    unused_muxer_options, watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
 from .encoders import (LIMITED_RANGE_ONLY, encoder_without_threads, is_hardware, opens_on_one_thread,
@@ -429,7 +429,7 @@ class Sink:
     def finish(self) -> None:
         """Flush the encoder, finalise the container and move it into place; on failure, no output."""
         try:
-            packets = self.video.encode(None)
+            packets = flush_encoder(self.video)
             self._mux(packets)
             self._report(packets)
             self.audio_out.flush()

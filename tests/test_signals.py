@@ -446,3 +446,41 @@ def test_timeout_s_int_stops_a_run_once_and_keeps_its_output(tmp_path, long_clip
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 130 and "again" not in proc.stderr, proc.stderr
     assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []
+
+
+class _SlowFlush:
+    """Stands for an encoder whose flush is one long C call (PyAV releases the interpreter's lock in it)."""
+
+    def __init__(self, interrupt: bool = False, error: Exception | None = None):
+        self.interrupt, self.error, self.ran_on, self.finished = interrupt, error, None, False
+
+    def encode(self, frame):
+        import _thread
+        import threading
+
+        assert frame is None
+        self.ran_on = threading.current_thread()
+        if self.interrupt:
+            _thread.interrupt_main()  # the API caller's Ctrl-C while the flush runs
+            time.sleep(0.3)
+        self.finished = True
+        if self.error is not None:
+            raise self.error
+        return ["packet"]
+
+
+def test_the_encoders_flush_runs_beside_the_main_thread_so_its_signal_handlers_run():
+    """The flush ran on the main thread: with a slow preset, seconds in which no handler ran, so a second
+    Ctrl-C (exit at once, no output) waited for the flush, which then replaced an existing -y output."""
+    import threading
+
+    from pipeline.avlib import flush_encoder
+
+    stream = _SlowFlush()
+    assert flush_encoder(stream) == ["packet"] and stream.ran_on is not threading.main_thread()
+    with pytest.raises(ValueError, match="refused"):
+        flush_encoder(_SlowFlush(error=ValueError("refused")))
+    interrupted = _SlowFlush(interrupt=True)
+    with pytest.raises(KeyboardInterrupt):
+        flush_encoder(interrupted)
+    assert interrupted.finished  # not closed under the flush: the Ctrl-C is raised once the flush is over
