@@ -108,12 +108,17 @@ def container_encoder(name: str, muxer: str | None, encoder: str) -> tuple[str, 
     return (muxer, chosen) if chosen else None
 
 
+# Audio muxers whose one video stream is a cover picture: FFmpeg keeps its first frame and drops the rest.
+COVER_ONLY = frozenset({"mp3", "flac", "aiff"})
+
+
 def without_video(container) -> str | None:
-    """Why ``container`` cannot take a video stream at all (.mka, .ffmeta), or None."""
-    if container.default_video_codec != "none":
+    """Why ``container`` cannot take a video stream (.mka, .ffmeta; .mp3 only a cover picture), or None."""
+    name = container.format.name
+    if container.default_video_codec != "none" and name not in COVER_ONLY:
         return None
-    return (f"{container.format.long_name} ({container.format.name}) carries no video; name a video container "
-            "(.mkv, .mp4)")
+    cover = " (one cover picture, not a video)" if name in COVER_ONLY else ""
+    return f"{container.format.long_name} ({name}) carries no video{cover}; name a video container (.mkv, .mp4)"
 
 
 def default_video_encoder(muxer: str, encoder: str) -> str | None:
@@ -127,7 +132,7 @@ def default_video_encoder(muxer: str, encoder: str) -> str | None:
         return None
     with probe:
         default = probe.default_video_codec
-        if default == "none" or default == encoder:
+        if default == "none" or default == encoder or muxer in COVER_ONLY:
             return None
         if muxer not in _CHECKSUMS and carries_video(probe, codec_name(av.Codec(encoder, "w"))):
             try:

@@ -183,9 +183,12 @@ def test_video_the_muxer_loses_exits_2(tmp_path, clip, name, encoder):
 
 
 @pytest.mark.parametrize("name, muxer", [("out.ffmeta", "FFmpeg metadata in text (ffmetadata)"),
-                                         ("out.mka", "Matroska Audio (matroska)")])
+                                         ("out.mka", "Matroska Audio (matroska)"),
+                                         ("out.mp3", "MP3 (MPEG audio layer 3) (mp3)"),
+                                         ("out.flac", "raw FLAC (flac)")])
 def test_a_muxer_without_video_exits_2(tmp_path, clip, name, muxer):
-    """Said as such: .mka was 'the matroska muxer cannot hold libx264 video; these can: .mkv'."""
+    """Said as such: .mka was 'the matroska muxer cannot hold libx264 video; these can: .mkv'. An .mp3 kept
+    the first frame as its cover picture and the run said it wrote them all."""
     out = tmp_path / name
     one_error(run_pipeline(clip, "-o", out, cwd=tmp_path), 2, f"{muxer} carries no video")
     assert not out.exists() and partials(tmp_path) == []
