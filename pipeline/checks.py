@@ -66,11 +66,16 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
 MULTI_FILE_MUXERS = ("hls", "dash", "segment", "ssegment", "stream_segment", "hds", "smoothstreaming",
                      "webm_chunk", "tee")
 _MULTI_FILE_SUFFIXES = {".m3u8": "hls", ".mpd": "dash", ".ism": "smoothstreaming"}
+# libavdevice's video outputs: they open a device (or a window), never a file put in place.
+DEVICE_MUXERS = ("v4l2", "fbdev", "sdl", "sdl2", "xv", "opengl", "caca", "decklink")
 
 
 def check_single_file(target: Path | str, output_format: str | None) -> None:
     """A local output is one file, a pipe (``target`` a str) one stream: refuse a muxer that writes several
-    (a URL output is the receiver's)."""
+    (a URL output is the receiver's), or a device's."""
+    if output_format in DEVICE_MUXERS:
+        raise ConfigError(f"{target}: -f {output_format} writes to a device, not a file or a stream; write a file, "
+                          "a pipe (-o - -f FMT) or a URL")
     if isinstance(target, str):
         if output_format in MULTI_FILE_MUXERS:
             raise ConfigError(f"{target}: the {output_format} muxer writes several files, a pipe carries one "
@@ -90,7 +95,8 @@ def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:
         raise OutputError(f"{target}: is a directory")
     kind = special_kind(target)
     if kind is not None:  # replacing it would destroy a device node or a FIFO (-y on /dev/null as root)
-        hint = " (-o null processes without writing)" if source is not None else ""  # only runs have a null output
+        # only runs have a null output; a pipe is written as ffmpeg writes one, to "-" with a muxer named
+        hint = " (-o - -f FMT writes into a pipe; -o null processes without writing)" if source is not None else ""
         raise OutputError(f"{target}: is a {kind}, not a regular file; only regular files are replaced{hint}")
     if target.exists() and not overwrite:
         raise ConfigError(f"{target}: already exists (use -y/--overwrite to replace it)")

@@ -54,6 +54,9 @@ def is_hardware(name: str) -> bool:
 def video_encoder(name: str) -> av.Codec:
     """The encoder ``-c`` names; ConfigError (exit 2) for an unknown name or one that is not a video
     encoder (``-c aac``: the audio codec is chosen with --audio)."""
+    if name == "copy":
+        raise ConfigError("-c copy: every frame is decoded, filtered and encoded again, so there is no stream "
+                          "copy (ffmpeg's -c copy); -c names the video encoder (libx264, libx265, ...)")
     try:
         codec = av.Codec(name, "w")
     except (ValueError, av.error.FFmpegError):

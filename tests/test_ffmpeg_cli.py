@@ -372,3 +372,15 @@ def test_clock_is_ffmpegs_out_time():
     assert clock(0) == "00:00:00.000000"
     assert clock(3_723_040_000) == "01:02:03.040000"
     assert clock(500_000) == "00:00:00.500000"
+
+
+@pytest.mark.parametrize("args, said", [
+    (["-c", "copy"], "-c copy: every frame is decoded, filtered and encoded again, so there is no stream copy"),
+    (["-f", "v4l2"], "-f v4l2 writes to a device, not a file or a stream"),
+    (["-f", "fbdev"], "-f fbdev writes to a device, not a file or a stream"),
+])
+def test_ffmpeg_habits_the_pipeline_has_no_part_for_are_said_as_such(clip, tmp_path, args, said):
+    """-c copy was an "unknown encoder 'copy'", and -f v4l2 failed at the open naming the temporary file."""
+    out = tmp_path / "out.mkv"
+    line = one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, said)
+    assert ".partial" not in line and not out.exists() and partials(tmp_path) == []

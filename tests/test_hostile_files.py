@@ -80,7 +80,7 @@ def test_a_fifo_or_device_output_is_never_replaced(tmp_path, clip, kind, overwri
     else:  # a link to /dev/null: were it replaced, the link would go, never /dev/null itself
         out.symlink_to("/dev/null")
     result = run_pipeline(clip, "-o", out, "--format", "mp4", *(["-y"] * overwrite), cwd=tmp_path)
-    one_error(result, 4, "not a regular file")
+    one_error(result, 4, "not a regular file", "-o - -f FMT writes into a pipe")
     mode = os.stat(out).st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
     assert partials(tmp_path) == []
