@@ -7,8 +7,9 @@ frames decoded on the CPU enter as ``i420`` (8-bit YUV), ``i420p10`` (YUV deeper
 subsampled on the way in). An RGB input deeper than 8 bits enters as ``i420p10``, converted by swscale with
 the matrix the output is tagged with.
 
-RGB input has no YUV matrix, but the output is YUV: it is written with BT.709 (HD) or BT.601 (SD), limited
-range, and tagged so (a notice says which).
+RGB input has no YUV matrix, but the filters' output is YUV 4:2:0: it is written with BT.709 (HD) or BT.601
+(SD), limited range, and tagged so (a notice says which). Grey input is read in its own range (swscale reads
+every grey as full range). A matrix tag the conversions do not have is read as the nearest one, with a notice.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 from .convert.layouts import layout_depth
 from .errors import DecoderRefused
 from .hdr import HdrMetadata
-from .video import AVCOL_RANGE_JPEG, AVCOL_SPC_BT2020_CL, Colour, VideoFormat
+from .video import AVCOL_RANGE_JPEG, AVCOL_SPC_BT2020_CL, Colour, VideoFormat, approximated_matrix
 
 # What each host layout's frames are, as PyAV names the format; frames in another format are converted.
 TARGET_FORMAT = {"i420": "yuv420p", "i420p10": "yuv420p10le", "rgb24": "rgb24"}
@@ -103,12 +104,15 @@ def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[
     pix = _sw_format(frame)
     if layout == "rgb24" or is_rgb_like(pix):
         colour = Colour.for_rgb(h - h % 2, frame.color_primaries, frame.color_trc, w - w % 2)
-        notice(f"{path}: {pix.name} input, the output is YUV: converted with {colour.name} and tagged so")
+        notice(f"{path}: {pix.name} input leaves the filters as YUV 4:2:0, converted with {colour.name} and tagged so")
     else:
         colour_range = frame.color_range
         if pix.name.startswith("yuvj") and colour_range == 0:
             colour_range = AVCOL_RANGE_JPEG
         colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h, w)
+        if (approximated := approximated_matrix(frame.colorspace)) is not None:
+            notice(f"{path}: the {approximated} matrix is processed as {colour.name.split(' ')[0]}, the nearest "
+                   "the conversions have; the output keeps the input's tags")
         if frame.colorspace == AVCOL_SPC_BT2020_CL:
             notice(f"{path}: BT.2020 constant luminance is processed as non-constant luminance (the same "
                    "weights, applied to R'G'B' rather than linear light); the output keeps the input's tags")

@@ -32,7 +32,9 @@ def check_frame_size(path: str, width: int, height: int) -> None:
 AVCOL_SPC_RGB = 0
 AVCOL_SPC_BT709 = 1
 AVCOL_SPC_UNSPECIFIED = 2
+AVCOL_SPC_BT470BG = 5
 AVCOL_SPC_SMPTE170M = 6
+AVCOL_SPC_SMPTE240M = 7
 AVCOL_SPC_BT2020_NCL = 9
 AVCOL_SPC_BT2020_CL = 10
 AVCOL_RANGE_MPEG = 1
@@ -45,6 +47,18 @@ LUMA = {
     "bt709": (0.2126, 0.7152, 0.0722),
     "bt2020": (0.2627, 0.6780, 0.0593),
 }
+
+
+def approximated_matrix(colorspace: int) -> str | None:
+    """The name of a matrix tag the kernels do not have (read as the nearest they do), or None."""
+    if colorspace in (AVCOL_SPC_RGB, AVCOL_SPC_BT709, AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_BT470BG, AVCOL_SPC_SMPTE170M,
+                      AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL):
+        return None
+    return _MATRIX_NAMES.get(colorspace, f"matrix {colorspace}")
+
+
+_MATRIX_NAMES = {4: "FCC", AVCOL_SPC_SMPTE240M: "SMPTE 240M", 8: "YCgCo", 11: "SMPTE 2085",
+                 12: "chroma-derived non-constant luminance", 13: "chroma-derived constant luminance", 14: "ICtCp"}
 
 
 def is_hd(width: int, height: int) -> bool:
@@ -70,7 +84,7 @@ class Colour:
                   width: int = 0):
         """The matrix a YUV stream's tags declare. BT.2020 constant luminance (10) is read as non-constant
         luminance (the source says so): its luma is computed from linear light, which no stage here does."""
-        if colorspace == AVCOL_SPC_BT709:
+        if colorspace in (AVCOL_SPC_BT709, AVCOL_SPC_SMPTE240M):  # 240M's weights are BT.709's to 0.005
             matrix = "bt709"
         elif colorspace in (AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL):
             matrix = "bt2020"

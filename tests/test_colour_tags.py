@@ -19,6 +19,8 @@ from pipeline.video import Colour, VideoFormat
     (2, (1280, 536), "bt709"),  # an untagged HD film cropped to 2.39:1: HD by its width
     (2, (1024, 576), "bt601"),  # SD's widest
     (2, (960, 720), "bt709"),   # 4:3 HD
+    (7, 480, "bt709"),     # SMPTE 240M: BT.709's weights to 0.005, not BT.601's
+    (4, 1080, "bt601"),    # FCC: BT.601's to 0.01
 ])
 def test_from_tags(colorspace, height, matrix):
     width, height = height if isinstance(height, tuple) else (0, height)
@@ -174,3 +176,18 @@ def test_limited_range_grey_input_keeps_its_codes(tmp_path, pix_fmt):
     assert cc.color_range == 1 and frame.format.name == ("yuv420p10le" if deep else "yuv420p")
     y = np.frombuffer(frame.planes[0], codes.dtype).reshape(48, -1)[:, :64]
     assert np.abs(y[0].astype(int) - codes.astype(int)).max() <= 1, (y[0], codes)
+
+
+def test_a_matrix_the_conversions_do_not_have_is_said_with_the_one_used(tmp_path):
+    """SMPTE 240M, FCC, YCgCo... were processed as BT.601 without a word."""
+    from pipeline.video import approximated_matrix
+    from utils import run_pipeline
+
+    assert [approximated_matrix(c) for c in (0, 1, 2, 5, 6, 9, 10)] == [None] * 7
+    assert approximated_matrix(7) == "SMPTE 240M" and approximated_matrix(8) == "YCgCo"
+    clip = _flat_clip(tmp_path / "fcc.mkv", 64, 48, (120, 110, 150), colorspace=4, color_range=1)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mkv", "-vf", "", "-c", "ffv1", quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "the FCC matrix is processed as BT.601, the nearest the conversions have" in result.stderr
+    cc, _ = _first_frame(tmp_path / "out.mkv")
+    assert cc.colorspace == 4

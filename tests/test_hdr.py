@@ -324,7 +324,7 @@ def test_rgb_input_is_written_as_tagged_yuv(tmp_path, width, height, colorspace,
     clip = png_clip(tmp_path / "in.mov", width, height)
     out = tmp_path / "out.mkv"
     said = run(clip, out, "-c", "ffv1", "-vf", "")
-    assert f"rgb24 input, the output is YUV: converted with {name} limited range and tagged so" in said
+    assert f"rgb24 input leaves the filters as YUV 4:2:0, converted with {name} limited range and tagged so" in said
     f = first_frame(out)
     assert f.format.name == "yuv420p" and (f.colorspace, f.color_range) == (colorspace, 1)
     # Read back with the matrix it is tagged with, the picture is the input's (chroma is 4:2:0 now).
@@ -339,7 +339,7 @@ def test_grey_input_keeps_its_levels(tmp_path):
     clip = png_clip(tmp_path / "in.mov", 320, 180, "gray")
     out = tmp_path / "out.mkv"
     said = run(clip, out, "-c", "ffv1", "-vf", "")
-    assert "gray input, the output is YUV" in said
+    assert "gray input leaves the filters as YUV 4:2:0" in said
     with av.open(str(clip)) as c:
         grey = next(c.decode(video=0)).to_ndarray().astype(np.float64)
     yuv = first_frame(out).to_ndarray().astype(np.int64)
