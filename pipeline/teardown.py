@@ -12,7 +12,7 @@ import time
 
 from .checks import as_pipeline_error
 from .encoders import is_hardware
-from .errors import GPUError, GPUStalled, InputError, SourceStalled
+from .errors import GPUError, GPUStalled, InputError, PipelineError, SourceStalled
 from .log import log
 from .startup import trim_heap
 from .video import WorkItem
@@ -104,7 +104,13 @@ class Teardown:
             if not keep:
                 sink.abort()
             else:
-                sink.finish()
+                try:
+                    sink.finish()
+                except PipelineError as e:  # the output could not be kept: why the run had ended still counts
+                    if error is None:
+                        raise
+                    e.args = (f"{e} (the run had ended: {error})",)
+                    raise e from error
         self.latency.finish()
         target = sink.target if sink is not None else "the output"
         if error is not None:

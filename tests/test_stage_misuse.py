@@ -136,3 +136,28 @@ def test_a_ctrl_c_while_the_run_ends_leaves_no_temporary_file_and_frees_the_name
     assert list(tmp_path.iterdir()) == [] and pipeline_threads() == []
     monkeypatch.undo()
     assert pipeline.run(clip, out, device="cpu", codec="ffv1", frames=3)["frames_out"] == 3
+
+
+def test_an_output_that_cannot_be_kept_still_says_why_the_run_ended(clip, tmp_path, monkeypatch):
+    """A GPU failure mid-run keeps the frames done; when finishing that output failed too, the GPU's error
+    was gone from the message and the exception."""
+    from pipeline.audio_out import AudioOut
+    from pipeline.errors import GPUError, OutputError
+    from pipeline.stages import Stages
+
+    encode_frame = Stages._encode_frame
+
+    def failing_gpu(self, item, lent):
+        if item.meta.index == 3:
+            raise GPUError("CUDA error: an illegal memory access was encountered")
+        encode_frame(self, item, lent)
+
+    def disk_full(self):
+        raise OutputError("out.mkv: write failed: No space left on device")
+
+    monkeypatch.setattr(Stages, "_encode_frame", failing_gpu)
+    monkeypatch.setattr(AudioOut, "flush", disk_full)
+    with pytest.raises(pipeline.OutputError, match="No space left on device .the run had ended: CUDA error") as e:
+        pipeline.run(clip, tmp_path / "out.mkv", device="cpu", codec="ffv1")
+    assert isinstance(e.value.__cause__, GPUError)
+    assert list(tmp_path.iterdir()) == [] and pipeline_threads() == []
