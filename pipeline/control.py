@@ -7,6 +7,7 @@ for every run a process has side by side.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -89,6 +90,9 @@ class RunControl:
                 sequence.discard_held()
         for pipeline in pipelines:
             pipeline.discard_output()
+        outfile = sys.modules.get("pipeline.outfile")  # not imported: nothing claimed (no import in a handler)
+        if outfile is not None:
+            outfile.abandon_temporaries()
         return True
 
     def placing(self) -> bool:

@@ -106,6 +106,18 @@ def release_temporary(tmp: Path) -> None:
         _WRITING.discard(os.path.abspath(tmp))
 
 
+def abandon_temporaries() -> None:
+    """Just before the process exits on a second signal: every temporary output of this process removed,
+    that of a run still being set up (its output made, its stop not yet wired) too. A snapshot taken without
+    the lock: this runs in a signal handler, which may have interrupted the lock's holder."""
+    for path in tuple(_WRITING):
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)  # an image sequence's staging directory
+            else:
+                os.unlink(path)
+
+
 def _renameat2():
     try:
         function = libc().renameat2  # glibc >= 2.28

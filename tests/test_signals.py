@@ -488,3 +488,25 @@ def test_the_encoders_flush_runs_beside_the_main_thread_so_its_signal_handlers_r
     finally:
         signal.signal(signal.SIGINT, before)
     assert interrupted.finished  # not closed under the flush: the Ctrl-C is raised once the flush is over
+
+
+def test_a_second_signal_while_a_run_is_set_up_leaves_no_temporary_output(tmp_path):
+    """Between its output's creation and its registration with the run's control (the encoder opening, the
+    memory being allocated), a run was not among those a second signal drops: the process exited at once
+    and left the temporary file (or a sequence's staging directory) beside the target."""
+    from pipeline.control import RunControl
+    from pipeline.outfile import StagedFile
+    from pipeline.sequence import StagedSequence
+
+    single, frames = StagedFile(tmp_path / "out.mkv"), StagedSequence(tmp_path / "f%03d.png")
+    single.prepare()
+    single.path.write_bytes(b"half")
+    frames.prepare()
+    (frames.dir / "f001.png").write_bytes(b"frame")
+    assert partials(tmp_path)
+    control = RunControl()
+    control.stop(signal.SIGINT)
+    assert control.discard_output()  # no run registered yet
+    assert sorted(os.listdir(tmp_path)) == []
+    single.discard()
+    frames.discard()
