@@ -361,3 +361,37 @@ def flush_encoder(stream) -> list:
     if "error" in result:
         raise result["error"]
     return result["packets"]
+
+
+_AV_CODEC_CONFIG_COLOR_RANGE = 5  # enum AVCodecConfig
+_AVCOL_RANGE_MPEG = 1
+
+
+@functools.cache
+def _codec_functions():
+    codec = _library("avcodec")
+    if codec is None or not hasattr(codec, "avcodec_get_supported_config"):  # FFmpeg 7.1 and later
+        return None
+    codec.avcodec_find_encoder_by_name.restype = ctypes.c_void_p
+    codec.avcodec_find_encoder_by_name.argtypes = [ctypes.c_char_p]
+    codec.avcodec_get_supported_config.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint,
+                                                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)]
+    return codec
+
+
+@functools.cache
+def limited_range_only(encoder: str) -> bool | None:
+    """Whether FFmpeg declares the encoder named ``encoder`` to code limited range only (its supported
+    colour ranges; ffmpeg converts full-range frames for it); None where this cannot be told here."""
+    codec = _codec_functions()
+    pointer = codec.avcodec_find_encoder_by_name(encoder.encode()) if codec is not None else None
+    if not pointer:
+        return None
+    values, count = ctypes.c_void_p(), ctypes.c_int(0)
+    if codec.avcodec_get_supported_config(None, pointer, _AV_CODEC_CONFIG_COLOR_RANGE, 0, ctypes.byref(values),
+                                          ctypes.byref(count)) < 0:
+        return None
+    if not values.value:  # nothing declared: any range
+        return False
+    ranges = ctypes.cast(values, ctypes.POINTER(ctypes.c_int))
+    return [ranges[i] for i in range(count.value)] == [_AVCOL_RANGE_MPEG]

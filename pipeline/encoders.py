@@ -25,9 +25,23 @@ from .errors import ConfigError, PipelineError, no_threads
 HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotoolbox", "_mediacodec", "_vulkan",
                      "_omx", "_rkmpp", "_mf", "_d3d12va")
 
-# Encoders FFmpeg declares limited range only for (``color_ranges = AVCOL_RANGE_MPEG``; PyAV does not expose
-# the field): full-range frames are converted for them, or a decoder reads the codes as limited.
-LIMITED_RANGE_ONLY = frozenset({"prores", "prores_aw", "prores_ks", "huffyuv", "h263", "cljr", "libwebp"})
+# Encoders FFmpeg declares limited range only for, where its libraries cannot be asked (before FFmpeg 7.1).
+LIMITED_RANGE_ONLY = frozenset({"prores", "prores_aw", "prores_ks", "dnxhd", "mpeg1video", "mpeg2video", "mpeg4",
+                                "h263", "h263p", "dvvideo", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "ffv1"})
+
+
+def makes_limited_range(encoder: str, muxer: str) -> bool:
+    """Whether full-range frames are converted to limited range for ``encoder``: FFmpeg declares that it codes
+    limited range only (ffmpeg converts for it too), and a decoder would read full-range codes as limited.
+    A lossless encoder into Matroska keeps its codes, exact as they are its point: the container's tag says
+    their range."""
+    from .avlib import limited_range_only
+
+    declared = limited_range_only(encoder)
+    if declared is None:
+        declared = encoder in LIMITED_RANGE_ONLY
+    codec = av.Codec(encoder, "w")
+    return declared and not (codec.lossless and not codec.lossy and muxer == "matroska")
 
 # The closest to I420 first: the same layout, then more chroma, then RGB, then fewer colours.
 PREFERRED_FORMATS = ("yuv420p", "nv12", "yuv422p", "yuv444p", "yuv411p", "yuv410p", "yuva420p", "yuv420p10le",

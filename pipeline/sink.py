@@ -39,7 +39,7 @@ from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encode
                     unused_muxer_options, watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import (LIMITED_RANGE_ONLY, encoder_without_threads, is_hardware, opens_on_one_thread,
+from .encoders import (encoder_without_threads, is_hardware, makes_limited_range, opens_on_one_thread,
                        output_format, refusal, video_encoder)
 from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
@@ -351,7 +351,7 @@ class Sink:
             cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
             if stream.pix_fmt.startswith("yuvj"):
                 cc.color_range = AVCOL_RANGE_JPEG
-            elif colour.full_range and cc.name in LIMITED_RANGE_ONLY:
+            elif colour.full_range and makes_limited_range(cc.name, self.container.format.name):
                 cc.color_range = AVCOL_RANGE_MPEG
                 self._limited = stream.pix_fmt
                 log.info(f"{self.target}: {cc.name} codes limited range only: the full-range frames are converted")

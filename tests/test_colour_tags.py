@@ -191,3 +191,29 @@ def test_a_matrix_the_conversions_do_not_have_is_said_with_the_one_used(tmp_path
     assert "the FCC matrix is processed as BT.601, the nearest the conversions have" in result.stderr
     cc, _ = _first_frame(tmp_path / "out.mkv")
     assert cc.colorspace == 4
+
+
+def test_which_encoders_get_limited_range_frames():
+    """FFmpeg's own declaration where its libraries can be asked (the list before was seven names long and
+    missed MPEG-2, MPEG-4, DNxHD...), lossless encoders into Matroska excepted."""
+    from pipeline.avlib import limited_range_only
+    from pipeline.encoders import makes_limited_range
+
+    told = limited_range_only("mpeg2video")
+    if told is not None:  # FFmpeg 7.1 and later
+        assert told and limited_range_only("prores_ks") and not limited_range_only("libx264")
+    assert makes_limited_range("mpeg4", "mov") and makes_limited_range("dnxhd", "mxf")
+    assert makes_limited_range("ffv1", "avi") and not makes_limited_range("ffv1", "matroska")
+    assert not makes_limited_range("libx264", "mp4") and not makes_limited_range("mjpeg", "avi")
+
+
+def test_a_lossless_encoder_into_matroska_keeps_full_range_codes(tmp_path):
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "full.mkv", 64, 48, (250, 128, 128), colorspace=1, color_range=2)
+    result = run_pipeline(clip, "-o", tmp_path / "out.mkv", "-vf", "", "-c", "ffv1")
+    assert result.returncode == 0, result.stderr
+    cc, frame = _first_frame(tmp_path / "out.mkv")
+    assert cc.color_range == 2 and np.unique(frame.to_ndarray()[:48]).tolist() == [250]
