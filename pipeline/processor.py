@@ -313,11 +313,18 @@ class Processor:
             self.waiting = None
 
     def abandon(self, item: WorkItem) -> None:
-        """A frame whose work failed part-way: its ``done`` event is marked after whatever work it issued,
-        so the wait that precedes giving its buffers back covers that work."""
-        if item.ctx is not None:
-            with self.ops.scope(item.ctx):
-                self.ops.mark(item.ctx, "done")
+        """A frame whose work failed part-way: once whatever it issued has completed (its ``done`` event marked
+        after that work), its context goes back, without its timings (some of its events were never recorded:
+        on its first frame, reading them fails)."""
+        ctx = item.ctx
+        if ctx is None:
+            return
+        with self.ops.scope(ctx):
+            self.ops.mark(ctx, "done")
+        self.wait_done(item)
+        self._contexts.put(ctx)
+        item.ctx = None
+        item.give_back_surface()
 
     def release(self, item: WorkItem, after=None) -> None:
         """Give back the device buffers a ``keep_device`` frame was holding (once ``after`` completes)."""

@@ -40,10 +40,13 @@ class Teardown:
         if item.ctx is not None:
             self.processor.complete(item)
         self.processor.release(item)
-        if item.out_slot is not None:
-            memory.out_host.release(item.out_slot)
-            item.out_slot = None
+        self._release_out_slot(item)
         item.give_back_surface()
+
+    def _release_out_slot(self, item: WorkItem) -> None:
+        if item.out_slot is not None:
+            self.processor.memory.out_host.release(item.out_slot)
+            item.out_slot = None
 
     def _finish(self, consumer_left: bool = False) -> None:
         self.stats.finish()

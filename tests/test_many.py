@@ -98,20 +98,21 @@ def test_the_shared_arena_stops_growing_as_streams_start_and_stop(device, clips)
 
 @pytest.mark.parametrize("device", all_devices())
 @pytest.mark.parametrize("copy_threads", [1, 2])
-def test_a_stream_whose_stage_fails_gives_its_frames_memory_back(device, copy_threads, clips, tmp_path):
+@pytest.mark.parametrize("failing", [0, 5])  # 0: its frame context had never been used (no timings to read)
+def test_a_stream_whose_stage_fails_gives_its_frames_memory_back(device, copy_threads, failing, clips, tmp_path):
     """The frame in the failing stage held two host slots that nothing gave back: a shared pool (run_many,
     a batch worker) lost them for good, two more with every failed file, until its cap refused good ones."""
     base = RunConfig(device=device, codec="ffv1", quiet=True, copy_threads=copy_threads)
     shared = shared_memory_for(base)
 
     def fails(frame) -> None:
-        if frame.index == 5:
-            raise RuntimeError("at frame 5")
+        if frame.index == failing:
+            raise RuntimeError(f"at frame {failing}")
 
     try:
         for _ in range(3):
             result = run_many(configs_for(base, [str(clips[0])], str(tmp_path)), shared=shared, stage=fails)
-            assert result.exit_code == 1 and "at frame 5" in result.streams[0].error
+            assert result.exit_code == 1 and f"at frame {failing}" in result.streams[0].error
             counters = shared.counters()
             assert counters["pinned_bytes_in_use"] == 0 and counters["arena_bytes_in_use"] == 0, counters
         assert list(tmp_path.iterdir()) == []
