@@ -26,6 +26,7 @@ import functools
 import glob
 import logging
 import os
+import signal
 import tempfile
 import threading
 from typing import Iterator
@@ -330,12 +331,14 @@ def flush_encoder(stream) -> list:
     """The encoder's last packets (``stream.encode(None)``). On the main thread the flush runs on a thread of
     its own while this one waits in short steps: a slow encoder's flush (x264's lookahead at a slow preset)
     is seconds inside one C call, during which no signal handler runs, so a second Ctrl-C could not end the
-    process at once. PyAV releases the interpreter's lock while the codec works."""
+    process at once. PyAV releases the interpreter's lock while the codec works. A KeyboardInterrupt (the
+    API's caller) is raised once the flush is over: the encoder must not be closed under it."""
     if threading.current_thread() is not threading.main_thread():
         return stream.encode(None)
-    done, result = threading.Event(), {}
+    entered, done, result = threading.Event(), threading.Event(), {}
 
     def flush() -> None:
+        entered.set()
         try:
             result["packets"] = stream.encode(None)
         except BaseException as e:
@@ -343,18 +346,29 @@ def flush_encoder(stream) -> list:
         finally:
             done.set()
 
-    thread, interrupted = threading.Thread(target=flush, name="pipeline-flush", daemon=True), None
+    thread = threading.Thread(target=flush, name="pipeline-flush", daemon=True)
+    # SIGINT held back while the thread starts: a Ctrl-C inside start() could leave it running unseen. It
+    # is delivered when unblocked, inside the loop's try.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    interrupted, unblocked = None, False
     try:
         thread.start()
-    except KeyboardInterrupt as e:
-        if thread.ident is None:  # never started: nothing to wait for
-            raise
+    except RuntimeError:  # no thread to be had: flushed here, as it was
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        return stream.encode(None)
+    except KeyboardInterrupt as e:  # not a signal (interrupt_main): it may have started all the same
         interrupted = e
+        if not entered.wait(1.0):
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            raise
     while True:
         try:
+            if not unblocked:
+                unblocked = True
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             if done.wait(0.05):
                 break
-        except KeyboardInterrupt as e:  # the API's caller: the encoder is not closed under the flush
+        except KeyboardInterrupt as e:
             interrupted = e
     if interrupted is not None:
         raise interrupted

@@ -455,13 +455,12 @@ class _SlowFlush:
         self.interrupt, self.error, self.ran_on, self.finished = interrupt, error, None, False
 
     def encode(self, frame):
-        import _thread
         import threading
 
         assert frame is None
         self.ran_on = threading.current_thread()
         if self.interrupt:
-            _thread.interrupt_main()  # the API caller's Ctrl-C while the flush runs
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # the API caller's Ctrl-C
             time.sleep(0.3)
         self.finished = True
         if self.error is not None:
