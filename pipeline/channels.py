@@ -167,12 +167,23 @@ class Worker(threading.Thread):
     def __init__(self, target: Callable[..., Any], args: tuple = (), *, name: str):
         super().__init__(target=target, args=args, name=name, daemon=True)
         self.ended = threading.Event()
+        self.entered = threading.Event()
+        self.launched = False  # start() was called: a Ctrl-C inside it may leave the thread running, unseen
+
+    def start(self) -> None:
+        self.launched = True
+        super().start()
 
     def run(self) -> None:
+        self.entered.set()
         try:
             super().run()
         finally:
             self.ended.set()
+
+    def never_ran(self) -> bool:
+        """Never started (starting the one before failed), or its start failed: nothing to wait for."""
+        return not self.launched or (self.ident is None and not self.entered.wait(1.0))
 
 
 class Startable(Protocol):
@@ -199,7 +210,7 @@ def wait_for_all(threads: list[Worker], poll: float = 0.1, tick: Callable[[], No
     """Until every thread has ended, waking every ``poll`` seconds (signal handlers run only when the main
     thread wakes) to call ``tick``; each is joined once its ``ended`` is set, a matter of its return."""
     for t in threads:
-        if t.ident is None:  # never started (starting the one before failed): nothing to wait for
+        if t.never_ran():
             continue
         while not t.ended.wait(poll):
             if tick is not None:

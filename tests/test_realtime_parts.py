@@ -209,3 +209,20 @@ def test_a_reconnect_back_off_longer_than_the_watchdogs_limit_is_waited_out(monk
     finally:
         feed.stop()
     assert len(got) == 6 and feed.reconnects == 1
+
+
+def test_a_thread_whose_start_was_interrupted_is_still_waited_for():
+    """wait_for_all skipped a thread whose ident was not set yet: a Ctrl-C inside its start() left it running
+    unseen while the run was torn down under it."""
+    import time
+
+    from pipeline.channels import Worker, wait_for_all
+
+    never = Worker(lambda: None, name="pipeline-never")
+    assert never.never_ran()
+    ran = []
+    late = Worker(lambda: (time.sleep(0.2), ran.append(True)), name="pipeline-late")
+    late.launched = True  # as start() leaves it when interrupted before the thread has run a line
+    threading.Timer(0.1, lambda: threading.Thread.start(late)).start()
+    wait_for_all([never, late])
+    assert ran == [True]
