@@ -111,8 +111,7 @@ def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[
             colour_range = AVCOL_RANGE_JPEG
         colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h, w)
         if (approximated := approximated_matrix(frame.colorspace)) is not None:
-            notice(f"{path}: the {approximated} matrix is processed as {colour.name.split(' ')[0]}, the nearest "
-                   "the conversions have; the output keeps the input's tags")
+            notice(f"{path}: {approximated} ({colour.name.split(' ')[0]}); the output keeps the input's tags")
         if frame.colorspace == AVCOL_SPC_BT2020_CL:
             notice(f"{path}: BT.2020 constant luminance is processed as non-constant luminance (the same "
                    "weights, applied to R'G'B' rather than linear light); the output keeps the input's tags")

@@ -50,15 +50,24 @@ LUMA = {
 
 
 def approximated_matrix(colorspace: int) -> str | None:
-    """The name of a matrix tag the kernels do not have (read as the nearest they do), or None."""
-    if colorspace in (AVCOL_SPC_RGB, AVCOL_SPC_BT709, AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_BT470BG, AVCOL_SPC_SMPTE170M,
-                      AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL):
+    """What to say of a matrix tag the conversions do not have, read as another one; None for the ones they
+    have (and for untagged, reserved and chroma-derived non-constant luminance, which is its primaries')."""
+    if colorspace in _EXACT:
         return None
-    return _MATRIX_NAMES.get(colorspace, f"matrix {colorspace}")
+    if colorspace in _NEAR:
+        return f"the {_NEAR[colorspace]} matrix is processed as the nearest the conversions have"
+    name = _OTHER.get(colorspace, f"matrix tag {colorspace}")
+    return f"{name} cannot be converted here: processed as BT.601, its colours are off"
 
 
-_MATRIX_NAMES = {4: "FCC", AVCOL_SPC_SMPTE240M: "SMPTE 240M", 8: "YCgCo", 11: "SMPTE 2085",
-                 12: "chroma-derived non-constant luminance", 13: "chroma-derived constant luminance", 14: "ICtCp"}
+AVCOL_SPC_RESERVED = 3
+AVCOL_SPC_CHROMA_DERIVED_NCL = 12
+_EXACT = frozenset({AVCOL_SPC_RGB, AVCOL_SPC_BT709, AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RESERVED, AVCOL_SPC_BT470BG,
+                    AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL, AVCOL_SPC_CHROMA_DERIVED_NCL})
+_NEAR = {4: "FCC", AVCOL_SPC_SMPTE240M: "SMPTE 240M"}  # BT.601's weights to 0.01, BT.709's to 0.005
+_OTHER = {8: "YCgCo", 11: "SMPTE 2085 (Y'D'zD'x)", 13: "chroma-derived constant luminance", 14: "ICtCp"}
+# Chroma-derived non-constant luminance: the matrix that the primaries' luma weights make.
+_MATRIX_OF_PRIMARIES = {1: "bt709", 9: "bt2020", 5: "bt601", 6: "bt601", 7: "bt601"}
 
 
 def is_hd(width: int, height: int) -> bool:
@@ -88,7 +97,9 @@ class Colour:
             matrix = "bt709"
         elif colorspace in (AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL):
             matrix = "bt2020"
-        elif colorspace in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB) and is_hd(width, height):
+        elif colorspace == AVCOL_SPC_CHROMA_DERIVED_NCL and primaries in _MATRIX_OF_PRIMARIES:
+            matrix = _MATRIX_OF_PRIMARIES[primaries]
+        elif colorspace in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB, AVCOL_SPC_RESERVED) and is_hd(width, height):
             matrix = "bt709"  # untagged HD video is BT.709 by convention
         else:
             matrix = "bt601"
@@ -107,7 +118,8 @@ class Colour:
         """The matrix tag the output's frames carry: the input's where it names one, else the matrix the run
         worked in (untagged HD: BT.709), so that a conversion to the encoder's format (RGB, grey) uses that
         matrix, not swscale's default of BT.601."""
-        if self.colorspace not in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB):
+        if self.colorspace in (AVCOL_SPC_BT709, AVCOL_SPC_BT470BG, AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT2020_NCL,
+                               AVCOL_SPC_BT2020_CL, *_NEAR):  # matrices swscale converts with, as the run does
             return self.colorspace
         return {"bt709": AVCOL_SPC_BT709, "bt2020": AVCOL_SPC_BT2020_NCL}.get(self.matrix, AVCOL_SPC_SMPTE170M)
 

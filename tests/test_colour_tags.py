@@ -183,12 +183,15 @@ def test_a_matrix_the_conversions_do_not_have_is_said_with_the_one_used(tmp_path
     from pipeline.video import approximated_matrix
     from utils import run_pipeline
 
-    assert [approximated_matrix(c) for c in (0, 1, 2, 5, 6, 9, 10)] == [None] * 7
-    assert approximated_matrix(7) == "SMPTE 240M" and approximated_matrix(8) == "YCgCo"
+    assert [approximated_matrix(c) for c in (0, 1, 2, 3, 5, 6, 9, 10, 12)] == [None] * 9
+    assert approximated_matrix(7) == "the SMPTE 240M matrix is processed as the nearest the conversions have"
+    assert approximated_matrix(8) == "YCgCo cannot be converted here: processed as BT.601, its colours are off"
+    assert approximated_matrix(99) == "matrix tag 99 cannot be converted here: processed as BT.601, its colours are off"
+    assert Colour.from_tags(12, 1, primaries=9).matrix == "bt2020" and Colour.from_tags(3, 1, height=1080).matrix == "bt709"
     clip = _flat_clip(tmp_path / "fcc.mkv", 64, 48, (120, 110, 150), colorspace=4, color_range=1)
     result = run_pipeline(clip, "-o", tmp_path / "out.mkv", "-vf", "", "-c", "ffv1", quiet=False)
     assert result.returncode == 0, result.stderr
-    assert "the FCC matrix is processed as BT.601, the nearest the conversions have" in result.stderr
+    assert "the FCC matrix is processed as the nearest the conversions have (BT.601)" in result.stderr
     cc, _ = _first_frame(tmp_path / "out.mkv")
     assert cc.colorspace == 4
 
