@@ -259,7 +259,7 @@ class Pipeline(Stages, Tally, Teardown):
             raise  # its threads are stuck in CUDA calls: the tear-down waits for none of them
         except BaseException as e:  # the main thread's own part failed: the run fails as for a stage's error,
             self._fail(e)  # its threads stopped and joined before anything closes under them
-            wait_for_all(threads, 0.1, self._watch_gpu)
+            self._join(threads, self._watch_gpu)
         finally:
             if self.preview is not None:
                 self.preview.close()
@@ -274,10 +274,10 @@ class Pipeline(Stages, Tally, Teardown):
         self._channels()
         stages = [("decode", self._decode_stage, self.q_decoded), ("submit", self._submit_stage, self.q_submitted)]
         threads = [Worker(self._guard, s, name=f"pipeline-{s[0]}") for s in stages]
-        self._start(threads)
         held: WorkItem | None = None
         finished = False
         try:
+            self._start(threads)
             while (item := self._next_output()) is not None:
                 if held is not None:
                     self._release_held(held)
@@ -290,8 +290,10 @@ class Pipeline(Stages, Tally, Teardown):
             if not finished:  # the caller stopped early (break, an exception): stop every stage
                 self.stop_event.set()
                 self.abort.set()
-            wait_for_all(threads)
+            interrupted = self._join(threads)
             self._finish(consumer_left=not finished)
+            if interrupted is not None:
+                raise interrupted
 
     def _next_output(self) -> WorkItem | None:
         """The next finished frame, counted as handed over; None at the end or once the run aborted."""
@@ -333,11 +335,18 @@ class Pipeline(Stages, Tally, Teardown):
         set events instead) stops the run as the command line's first one does, the frames in flight
         drained; another one meanwhile stops it at once. The threads are joined before anything closes."""
         self.stop_event.set()
+        self._join(threads, self._tick)
+
+    def _join(self, threads: list[Worker], tick: Callable[[], None] | None = None) -> KeyboardInterrupt | None:
+        """Wait for the threads to end whatever comes: a Ctrl-C meanwhile (the API caller's) stops them at once
+        and is handed back, to be raised once the run is torn down; nothing closes under a running thread."""
+        interrupted = None
         while True:
             try:
-                self._wait_for(threads)
-                return
-            except KeyboardInterrupt:
+                wait_for_all(threads, 0.01 if self.preview is not None else 0.1, tick)
+                return interrupted
+            except KeyboardInterrupt as e:
+                interrupted = e
                 self.abort.set()
 
     def _watch_gpu(self) -> None:

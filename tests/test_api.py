@@ -554,3 +554,24 @@ def test_an_iterator_left_open_does_not_keep_the_program_from_ending(clip, endin
     result = run_python("-c", code, timeout=60)
     assert result.returncode in (0, 1, 3) and "Fatal" not in result.stderr, result.stderr
     assert result.returncode == (3 if "exit" in ending else 1 if "raise" in ending else 0), result.stderr
+
+
+def test_a_ctrl_c_while_frames_joins_its_threads_still_joins_them(clip, monkeypatch):
+    """frames()'s end waited for its threads unguarded: a Ctrl-C there went straight on, and the source and
+    memory were closed under threads still running."""
+    from pipeline import engine
+
+    real, calls = engine.wait_for_all, []
+
+    def interrupted_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "wait_for_all", interrupted_once)
+    frames = pipeline.frames(clip, device="cpu")
+    next(iter(frames))
+    with pytest.raises(KeyboardInterrupt):
+        frames.close()
+    assert len(calls) == 2 and pipeline_threads() == []
