@@ -249,6 +249,12 @@ def open_fd(path: str | Path) -> int | None:
         return None
 
 
+def report_on_stdout(path: str | Path | None) -> bool:
+    """Whether a report (``--stats-json``, ``--json``) goes to this process's stdout: the summary then goes to
+    stderr, as with ``-o -``, so that stdout holds the JSON alone."""
+    return path is not None and open_fd(path) == 1
+
+
 def _fd_named(path: str | Path) -> int | None:
     text = os.fspath(path)
     match = _FD_NAME.fullmatch(text)

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from .checks import as_pipeline_error, check_reads_kept
+from .checks import as_pipeline_error, check_reads_kept, report_on_stdout
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
 from .config import RunConfig, build_config
 from .config_file import STREAM_LIST, load_toml, preset_names
@@ -216,7 +216,7 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
                         overwrite=cfg.overwrite)
     if cfg.quiet:
         return 0
-    if writes_stdout(cfg):  # stdout carries the video: nothing else goes there
+    if writes_stdout(cfg) or report_on_stdout(cfg.stats_json):  # stdout carries the video or the JSON alone
         _print_summary(err, stats, cfg)
     else:
         with stdout_errors("; the run itself is complete"):

@@ -197,6 +197,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             add_options(sub, name, help_text)
         else:
             sub.add_parser(name, help=help_text)
+    for command_parser in sub.choices.values():  # an internal error's line names it, whichever the command
+        if "--debug" not in command_parser._option_string_actions:
+            command_parser.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
     return parser
 
 

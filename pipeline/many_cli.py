@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .checks import report_on_stdout
 from .config import RunConfig
 from .errors import ConfigError
 from .stdio import StdoutConsole, stdout_errors
@@ -44,8 +45,8 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     if cfg.stats_json:  # on a failed run a write error is a notice: the streams' own worst code says more
         write_stats(result, cfg.stats_json, err, failing=result.exit_code != 0, overwrite=cfg.overwrite)
     if not cfg.quiet:
-        if any(writes_stdout(c) for c in configs):
-            err.print(table(result))  # stdout carries a stream's video: nothing else goes there
+        if any(writes_stdout(c) for c in configs) or report_on_stdout(cfg.stats_json):
+            err.print(table(result))  # stdout carries a stream's video or the JSON: nothing else goes there
         else:
             with stdout_errors("; the streams' runs are complete"):
                 StdoutConsole(highlight=False).print(table(result))

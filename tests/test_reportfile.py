@@ -250,3 +250,18 @@ def test_a_read_only_report_is_not_replaced_even_with_y(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="stats.json: --stats-json file is read-only; not replaced"):
         checks.check_report_path(str(path), "--stats-json", [], overwrite=True)
     assert path.read_text() == "theirs\n"
+
+
+@pytest.mark.parametrize("inputs", [1, 2], ids=["run", "streams"])
+def test_stats_json_on_stdout_is_all_stdout_holds(inputs):
+    """The summary went to stdout after the JSON: `--stats-json /dev/stdout | jq` failed unless -q was given.
+    It goes to stderr now, as with -o -."""
+    import json
+
+    from utils import ROOT, run_pipeline
+
+    clip = ROOT / "samples" / "sample.mp4"
+    proc = run_pipeline(*[clip] * inputs, "-o", "null", "--frames", "2", "--stats-json", "/dev/stdout", quiet=False)
+    assert proc.returncode == 0, proc.stderr
+    json.loads(proc.stdout)
+    assert "frames" in proc.stderr and ("processed" in proc.stderr or "stream" in proc.stderr)

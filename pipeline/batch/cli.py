@@ -11,7 +11,7 @@ from typing import Iterator
 
 from rich.console import Console
 
-from ..checks import check_reads_kept, check_report_path, real_path
+from ..checks import check_reads_kept, check_report_path, real_path, report_on_stdout
 from ..errors import ConfigError, Interrupted, OutputError, PipelineError, SignalEchoes, stop_signals
 from ..ffmpeg_args import path_name
 from ..log import one_line
@@ -101,7 +101,10 @@ def main(args: argparse.Namespace, err: Console) -> int:
     _install_signal_handlers(stop)
     with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
         report = execute(sources, cfg, batch, on_result=on_result, stop=stop)
-    shown = _show(report) if not cfg.quiet else _say_failures(report, err)
+    if cfg.quiet:
+        shown = _say_failures(report, err)
+    else:  # beside --json /dev/stdout, the table goes to stderr: stdout holds the JSON alone
+        shown = _show(report, err if report_on_stdout(args.results_json) else None)
     if args.results_json:
         _write_results(report, args.results_json, err, cfg.overwrite)
     if report.signum is not None:
@@ -114,12 +117,12 @@ def main(args: argparse.Namespace, err: Console) -> int:
     return report.exit_code
 
 
-def _show(report: BatchReport) -> OutputError | None:
-    """The results table and summary on stdout; the error if stdout cannot take them (the JSON, written
-    after, still has them)."""
+def _show(report: BatchReport, out=None) -> OutputError | None:
+    """The results table and summary on stdout (or ``out``); the error if stdout cannot take them (the JSON,
+    written after, still has them)."""
     try:
         with stdout_errors("; the batch itself is complete" if report.signum is None else ""):
-            out = StdoutConsole(highlight=False)
+            out = out if out is not None else StdoutConsole(highlight=False)
             out.print(table(report))
             out.print(summary_line(report), soft_wrap=True)
     except OutputError as e:

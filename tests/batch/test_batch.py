@@ -487,6 +487,16 @@ def test_cli_quiet_still_says_each_failure_and_a_full_stdout_is_an_output_error(
     assert proc.stderr.count("\n") == 1 and read_json(tmp_path / "r.json")["totals"]["done"] == 1
 
 
+def test_cli_json_on_stdout_is_all_stdout_holds(clips, tmp_path):
+    """The results table followed the JSON on stdout: `--json /dev/stdout | jq` failed unless -q was given."""
+    import json
+
+    proc = run_command(batch_command(str(clips / "clip0.mkv"), "-o", str(tmp_path / "o"), "--json", "/dev/stdout"),
+                       timeout=120, env=child_env())
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["totals"]["done"] == 1 and "clip0" in proc.stderr
+
+
 def test_cli_json_never_replaces_a_file_without_y_nor_an_input_or_output(clips, tmp_path, capsys):
     clip, out = clips / "clip0.mkv", tmp_path / "out"
     results = tmp_path / "r.json"
