@@ -384,3 +384,12 @@ def test_ffmpeg_habits_the_pipeline_has_no_part_for_are_said_as_such(clip, tmp_p
     out = tmp_path / "out.mkv"
     line = one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, said)
     assert ".partial" not in line and not out.exists() and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["filters", "presets", "sample", "warmup", "probe", "batch", "bench", "run"])
+def test_every_command_takes_debug_which_its_internal_errors_name(command):
+    """An internal error's line says "--debug shows the traceback", but five commands refused --debug."""
+    from pipeline.cli_parser import build_parser
+
+    args = build_parser(command).parse_args([command, "--debug", *(["x.mp4"] if command in ("bench", "batch") else [])])
+    assert args.debug
