@@ -50,9 +50,6 @@ AUDIO_LEVEL = 0.2  # well below full scale so AAC never clips
 # them for 4:2:0, and the pipeline's H.264 paths assume even sizes.
 EVEN_SIZE_CODECS = {"libx264"}
 
-# FFmpeg holds a frame rate as a fraction of C ints.
-INT_MAX = 2**31 - 1
-
 # The picture's scene cache, reachable here beside synth_frame: clearing it makes the next frame build
 # its scene from scratch.
 _scene = synth._scene
@@ -144,11 +141,16 @@ def _as_rate(fps: float | int | Fraction) -> Fraction:
             rate = Fraction(ntsc * 1000, 1001)
         else:
             rate = Fraction(fps).limit_denominator(1001)
-    if rate <= 0:
+    if fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
-    if rate.numerator > INT_MAX:
-        raise ValueError(f"fps {fps:g} is too high")
+    if rate <= 0:
+        raise ValueError(f"fps {fps:g} is too low (at least 1/1001)")
+    if rate > MAX_FPS:  # above it, MP4's and Matroska's clocks time some frames alike: a clip that does not play
+        raise ValueError(f"fps {fps:g} is too high (at most {MAX_FPS})")
     return rate
+
+
+MAX_FPS = 1000
 
 
 def _is_subsampled(pix_fmt: str) -> bool:

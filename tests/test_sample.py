@@ -450,6 +450,8 @@ def test_the_partial_clip_a_second_signal_removes_is_the_one_beside_the_links_ta
     (("--fps", "nan"), "finite"),
     (("--fps", "0"), "positive"),
     (("--fps", "1e300"), "too high"),
+    (("--fps", "10000"), "too high (at most 1000)"),  # it wrote an MP4 whose frames did not decode, exit 0
+    (("--fps", "1e-300"), "too low"),  # not "must be positive": it is
     (("--size", "99999999x99999999"), "too large"),
     (("--size", "0x0"), "positive"),
     (("--codec", "aac"), "encodes audio, not video"),
