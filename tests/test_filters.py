@@ -674,3 +674,21 @@ def test_gaussian_taps_are_opencvs():
         radius = max(1, int(np.ceil(3 * sigma)))
         expected = cv2.getGaussianKernel(2 * radius + 1, sigma, ktype=cv2.CV_32F).ravel()
         np.testing.assert_array_equal(gaussian_taps(sigma), expected)
+
+
+def test_a_plugins_filter_is_described_as_json_holds_it_and_named_as_a_chain_can():
+    """`filters --json` printed NaN and Infinity (which JSON parsers refuse) for a plugin's bounds, or failed
+    on a default of its own type; a name with a space or a comma was registered, though no chain could name it."""
+    import json
+
+    from pipeline.errors import ConfigError
+    from pipeline.filters.registry import Param, register_filter
+
+    param = Param("level", float, float("nan"), low=float("-inf"), high=float("inf"), choices=(1 + 2j,))
+    described = param.to_dict()
+    assert (described["default"], described["min"], described["max"], described["choices"]) == (None, None, None,
+                                                                                                ["(1+2j)"])
+    json.dumps(described, allow_nan=False)
+    for name in ("bad name", "a,b", "x=y", "", 7):
+        with pytest.raises(ConfigError, match="a chain could not name it"):
+            register_filter(name)(type("F", (), {}))

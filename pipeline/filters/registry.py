@@ -21,6 +21,18 @@ from ..numbers import integer, number
 _PARSERS = {int: integer, float: number}  # from text: ASCII digits only (see pipeline.numbers)
 
 
+def _plain(value: Any) -> Any:
+    """A value as JSON holds it: a bound or default that is not a finite number (a plugin's) is none, and a
+    value of another type than JSON's is its text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+# What a filter's name cannot hold for a chain to name it: the chain's separators, quotes and spaces.
+_UNNAMEABLE = re.compile(r"[\s,=:;'\"\\\[\]]")
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -59,11 +71,11 @@ class Param:
         return {
             "name": self.name,
             "type": "path" if self.is_path else self.kind.__name__,
-            "default": self.default,
-            "min": self.low,
+            "default": _plain(self.default),
+            "min": _plain(self.low),
             "min_exclusive": self.low_exclusive,
-            "max": self.high,
-            "choices": list(self.choices) or None,
+            "max": _plain(self.high),
+            "choices": [_plain(c) for c in self.choices] or None,
             "help": self.help,
         }
 
@@ -149,6 +161,9 @@ def register_filter(name: str):
         # instead of at the built-ins' own registration, which would fail every later run too.
         from . import builtin  # noqa: F401
 
+        if not isinstance(name, str) or not name or _UNNAMEABLE.search(name):
+            raise ConfigError(f"filter name {name!r}: a chain could not name it (no spaces, quotes, ',', '=', "
+                              "':', ';' or brackets)")
         taken = FILTERS.get(name)
         if taken is not None and taken is not cls:
             raise ConfigError(f"filter {name!r} is already registered (by {taken.__module__}.{taken.__qualname__}); "
