@@ -229,7 +229,7 @@ def _print_summary(out: Console, stats, cfg: RunConfig) -> None:
     if stats.mode != "file" or cfg.latency_budget is not None:
         out.print(stats.hops_table())
     out.print(stats.memory_table())
-    out.print(f"wrote {stats.output}" if stats.output != "null" else f"processed {stats.frames_out} frames "
+    out.print(f"wrote {one_line(str(stats.output))}" if stats.output != "null" else f"processed {stats.frames_out} frames "
               "(null output: nothing written)", markup=False, soft_wrap=True)
 
 

@@ -137,10 +137,13 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
 
 
 def _display(path: Path) -> str:
+    """The path as the user would write it, on one line of a terminal (an ESC in a name is escaped)."""
+    from .log import one_line
+
     try:
-        return str(path.resolve().relative_to(Path.cwd()))
+        return one_line(str(path.resolve().relative_to(Path.cwd())))
     except ValueError:
-        return str(path)
+        return one_line(str(path))
 
 
 MAX_GOP = 100_000  # frames between keyframes; more is no GOP at all

@@ -11,7 +11,7 @@ import av
 import numpy as np
 import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
-from utils import cli_command, partials, run_command, run_python, wait_until
+from utils import cli_command, partials, run_command, run_pipeline, run_python, wait_until
 
 from pipeline import sample, sample_cli
 from pipeline.cli import SAMPLES, main
@@ -584,3 +584,14 @@ def test_one_picture_of_several_frames_is_refused_before_anything_is_written(tmp
     result = _sample("-o", tmp_path / "two.png", *SMALL, cwd=tmp_path)  # 2 frames
     assert result.returncode == 2 and "one picture holds one frame; add --frames 1" in _one_error_line(result)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_name_with_control_characters_is_escaped_in_the_summary_as_in_errors(tmp_path):
+    """An ESC in the name drove the terminal and a line break split the summary: the errors escaped them."""
+    name = "\x1b[31mred\nx.mp4"
+    result = _sample("-o", name, "--frames", "2", "--size", "64x48", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and result.stdout.count("\n") == 1 and "\\x1b[31mred x.mp4" in result.stdout
+    assert (tmp_path / name).is_file()
+    ran = run_pipeline(tmp_path / name, "-o", tmp_path / "o\x1b.mp4", quiet=False)
+    assert ran.returncode == 0 and "wrote " in ran.stdout and "\x1b" not in ran.stdout, ran.stderr
