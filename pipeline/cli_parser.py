@@ -320,7 +320,8 @@ def _add_run(sub, name: str, help_text: str) -> None:
 def _add_filters(sub, name: str, help_text: str) -> None:
     fl = sub.add_parser(name, help=help_text)
     fl.add_argument("name", nargs="?", help="a filter name")
-    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", help="also load this plugin")
+    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
+                    help="also load this plugin")
     fl.add_argument("--json", action="store_true",
                     help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
 

@@ -475,8 +475,10 @@ def test_ascii_numbers_still_read_as_python_reads_them():
 @pytest.mark.parametrize("args", [["run", "IN", "-o", ""], ["run", "IN", ""], ["run", "IN", "-o", "null", "--config", ""],
                                   ["run", "IN", "-o", "null", "--stats-json", ""],
                                   ["run", "IN", "-o", "null", "-progress", ""], ["sample", "-o", ""],
-                                  ["batch", "IN", "-o", ""], ["probe", "--json", ""]],
-                         ids=["output", "positional", "config", "stats-json", "progress", "sample", "batch", "probe"])
+                                  ["batch", "IN", "-o", ""], ["probe", "--json", ""], ["filters", "--plugin", ""],
+                                  ["batch", "@", "-o", "null", "--device", "cpu"]],
+                         ids=["output", "positional", "config", "stats-json", "progress", "sample", "batch", "probe",
+                              "plugin", "input-list"])
 def test_an_empty_file_name_is_a_bad_option_not_a_default(tmp_path, clip, args):
     """``-o "$OUT"`` with OUT unset: refused, rather than writing the default name or nothing."""
     from utils import run_cli

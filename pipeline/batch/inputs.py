@@ -55,6 +55,8 @@ def _expand(items: Iterable[str | os.PathLike], depth: int, lists: list[Path]) -
         if text.startswith("@") and not os.path.exists(text):
             if depth >= 8:
                 raise ConfigError(f"{text}: @lists nested more than 8 deep (does a list name itself?)")
+            if text == "@":
+                raise ConfigError("@: an input list with an empty name (an unset shell variable?)")
             lists.append(Path(text[1:]))
             yield from _expand(_read_list(text[1:]), depth + 1, lists)
         elif glob.has_magic(text) and not os.path.exists(text):
