@@ -187,8 +187,15 @@ def check_scheduler_address(address: str) -> None:
 
 def check_dashboard_address(address: str) -> None:
     """``PORT``, ``:PORT`` or ``HOST:PORT``, with a host this machine knows: the cluster would fail to
-    start on anything else, after the workers were asked for."""
+    start on anything else, after the workers were asked for. Without bokeh Dask serves none, saying so
+    only in a log the batch keeps quiet: refused, as --preview without pygame is."""
+    import importlib.util
+
     from distributed.comm.addressing import parse_host_port
+
+    if importlib.util.find_spec("bokeh") is None:
+        raise ConfigError(f"--dashboard {address}: Dask's dashboard needs bokeh (pip install bokeh); "
+                          "or run without --dashboard")
 
     try:
         # An IPv6 address in brackets passes Dask's parser here, but not the one that starts the server.

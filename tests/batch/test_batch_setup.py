@@ -315,11 +315,25 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_refused_in_bounded_ti
 
 @pytest.mark.parametrize("address, error", [("bogus", "not an address"), (":99999", "not an address"),
                                             ("[::1]:8787", "not an address"), ("nosuch.invalid:8787", "unknown host")])
-def test_a_dashboard_address_the_cluster_cannot_serve_on_is_refused_up_front(address, error):
+def test_a_dashboard_address_the_cluster_cannot_serve_on_is_refused_up_front(address, error, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "bokeh" else real(name, *a))
     with pytest.raises(ConfigError, match=error):
         cluster.check_dashboard_address(address)
     for fine in ("8787", ":8787", "127.0.0.1:0", "localhost:8787"):
         cluster.check_dashboard_address(fine)
+
+
+def test_a_dashboard_without_bokeh_is_refused_up_front(monkeypatch):
+    """Dask served none and said so only in a log the batch keeps quiet: exit 0, no dashboard, no word."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bokeh" else real(name, *a))
+    with pytest.raises(ConfigError, match="--dashboard :8787: Dask's dashboard needs bokeh"):
+        cluster.check_dashboard_address(":8787")
 
 
 def test_an_output_directory_that_is_a_file_is_refused(clips, tmp_path, capsys):
