@@ -272,17 +272,18 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                         f"(default: {d.arena_headroom})")
     p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
                    help="Python file registering extra filters, repeatable")
+    # Batch takes neither --stats-json nor --preview (check_options says why): parsed, not offered.
     p.add_argument("--stats-json", type=path_name,
                    help="write the run statistics as JSON to this path (an existing file needs -y; never the input "
-                        "or the output)")
+                        "or the output)" if single else argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
     p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
     p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")
-    _add_realtime_arguments(p.add_argument_group("real time"), d)
+    _add_realtime_arguments(p.add_argument_group("real time"), d, single)
 
 
-def _add_realtime_arguments(p, d: RunConfig) -> None:
+def _add_realtime_arguments(p, d: RunConfig, single: bool) -> None:
     p.add_argument("--input-format", metavar="NAME", help="demuxer or capture device (v4l2, mpegts, ...)")
     p.add_argument("--input-opt", dest="input_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="demuxer/protocol option passed to FFmpeg when opening, repeatable "
@@ -305,7 +306,8 @@ def _add_realtime_arguments(p, d: RunConfig) -> None:
     p.add_argument("--latency-budget", type=number, metavar="MS",
                    help="warn once when a frame takes longer from decode to packet, and count such frames")
     p.add_argument("--preview", action="store_true", default=None,
-                   help="show the processed frames in a window, with fps and latency (needs a display)")
+                   help="show the processed frames in a window, with fps and latency (needs a display)" if single
+                   else argparse.SUPPRESS)
     p.add_argument("--nvtx", action="store_true", default=None,
                    help="emit NVTX ranges per stage and frame, for Nsight Systems")
 

@@ -480,3 +480,13 @@ def test_the_next_file_is_submitted_before_the_last_ones_result_is_released(tmp_
     # A result is held before the next file is submitted: the next submission is not the batch layer's end gap.
     for held, next_one in zip(report.results, report.results[1:]):
         assert held.received <= next_one.submitted
+
+
+def test_batch_help_offers_no_option_batch_refuses():
+    """--stats-json and --preview were listed in batch --help, and refused when given."""
+    from pipeline.cli_parser import build_parser
+
+    help_text = build_parser("batch")._subparsers._group_actions[0].choices["batch"].format_help()
+    offered = re.findall(r"^\s+(--[\w-]+)", help_text, re.MULTILINE)
+    assert "--stats-json" not in offered and "--preview" not in offered and "--nvtx" in offered
+    assert "--json PATH" in help_text
