@@ -240,10 +240,10 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "-c:v", "--codec", help=f"video encoder, any PyAV has (default: {d.codec}, or the "
+    p.add_argument("-c", "-c:v", "--codec", type=path_name, help=f"video encoder, any PyAV has (default: {d.codec}, or the "
                    "container's own where it takes no H.264: libvpx-vp9 for .webm); one that cannot take the frames "
                    "exits 2 saying why")
-    p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT",
+    p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT", type=path_name,
                    help="the encoder's pixel format: yuv420p, yuv420p10le, or another it takes (default: the "
                         "input's bit depth where the encoder takes it, else 8 bits with a notice)")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
@@ -321,7 +321,7 @@ def _add_run(sub, name: str, help_text: str) -> None:
 
 def _add_filters(sub, name: str, help_text: str) -> None:
     fl = sub.add_parser(name, help=help_text)
-    fl.add_argument("name", nargs="?", help="a filter name")
+    fl.add_argument("name", nargs="?", type=path_name, help="a filter name")
     fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
                     help="also load this plugin")
     fl.add_argument("--json", action="store_true",
@@ -374,8 +374,8 @@ def _add_sample(sub, name: str, help_text: str) -> None:
     sa.add_argument("--frames", type=integer, metavar="N", help="number of frames (default: the clip's)")
     sa.add_argument("--fps", type=number, help="frame rate (default: the clip's)")
     sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
-    sa.add_argument("--codec", help="video encoder (default: the clip's)")
-    sa.add_argument("--pix-fmt", help="pixel format (default: yuv420p, or the encoder's first where it takes "
+    sa.add_argument("--codec", type=path_name, help="video encoder (default: the clip's)")
+    sa.add_argument("--pix-fmt", type=path_name, help="pixel format (default: yuv420p, or the encoder's first where it takes "
                     "none such: rgb8 for gif)")
     sa.add_argument("--crf", type=integer, help="libx264 quality, 0 (lossless) to 51 (default: the clip's)")
     sa.add_argument("-g", "--gop", type=integer, metavar="N",

@@ -35,8 +35,8 @@ def parse_time(text: str) -> float:
 
 
 def path_name(text: str) -> str:
-    """A file name given on the command line: never empty (``-o "$OUT"`` with OUT unset would otherwise
-    quietly mean the default, or nothing)."""
+    """A file (or encoder, format, filter) name given on the command line: never empty (``-o "$OUT"`` with
+    OUT unset would otherwise quietly mean the default, or nothing)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty name (an unset shell variable?)")
     return text

@@ -476,9 +476,11 @@ def test_ascii_numbers_still_read_as_python_reads_them():
                                   ["run", "IN", "-o", "null", "--stats-json", ""],
                                   ["run", "IN", "-o", "null", "-progress", ""], ["sample", "-o", ""],
                                   ["batch", "IN", "-o", ""], ["probe", "--json", ""], ["filters", "--plugin", ""],
-                                  ["batch", "@", "-o", "null", "--device", "cpu"]],
+                                  ["batch", "@", "-o", "null", "--device", "cpu"], ["run", "IN", "-o", "null", "-c", ""],
+                                  ["run", "IN", "-o", "null", "--pix-fmt", ""], ["filters", ""],
+                                  ["sample", "-o", "x.mp4", "--codec", ""]],
                          ids=["output", "positional", "config", "stats-json", "progress", "sample", "batch", "probe",
-                              "plugin", "input-list"])
+                              "plugin", "input-list", "codec", "pix-fmt", "filter", "sample-codec"])
 def test_an_empty_file_name_is_a_bad_option_not_a_default(tmp_path, clip, args):
     """``-o "$OUT"`` with OUT unset: refused, rather than writing the default name or nothing."""
     from utils import run_cli
