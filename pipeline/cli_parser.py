@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+from fractions import Fraction
 
 from . import __version__
 from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, MAX_IN_FLIGHT, MAX_RING_SIZE,
@@ -372,7 +373,8 @@ def _add_sample(sub, name: str, help_text: str) -> None:
                     help="where to write it (default: the clip's path below); an existing file is replaced only with -y")
     add_overwrite_arguments(sa)
     sa.add_argument("--frames", type=integer, metavar="N", help="number of frames (default: the clip's)")
-    sa.add_argument("--fps", type=number, help="frame rate (default: the clip's)")
+    sa.add_argument("--fps", type=_frame_rate, help="frame rate: a number, N/D (30000/1001) or ffmpeg's names "
+                    "(ntsc, pal, film, ntsc-film) (default: the clip's)")
     sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
     sa.add_argument("--codec", type=path_name, help="video encoder (default: the clip's)")
     sa.add_argument("--pix-fmt", type=path_name, help="pixel format (default: yuv420p, or the encoder's first where it takes "
@@ -383,6 +385,30 @@ def _add_sample(sub, name: str, help_text: str) -> None:
                          "libx264); short GOPs let --nvdec-sessions decode one file on several sessions")
     sa.add_argument("--no-audio", action="store_true", help="no audio track")
     sa.add_argument("--seed", type=integer, default=0, help="picture seed (default: 0)")
+
+
+# ffmpeg's frame rate names (av_parse_video_rate)
+_RATES = {"ntsc": Fraction(30000, 1001), "pal": Fraction(25), "qntsc": Fraction(30000, 1001), "qpal": Fraction(25),
+          "sntsc": Fraction(30000, 1001), "spal": Fraction(25), "film": Fraction(24), "ntsc-film": Fraction(24000, 1001)}
+
+
+def _frame_rate(text: str) -> float | Fraction:
+    if text.lower() in _RATES:
+        return _RATES[text.lower()]
+    num, slash, den = text.partition("/")
+    if slash:
+        try:
+            n, d = integer(num), integer(den)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number or N/D, got {text!r}") from None
+        if d == 0:
+            raise argparse.ArgumentTypeError(f"{text}: a rate over 0")
+        return Fraction(n, d)
+    try:
+        return number(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, N/D or ffmpeg's name for a rate (ntsc, pal, film), "
+                                         f"got {text!r}") from None
 
 
 def _size(text: str) -> tuple[int, int]:

@@ -144,9 +144,9 @@ def _as_rate(fps: float | int | Fraction) -> Fraction:
     if fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
     if rate <= 0:
-        raise ValueError(f"fps {fps:g} is too low (at least 1/1001)")
+        raise ValueError(f"fps {float(fps):g} is too low (at least 1/1001)")
     if rate > MAX_FPS:  # above it, MP4's and Matroska's clocks time some frames alike: a clip that does not play
-        raise ValueError(f"fps {fps:g} is too high (at most {MAX_FPS})")
+        raise ValueError(f"fps {float(fps):g} is too high (at most {MAX_FPS})")
     return rate
 
 

@@ -452,6 +452,8 @@ def test_the_partial_clip_a_second_signal_removes_is_the_one_beside_the_links_ta
     (("--fps", "1e300"), "too high"),
     (("--fps", "10000"), "too high (at most 1000)"),  # it wrote an MP4 whose frames did not decode, exit 0
     (("--fps", "1e-300"), "too low"),  # not "must be positive": it is
+    (("--fps", "25/0"), "a rate over 0"),
+    (("--fps", "fast"), "expected a number, N/D or ffmpeg's name for a rate"),
     (("--size", "99999999x99999999"), "too large"),
     (("--size", "0x0"), "positive"),
     (("--codec", "aac"), "encodes audio, not video"),
@@ -595,3 +597,14 @@ def test_a_name_with_control_characters_is_escaped_in_the_summary_as_in_errors(t
     assert (tmp_path / name).is_file()
     ran = run_pipeline(tmp_path / name, "-o", tmp_path / "o\x1b.mp4", quiet=False)
     assert ran.returncode == 0 and "wrote " in ran.stdout and "\x1b" not in ran.stdout, ran.stderr
+
+
+@pytest.mark.parametrize("given, rate", [("30000/1001", "30000/1001"), ("ntsc", "30000/1001"), ("pal", "25"),
+                                         ("film", "24"), ("29.97", "30000/1001")])
+def test_fps_takes_ffmpegs_spellings(tmp_path, given, rate):
+    import av
+
+    result = _sample("-o", "x.mkv", "--frames", "2", "--size", "64x48", "--no-audio", "--fps", given, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(tmp_path / "x.mkv")) as container:
+        assert str(container.streams.video[0].guessed_rate) == rate
