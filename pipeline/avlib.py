@@ -347,25 +347,33 @@ def flush_encoder(stream) -> list:
             done.set()
 
     thread = threading.Thread(target=flush, name="pipeline-flush", daemon=True)
-    # SIGINT held back while the thread starts: a Ctrl-C inside start() could leave it running unseen. It
-    # is delivered when unblocked, inside the loop's try.
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    interrupted, unblocked = None, False
+    # SIGINT held back while the thread starts: a Ctrl-C inside start() could leave it running unseen. It is
+    # delivered when unblocked, inside the loop's try. The mask is read first by a call that changes nothing:
+    # one that blocks may raise a pending Ctrl-C after it has blocked.
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    interrupted, started = None, False
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         thread.start()
-    except RuntimeError:  # no thread to be had: flushed here, as it was
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        return stream.encode(None)
-    except KeyboardInterrupt as e:  # not a signal (interrupt_main): it may have started all the same
+        started = True
+    except KeyboardInterrupt as e:  # pending before the mask took, or not a signal (interrupt_main)
         interrupted = e
-        if not entered.wait(1.0):
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-            raise
+        started = thread.ident is not None or entered.wait(1.0)
+    except RuntimeError:  # no thread to be had: flushed here, as it was
+        pass
+    finally:
+        if not started:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    if not started:
+        if interrupted is not None:
+            raise interrupted
+        return stream.encode(None)
+    unblocked = False
     while True:
         try:
             if not unblocked:
                 unblocked = True
-                signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                signal.pthread_sigmask(signal.SIG_SETMASK, before)
             if done.wait(0.05):
                 break
         except KeyboardInterrupt as e:
