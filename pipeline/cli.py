@@ -23,7 +23,7 @@ from .config_file import STREAM_LIST, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
                      PipelineError, SignalEchoes, stop_signals)
 from .ffmpeg_args import resolve_paths
-from .log import LEVELS, one_line
+from .log import LEVELS, one_line, printable
 from .log import install as install_log, uninstall as uninstall_log
 from .startup import PROCESS_STARTED, create_cuda_context_early
 from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, say, silence, stdout_errors
@@ -229,7 +229,7 @@ def _print_summary(out: Console, stats, cfg: RunConfig) -> None:
     if stats.mode != "file" or cfg.latency_budget is not None:
         out.print(stats.hops_table())
     out.print(stats.memory_table())
-    out.print(f"wrote {one_line(str(stats.output))}" if stats.output != "null" else f"processed {stats.frames_out} frames "
+    out.print(f"wrote {printable(str(stats.output))}" if stats.output != "null" else f"processed {stats.frames_out} frames "
               "(null output: nothing written)", markup=False, soft_wrap=True)
 
 

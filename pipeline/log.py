@@ -49,6 +49,12 @@ LEVELS = {
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def printable(text: str) -> str:
+    """``text`` for a terminal as it is: control characters (a line break, a tab, an ESC in a file name)
+    escaped, nothing else changed (a name's double space stays, unlike :func:`one_line`)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def one_line(text: str) -> str:
     """``text`` as one line of a terminal: line breaks and tabs as spaces (a library's message holds some, a
     file name may), any other control character escaped (an ESC in a name would drive the terminal)."""

@@ -12,6 +12,7 @@ from rich.text import Text
 from .checks import report_on_stdout
 from .config import RunConfig
 from .errors import ConfigError
+from .log import one_line, printable
 from .stdio import StdoutConsole, stdout_errors
 
 
@@ -61,8 +62,10 @@ def table(result) -> Table:
         t.add_column(name, justify="right" if name in ("frames", "fps", "dropped", "exit") else "left")
     for s in result.streams:
         st = s.stats
-        t.add_row(Text(s.input), Text(s.output), str(st.get("frames_out", 0)), f"{st.get('fps', 0.0):.1f}",
-                  str(st.get("drops", {}).get("total", 0)), str(s.exit_code), Text(s.error[:80]))  # no markup
+        # Text: no markup read in a name; control characters escaped (an ESC in a name would drive the terminal)
+        t.add_row(Text(printable(s.input)), Text(printable(s.output)), str(st.get("frames_out", 0)),
+                  f"{st.get('fps', 0.0):.1f}", str(st.get("drops", {}).get("total", 0)), str(s.exit_code),
+                  Text(one_line(s.error)[:80]))
     shared = totals["shared"]
     t.caption = (f"shared memory: arena {shared.get('arena_bytes_reserved', 0) / 2**20:.0f} MiB reserved in "
                  f"{shared.get('arena_chunks', 0)} chunks ({shared.get('arena_device_allocs', 0)} device "

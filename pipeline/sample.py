@@ -143,14 +143,17 @@ def _as_rate(fps: float | int | Fraction) -> Fraction:
             rate = Fraction(fps).limit_denominator(1001)
     if fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
-    if rate <= 0:
+    if rate < MIN_FPS:
         raise ValueError(f"fps {float(fps):g} is too low (at least 1/1001)")
     if rate > MAX_FPS:  # above it, MP4's and Matroska's clocks time some frames alike: a clip that does not play
         raise ValueError(f"fps {float(fps):g} is too high (at most {MAX_FPS})")
+    if max(rate.numerator, rate.denominator) > INT_MAX:  # FFmpeg holds a rate as a fraction of C ints
+        raise ValueError(f"fps {fps}: its terms are too large (a fraction of numbers below 2**31)")
     return rate
 
 
-MAX_FPS = 1000
+MIN_FPS, MAX_FPS = Fraction(1, 1001), 1000
+INT_MAX = 2**31 - 1
 
 
 def _is_subsampled(pix_fmt: str) -> bool:

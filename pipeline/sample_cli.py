@@ -138,12 +138,12 @@ def _stopped_by_signals(tmp: Path) -> Iterator[Callable[[], None]]:
 
 def _display(path: Path) -> str:
     """The path as the user would write it, on one line of a terminal (an ESC in a name is escaped)."""
-    from .log import one_line
+    from .log import printable
 
     try:
-        return one_line(str(path.resolve().relative_to(Path.cwd())))
+        return printable(str(path.resolve().relative_to(Path.cwd())))
     except ValueError:
-        return one_line(str(path))
+        return printable(str(path))
 
 
 MAX_GOP = 100_000  # frames between keyframes; more is no GOP at all

@@ -453,6 +453,8 @@ def test_the_partial_clip_a_second_signal_removes_is_the_one_beside_the_links_ta
     (("--fps", "10000"), "too high (at most 1000)"),  # it wrote an MP4 whose frames did not decode, exit 0
     (("--fps", "1e-300"), "too low"),  # not "must be positive": it is
     (("--fps", "25/0"), "a rate over 0"),
+    (("--fps", "4294967297/4294967296"), "terms are too large"),  # an internal OverflowError, exit 1
+    (("--fps", "1/3000"), "too low"),  # as 0.0003 is
     (("--fps", "fast"), "expected a number, N/D or ffmpeg's name for a rate"),
     (("--size", "99999999x99999999"), "too large"),
     (("--size", "0x0"), "positive"),
@@ -593,10 +595,11 @@ def test_a_name_with_control_characters_is_escaped_in_the_summary_as_in_errors(t
     name = "\x1b[31mred\nx.mp4"
     result = _sample("-o", name, "--frames", "2", "--size", "64x48", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "\x1b" not in result.stdout and result.stdout.count("\n") == 1 and "\\x1b[31mred x.mp4" in result.stdout
+    assert "\x1b" not in result.stdout and result.stdout.count("\n") == 1 and "\\x1b[31mred\\nx.mp4" in result.stdout
     assert (tmp_path / name).is_file()
-    ran = run_pipeline(tmp_path / name, "-o", tmp_path / "o\x1b.mp4", quiet=False)
-    assert ran.returncode == 0 and "wrote " in ran.stdout and "\x1b" not in ran.stdout, ran.stderr
+    ran = run_pipeline(tmp_path / name, "-o", tmp_path / "o\x1b  two.mp4", quiet=False)
+    assert ran.returncode == 0 and "\x1b" not in ran.stdout, ran.stderr
+    assert f"wrote {tmp_path}/o\\x1b  two.mp4" in ran.stdout  # the name as it is, but for the ESC
 
 
 @pytest.mark.parametrize("given, rate", [("30000/1001", "30000/1001"), ("ntsc", "30000/1001"), ("pal", "25"),

@@ -99,7 +99,7 @@ def table(report: BatchReport):
     from rich.table import Table
     from rich.text import Text
 
-    from ..log import one_line
+    from ..log import one_line, printable
 
     t = Table(title="batch", title_justify="left")
     for name, justify in (("input", "left"), ("output", "left"), ("frames", "right"), ("fps", "right"),
@@ -109,7 +109,7 @@ def table(report: BatchReport):
         error = r.error.removeprefix(f"{r.input}: ") or ("complete output kept" if r.status == "skipped" else "")
         # Names and messages as Text: rich would read "[cuda12]" in an error, or "[x].mp4", as markup.
         # One line each, control characters escaped: an ESC in a file name would drive the terminal.
-        t.add_row(Text(one_line(Path(r.input).name)), Text(one_line(_output_name(r))),
+        t.add_row(Text(printable(Path(r.input).name)), Text(printable(_output_name(r))),
                   str(r.frames) if r.status == "done" else "",
                   f"{r.fps:.1f}" if r.status == "done" else "", f"{r.seconds:.2f}" if r.seconds else "",
                   Text(f"{r.worker} {r.gpu}".strip()), str(r.exit_code),
