@@ -110,7 +110,7 @@ def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[
         if pix.name.startswith("yuvj") and colour_range == 0:
             colour_range = AVCOL_RANGE_JPEG
         colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h, w)
-        if (approximated := approximated_matrix(frame.colorspace)) is not None:
+        if (approximated := approximated_matrix(frame.colorspace, frame.color_primaries)) is not None:
             notice(f"{path}: {approximated} ({colour.name.split(' ')[0]}); the output keeps the input's tags")
         if frame.colorspace == AVCOL_SPC_BT2020_CL:
             notice(f"{path}: BT.2020 constant luminance is processed as non-constant luminance (the same "

@@ -49,10 +49,11 @@ LUMA = {
 }
 
 
-def approximated_matrix(colorspace: int) -> str | None:
+def approximated_matrix(colorspace: int, primaries: int = 2) -> str | None:
     """What to say of a matrix tag the conversions do not have, read as another one; None for the ones they
-    have (and for untagged, reserved and chroma-derived non-constant luminance, which is its primaries')."""
-    if colorspace in _EXACT:
+    have (and for untagged, reserved, and chroma-derived non-constant luminance on BT.709 or BT.2020
+    primaries, whose weights are those matrices')."""
+    if colorspace in _EXACT or (colorspace == AVCOL_SPC_CHROMA_DERIVED_NCL and primaries in _MATRIX_OF_PRIMARIES):
         return None
     if colorspace in _NEAR:
         return f"the {_NEAR[colorspace]} matrix is processed as the nearest the conversions have"
@@ -63,11 +64,13 @@ def approximated_matrix(colorspace: int) -> str | None:
 AVCOL_SPC_RESERVED = 3
 AVCOL_SPC_CHROMA_DERIVED_NCL = 12
 _EXACT = frozenset({AVCOL_SPC_RGB, AVCOL_SPC_BT709, AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RESERVED, AVCOL_SPC_BT470BG,
-                    AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL, AVCOL_SPC_CHROMA_DERIVED_NCL})
+                    AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT2020_NCL, AVCOL_SPC_BT2020_CL})
 _NEAR = {4: "FCC", AVCOL_SPC_SMPTE240M: "SMPTE 240M"}  # BT.601's weights to 0.01, BT.709's to 0.005
-_OTHER = {8: "YCgCo", 11: "SMPTE 2085 (Y'D'zD'x)", 13: "chroma-derived constant luminance", 14: "ICtCp"}
-# Chroma-derived non-constant luminance: the matrix that the primaries' luma weights make.
-_MATRIX_OF_PRIMARIES = {1: "bt709", 9: "bt2020", 5: "bt601", 6: "bt601", 7: "bt601"}
+_OTHER = {8: "YCgCo", 11: "SMPTE 2085 (Y'D'zD'x)", 12: "chroma-derived non-constant luminance on these primaries",
+          13: "chroma-derived constant luminance", 14: "ICtCp"}
+# Chroma-derived non-constant luminance: the weights its primaries make, which are BT.709's and BT.2020's own
+# on theirs (BT.601's weights come from other primaries than the 625- and 525-line ones it is used with).
+_MATRIX_OF_PRIMARIES = {1: "bt709", 9: "bt2020"}
 
 
 def is_hd(width: int, height: int) -> bool:
@@ -118,9 +121,8 @@ class Colour:
         """The matrix tag the output's frames carry: the input's where it names one, else the matrix the run
         worked in (untagged HD: BT.709), so that a conversion to the encoder's format (RGB, grey) uses that
         matrix, not swscale's default of BT.601."""
-        if self.colorspace in (AVCOL_SPC_BT709, AVCOL_SPC_BT470BG, AVCOL_SPC_SMPTE170M, AVCOL_SPC_BT2020_NCL,
-                               AVCOL_SPC_BT2020_CL, *_NEAR):  # matrices swscale converts with, as the run does
-            return self.colorspace
+        if self.colorspace not in (AVCOL_SPC_UNSPECIFIED, AVCOL_SPC_RGB, AVCOL_SPC_RESERVED):
+            return self.colorspace  # the input's own, also where an encoder codes it per frame (ProRes)
         return {"bt709": AVCOL_SPC_BT709, "bt2020": AVCOL_SPC_BT2020_NCL}.get(self.matrix, AVCOL_SPC_SMPTE170M)
 
     @property

@@ -183,7 +183,9 @@ def test_a_matrix_the_conversions_do_not_have_is_said_with_the_one_used(tmp_path
     from pipeline.video import approximated_matrix
     from utils import run_pipeline
 
-    assert [approximated_matrix(c) for c in (0, 1, 2, 3, 5, 6, 9, 10, 12)] == [None] * 9
+    assert [approximated_matrix(c) for c in (0, 1, 2, 3, 5, 6, 9, 10)] == [None] * 8
+    assert approximated_matrix(12, primaries=1) is None and approximated_matrix(12, primaries=9) is None
+    assert "chroma-derived" in approximated_matrix(12, primaries=6)  # its weights are not BT.601's
     assert approximated_matrix(7) == "the SMPTE 240M matrix is processed as the nearest the conversions have"
     assert approximated_matrix(8) == "YCgCo cannot be converted here: processed as BT.601, its colours are off"
     assert approximated_matrix(99) == "matrix tag 99 cannot be converted here: processed as BT.601, its colours are off"
