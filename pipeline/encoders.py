@@ -27,7 +27,8 @@ HARDWARE_SUFFIXES = ("_nvenc", "_vaapi", "_qsv", "_v4l2m2m", "_amf", "_videotool
 
 # Encoders FFmpeg declares limited range only for, where its libraries cannot be asked (before FFmpeg 7.1).
 LIMITED_RANGE_ONLY = frozenset({"prores", "prores_aw", "prores_ks", "dnxhd", "mpeg1video", "mpeg2video", "mpeg4",
-                                "h263", "h263p", "dvvideo", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "ffv1"})
+                                "h263", "h263p", "dvvideo", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "ffv1",
+                                "cljr", "libwebp", "jpeg2000", "speedhq", "cfhd", "snow"})
 
 
 def makes_limited_range(encoder: str, muxer: str) -> bool:

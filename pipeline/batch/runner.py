@@ -161,9 +161,9 @@ def check_options(cfg: RunConfig) -> None:
 def check_cluster(batch: BatchSettings) -> None:
     """Addresses Dask cannot use are refused before any work; the options of a local cluster mean
     nothing on a joined one: refused rather than ignored."""
-    if batch.dashboard is not None:
-        check_dashboard_address(batch.dashboard)
     if batch.scheduler is None:
+        if batch.dashboard is not None:
+            check_dashboard_address(batch.dashboard)
         return
     check_scheduler_address(batch.scheduler)
     local = [name for name, value in (("--gpus", batch.gpus), ("--workers", batch.workers),

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ..config import DEFAULT_FILTERS, RunConfig
 from ..memory.registry import STRATEGIES
-from ..checks import check_report_path, special_kind
+from ..checks import check_report_path, report_on_stdout, special_kind
 from ..errors import ConfigError, GPUError, InputError
 from ..ffmpeg_args import add_overwrite_arguments, path_name
 from ..numbers import integer
@@ -108,7 +108,8 @@ def main(args: argparse.Namespace) -> int:
     ok, reason = gpu_status()
     if not ok:
         raise GPUError(f"pipeline bench needs a CUDA GPU: {reason}")
-    console = Console(highlight=False, emoji=False)  # an input named :smile: stays its name
+    # An input named :smile: stays its name; beside --json /dev/stdout, the tables go to stderr
+    console = Console(highlight=False, emoji=False, stderr=report_on_stdout(reports["--json"]))
     result = run_bench(args, console)
     from .report import render, write_chart, write_json
 

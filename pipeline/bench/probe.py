@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_report_path
+from ..checks import check_report_path, report_on_stdout
 from ..errors import ConfigError, GPUError
 from ..ffmpeg_args import add_overwrite_arguments, path_name
 from ..gpu.probe import (
@@ -144,8 +144,8 @@ def main(args: argparse.Namespace) -> int:
         # are an output error (a full /dev/full made the spinner's last write an internal error).
         with Console(stderr=True).status("Probing CUDA memory management ..."):
             result = run_probe(repeats=args.repeats)
-        with stdout_errors():
-            console = StdoutConsole()
+        with stdout_errors():  # beside --json /dev/stdout, the tables go to stderr: stdout holds the JSON alone
+            console = Console(stderr=True) if report_on_stdout(getattr(args, "json", None)) else StdoutConsole()
             for table in probe_table(result):
                 console.print(table)
             for line in result.get("skipped", []):
