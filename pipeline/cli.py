@@ -18,7 +18,7 @@ from rich.console import Console
 
 from .checks import as_pipeline_error, check_reads_kept, report_on_stdout
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
-from .config import RunConfig, build_config
+from .config import _TABLES, RunConfig, build_config
 from .config_file import STREAM_LIST, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
                      PipelineError, SignalEchoes, stop_signals)
@@ -49,7 +49,22 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             flags[table] = dict(flags[table])
     if flags.get("plugins"):
         flags["plugins"] = tuple(flags["plugins"])
+    if args.stream_list:
+        args.stream_list = [_under_the_flags(entry, file_values, flags) for entry in args.stream_list]
     return build_config(file_values, flags)
+
+
+def _under_the_flags(entry: dict[str, Any], file_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """A [[streams]] entry's settings, as a config file's are: below the flags given on the command line
+    (-n, --frames...), its option tables merged key by key over the file's top-level ones, the flags' over
+    both. Its input and output are its own."""
+    kept = {}
+    for key, value in entry.items():
+        if key in _TABLES:
+            kept[key] = {**file_values.get(key, {}), **value, **(flags.get(key) or {})}
+        elif key in ("input", "output") or flags.get(key) is None:
+            kept[key] = value
+    return kept
 
 
 def main(argv: list[str] | None = None, *, process_ends: bool = False) -> int:

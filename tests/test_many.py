@@ -168,6 +168,24 @@ def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_pat
     assert len(decode(tmp_path / "a.mkv").frames) == len(decode(tmp_path / "b.mkv").frames) == 12
 
 
+def test_the_command_lines_flags_override_a_streams_entry_as_they_override_the_file(clips, tmp_path):
+    """An entry's own keys beat the command line: -n replaced a file the entry said to overwrite, --frames lost
+    to the entry's frames, and an entry's encoder table replaced the file's instead of merging with it."""
+    kept = tmp_path / "kept.mkv"
+    kept.write_bytes(b"precious")
+    config = tmp_path / "streams.toml"
+    config.write_text(f'codec = "libx264"\n[encoder_opts]\npreset = "ultrafast"\n'
+                      f'[[streams]]\ninput = "{clips[0]}"\noutput = "{kept}"\noverwrite = true\nframes = 3\n'
+                      f'[streams.encoder_opts]\ncrf = "40"\n')
+    proc = run_cli("run", "--config", config, "-n", "--device", "cpu", "-q")
+    assert proc.returncode == 2 and "already exists" in proc.stderr and kept.read_bytes() == b"precious"
+    proc = run_cli("run", "--config", config, "--frames", "5", "--encoder-opt", "qcomp=0.5", "--device", "cpu", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert len(decode(kept).frames) == 5
+    settings = kept.read_bytes()
+    assert b"crf=40.0" in settings and b"subme=0" in settings and b"qcomp=0.50" in settings  # all three tables
+
+
 @pytest.mark.parametrize("case", ["output is another's input", "same output", "frame linked to an input"])
 def test_a_stream_that_would_write_what_another_reads_or_writes_is_refused(clips, tmp_path, case):
     """Checked before any stream starts: nothing of the user's is overwritten, every input stays as it was."""
