@@ -61,10 +61,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: arrays or inline tables nested too deeply "
                           "(a config file's values nest a level or two)") from None
     _check_numbers(path, raw)
-    values = {}
-    base = Path(os.path.abspath(path)).parent
+    values, spelled = {}, {}
+    # The directory as the system reaches it: "link/../c.toml" is read beside what the link names, where a
+    # lexical ".." would take the directory the link is in.
+    base = Path(os.path.realpath(os.path.dirname(os.fspath(path)) or "."))
     for key, value in raw.items():
-        name = key.replace("-", "_")
+        name = _once(path, key, spelled, "")
         if name == "streams" and isinstance(value, list):  # [[streams]]: the inputs of a many-stream run
             values[STREAM_LIST] = [_stream_entry(path, base, i, entry) for i, entry in enumerate(value)]
             continue
@@ -72,6 +74,16 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: unknown key {key!r}")
         values[name] = _coerce(path, name, value)
     return _resolve_paths(values, base)
+
+
+def _once(path: Path, key: str, spelled: dict[str, str], where: str) -> str:
+    """The key's name (``ring-size`` is ``ring_size``); a name given twice in two spellings, which TOML's own
+    check of repeated keys cannot see, is refused: one of the two would be dropped without a word."""
+    name = key.replace("-", "_")
+    if name in spelled:
+        raise ConfigError(f"{path}: {where}{spelled[name]!r} and {key!r} are one setting given twice")
+    spelled[name] = key
+    return name
 
 
 def _check_numbers(path: Path, raw: dict[str, Any]) -> None:
@@ -116,9 +128,9 @@ def _stream_entry(path: Path, base: Path, index: int, entry: Any) -> dict[str, A
     """One [[streams]] table: ``input`` (required), ``output``, and any run setting for that stream."""
     if not isinstance(entry, dict) or not isinstance(entry.get("input"), str):
         raise ConfigError(f"{path}: [[streams]] entry {index + 1} needs input = \"PATH or URL\"")
-    values = {}
+    values, spelled = {}, {}
     for key, value in entry.items():
-        name = key.replace("-", "_")
+        name = _once(path, key, spelled, f"[[streams]] entry {index + 1}: ")
         if name not in FIELD_NAMES:
             raise ConfigError(f"{path}: [[streams]] entry {index + 1}: unknown key {key!r}")
         if name in RUN_WIDE:
@@ -160,6 +172,9 @@ def _coerce(path: Path, name: str, value: Any) -> Any:
     if name in _TABLES:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: {name} must be a table of KEY = VALUE")
+        for k, v in value.items():  # as the API takes them: an array or a table's text would reach FFmpeg
+            if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+                raise ConfigError(f"{path}: {name}: {k} = {v!r}: values are text or numbers")
         return {str(k): str(v) for k, v in value.items()}
     if name == "plugins":
         items = value if isinstance(value, list) else [value]

@@ -546,3 +546,33 @@ def test_parse_chain_error_gives_column():
 def test_parse_chain_only_separators_is_an_error():
     with pytest.raises(ConfigError, match="empty filter chain"):
         parse_chain(" , ,")
+
+
+@pytest.mark.parametrize("text", ['ring-size = 300\nring_size = 4\n',
+                                  '[encoder_opts]\ncrf = "40"\n[encoder-opts]\npreset = "fast"\n',
+                                  '[[streams]]\ninput = "a.mp4"\nin-flight = 2\nin_flight = 3\n'])
+def test_one_setting_in_two_spellings_is_refused(tmp_path, text):
+    """TOML refuses a repeated key, but ring-size and ring_size are two keys to it: one was dropped silently
+    (an encoder table with it)."""
+    with pytest.raises(ConfigError, match="are one setting given twice"):
+        load_toml(_toml(tmp_path, text))
+
+
+@pytest.mark.parametrize("value", ['["isom", "mp42"]', "true", '{ a = 1 }', "1979-05-27T07:32:00Z"])
+def test_an_option_tables_value_is_text_or_a_number(tmp_path, value):
+    """Any TOML value became its Python text: an MP4 was written with the major brand "['is"."""
+    with pytest.raises(ConfigError, match="output_opts: brand = .*values are text or numbers"):
+        load_toml(_toml(tmp_path, f"[output_opts]\nbrand = {value}\n"))
+    assert load_toml(_toml(tmp_path, '[output_opts]\nbrand = "isom"\nmoov_size = 4096\n'))["output_opts"] == {
+        "brand": "isom", "moov_size": "4096"}
+
+
+def test_a_config_reached_through_a_link_and_dot_dot_is_relative_to_where_it_is(tmp_path):
+    """link/../c.toml is read from beside the link's directory (the system follows the link before "..");
+    its paths were taken from beside the link instead, where -y could replace an unrelated file."""
+    real = tmp_path / "real" / "a"
+    (real / "b").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(real / "b")
+    (real / "c.toml").write_text('output = "out.mp4"\n')
+    values = load_toml(tmp_path / "lnk" / ".." / "c.toml")
+    assert values["output"] == str(real / "out.mp4")
