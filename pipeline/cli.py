@@ -51,7 +51,20 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         flags["plugins"] = tuple(flags["plugins"])
     if args.stream_list:
         args.stream_list = [_under_the_flags(entry, file_values, flags) for entry in args.stream_list]
-    return build_config(file_values, flags)
+    try:
+        return build_config(file_values, flags)
+    except ConfigError as e:
+        if args.config and _refuses(file_values):  # the file's own value: the line names the file
+            raise ConfigError(f"{args.config}: {e}") from None
+        raise
+
+
+def _refuses(file_values: dict[str, Any]) -> bool:
+    try:
+        build_config(file_values, {})
+    except ConfigError:
+        return True
+    return False
 
 
 def _under_the_flags(entry: dict[str, Any], file_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

@@ -576,3 +576,15 @@ def test_a_config_reached_through_a_link_and_dot_dot_is_relative_to_where_it_is(
     (real / "c.toml").write_text('output = "out.mp4"\n')
     values = load_toml(tmp_path / "lnk" / ".." / "c.toml")
     assert values["output"] == str(real / "out.mp4")
+
+
+def test_a_config_files_value_out_of_range_names_the_file(tmp_path):
+    """The line said "Invalid ring_size (300)" and nothing of where the 300 came from."""
+    from utils import ROOT, run_cli
+
+    config = _toml(tmp_path, "ring-size = 300\n")
+    proc = run_cli("run", ROOT / "samples" / "sample.mp4", "-o", "null", "--config", config, "-q")
+    assert proc.returncode == 2 and f"error: {config}: Invalid ring_size (300)" in proc.stderr, proc.stderr
+    proc = run_cli("run", ROOT / "samples" / "sample.mp4", "-o", "null", "--config", config, "--ring-size", "4",
+                   "--frames", "1", "-q")
+    assert proc.returncode == 0, proc.stderr  # the command line's value stands in for the file's
