@@ -107,6 +107,9 @@ class RunConfig:
         _check_types(self)
         _check_finite(self)
         _check_text(self)
+        for name in ("input_format", "output_format", "codec", "pix_fmt"):  # -f "$FMT" with FMT unset
+            if getattr(self, name) == "":
+                raise ConfigError(f"{name} is an empty name (an unset shell variable?); leave it out for the default")
         for name in ("input_format", "output_format"):  # FFmpeg matches format names in any case: -f HLS is hls
             if getattr(self, name):
                 object.__setattr__(self, name, getattr(self, name).lower())

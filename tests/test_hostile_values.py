@@ -478,9 +478,11 @@ def test_ascii_numbers_still_read_as_python_reads_them():
                                   ["batch", "IN", "-o", ""], ["probe", "--json", ""], ["filters", "--plugin", ""],
                                   ["batch", "@", "-o", "null", "--device", "cpu"], ["run", "IN", "-o", "null", "-c", ""],
                                   ["run", "IN", "-o", "null", "--pix-fmt", ""], ["filters", ""],
-                                  ["sample", "-o", "x.mp4", "--codec", ""]],
+                                  ["sample", "-o", "x.mp4", "--codec", ""], ["run", "IN", "-o", "null", "-f", ""],
+                                  ["run", "IN", "-o", "null", "--input-format", ""]],
                          ids=["output", "positional", "config", "stats-json", "progress", "sample", "batch", "probe",
-                              "plugin", "input-list", "codec", "pix-fmt", "filter", "sample-codec"])
+                              "plugin", "input-list", "codec", "pix-fmt", "filter", "sample-codec", "format",
+                              "input-format"])
 def test_an_empty_file_name_is_a_bad_option_not_a_default(tmp_path, clip, args):
     """``-o "$OUT"`` with OUT unset: refused, rather than writing the default name or nothing."""
     from utils import run_cli
