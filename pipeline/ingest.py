@@ -199,7 +199,7 @@ class SlotWriter:
         converted = self._reformatter.reformat(frame, width=width, height=height, format=target, **colour)
         if target == "rgb24" and limited_grey:
             samples = np.frombuffer(converted.planes[0], np.uint8)
-            samples[:] = _EXPAND_LIMITED[samples]
+            np.take(_EXPAND_LIMITED, samples, out=samples)  # in place: no array per frame
         return converted
 
 

@@ -290,11 +290,6 @@ class Processor:
         """The frame's converted output in device memory (``keep_device`` items)."""
         return item.device.arrays[self.plan.output]
 
-    def complete(self, item: WorkItem) -> dict[str, float]:
-        """Wait for this frame only (its ``done`` event) and return its stage times in ms."""
-        self.wait_done(item)
-        return self.hand_back(item)
-
     def hand_back(self, item: WorkItem) -> dict[str, float]:
         """A completed frame's stage times in ms; its context (streams and events) goes back for reuse."""
         timings = item.ctx.timings_ms()
@@ -313,9 +308,9 @@ class Processor:
             self.waiting = None
 
     def abandon(self, item: WorkItem) -> None:
-        """A frame whose work failed part-way: once whatever it issued has completed (its ``done`` event marked
-        after that work), its context goes back, without its timings (some of its events were never recorded:
-        on its first frame, reading them fails)."""
+        """A frame left unfinished (its work failed part-way, or the run stopped): once whatever it issued has
+        completed (its ``done`` event marked after that work), its context goes back, without its timings
+        (some of its events may never have been recorded: on its first frame, reading them fails)."""
         ctx = item.ctx
         if ctx is None:
             return

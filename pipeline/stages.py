@@ -15,7 +15,6 @@ from typing import Any
 
 from .channels import END as _END, Aborted, wait_for
 from .errors import InputError, SourceStalled
-from .teardown import release_in_slot
 from .video import WorkItem
 
 
@@ -82,18 +81,8 @@ class Stages:
         try:
             yield
         except BaseException:
-            self._give_back_failed(item)
+            self._give_back(item)
             raise
-
-    def _give_back_failed(self, item: WorkItem) -> None:
-        """Each part on its own, best effort: the failure being raised is the one to report (a CUDA error
-        fails these too), and one part that cannot go back keeps none of the others."""
-        memory = self.processor.memory
-        parts = (lambda: self.processor.abandon(item), lambda: release_in_slot(memory.in_host, item),
-                 lambda: self.processor.release(item), lambda: self._release_out_slot(item), item.give_back_surface)
-        for give_back in parts:
-            with contextlib.suppress(Exception):
-                give_back()
 
     def _copy(self, entry, slot) -> None:
         t0 = time.perf_counter()

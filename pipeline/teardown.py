@@ -8,6 +8,7 @@ Mixed into :class:`pipeline.engine.Pipeline`, as :class:`pipeline.stages.Stages`
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from .checks import as_pipeline_error
@@ -34,14 +35,16 @@ class Teardown:
                     self._give_back(item)
 
     def _give_back(self, item: WorkItem) -> None:
-        """Everything a frame holds, returned once its work has completed."""
+        """Everything a frame holds, once the work it issued has completed: its context, its slots, its device
+        buffers, its decoder surface. Each part on its own, best effort: the run is ending or failing already
+        (its error, a CUDA one too, is the one to report), and a part that cannot go back keeps none of the
+        others; memory shared with other runs (run_many, a batch worker) would lose them for good."""
         memory = self.processor.memory
-        release_in_slot(memory.in_host, item)
-        if item.ctx is not None:
-            self.processor.complete(item)
-        self.processor.release(item)
-        self._release_out_slot(item)
-        item.give_back_surface()
+        parts = (lambda: self.processor.abandon(item), lambda: release_in_slot(memory.in_host, item),
+                 lambda: self.processor.release(item), lambda: self._release_out_slot(item), item.give_back_surface)
+        for give_back in parts:
+            with contextlib.suppress(Exception):
+                give_back()
 
     def _release_out_slot(self, item: WorkItem) -> None:
         if item.out_slot is not None:
