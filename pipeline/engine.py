@@ -285,12 +285,14 @@ class Pipeline(Stages, Tally, Teardown):
                 yield item
             finished = True
         finally:
-            if held is not None:
+            if held is not None and self._stalled is None:
                 self._release_held(held)
             if not finished:  # the caller stopped early (break, an exception): stop every stage
                 self.stop_event.set()
                 self.abort.set()
-            interrupted = self._join(threads)
+            # After a stall the threads may be stuck in CUDA calls too: none is waited for (the tear-down
+            # waits on nothing on the device either, and raises the stall).
+            interrupted = self._join(threads) if self._stalled is None else None
             self._finish(consumer_left=not finished)
             if interrupted is not None:
                 raise interrupted
@@ -304,8 +306,8 @@ class Pipeline(Stages, Tally, Teardown):
                 return None
             if item is _END:
                 return None
-            if isinstance(item, WorkItem):
-                timings, t0 = self._complete(item)
+            if isinstance(item, WorkItem):  # the caller's thread: no other one watches this wait
+                timings, t0 = self._complete(item, self._watch_gpu)
                 self._count_out(item.meta, timings, t0)
                 return item
 

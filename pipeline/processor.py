@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -298,12 +299,22 @@ class Processor:
         item.give_back_surface()  # the decoder may reuse the surface: its reader is done
         return timings
 
-    def wait_done(self, item: WorkItem) -> None:
+    def wait_done(self, item: WorkItem, watch: Callable[[], None] | None = None) -> None:
         """Wait for the frame's ``done`` event, marked in ``waiting`` meanwhile: the only wait on the GPU that
-        has no time limit, the one a stuck CUDA call shows in."""
+        has no time limit, the one a stuck CUDA call shows in. Another thread's watchdog reads ``waiting``;
+        with ``watch`` (a caller's own thread, where no other thread watches: frames()) the event is polled
+        instead, ``watch`` called between the polls (it raises to give up)."""
         self.waiting = item.meta.index
         try:
-            item.ctx.done.synchronize()
+            done = item.ctx.done
+            if watch is None:
+                done.synchronize()
+                return
+            pause = 0.0
+            while not done.done:  # cudaEventQuery: a poll that never blocks
+                watch()
+                time.sleep(pause)  # 0 at first (a frame is usually milliseconds away), then up to 1 ms
+                pause = min(2 * pause or 1e-5, 1e-3)
         finally:
             self.waiting = None
 

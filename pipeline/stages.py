@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 from .channels import END as _END, Aborted, wait_for
 from .errors import InputError, SourceStalled
@@ -133,11 +133,11 @@ class Stages:
         elif self.cfg.strict and getattr(self.sink, "audio_dropped", 0):
             raise InputError(f"{self.cfg.input}: damaged audio packet at dts {entry.packet.dts} (--strict)")
 
-    def _complete(self, item: WorkItem) -> tuple[dict[str, float], float]:
-        """Wait for the frame (its ``done`` event only); record its GPU hop times. Returns its stage
-        times and the host time it was handed on."""
+    def _complete(self, item: WorkItem, watch: Callable[[], None] | None = None) -> tuple[dict[str, float], float]:
+        """Wait for the frame (its ``done`` event only; ``watch``: see Processor.wait_done); record its GPU
+        hop times. Returns its stage times and the host time it was handed on."""
         meta = item.meta
-        self.processor.wait_done(item)
+        self.processor.wait_done(item, watch)
         gpu_stamps = self.backend.clock.stamps(item.ctx)  # read before the context's events are reused
         timings = self.processor.hand_back(item)
         t0 = time.perf_counter()

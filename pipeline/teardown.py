@@ -120,7 +120,7 @@ class Teardown:
         self.latency.finish()
         target = sink.target if sink is not None else "the output"
         if error is not None:
-            if keep:
+            if keep and sink is not None:  # frames() has no output to speak of
                 error.args = (f"{error}; {target} holds the {done} frames done",)
             raise error
         if self.stop_event.is_set():

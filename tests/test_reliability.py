@@ -603,6 +603,45 @@ sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", 
     assert partials(tmp_path) == []
 
 
+def test_a_frame_stuck_on_the_gpu_ends_frames_with_gpu_stalled_instead_of_hanging(tmp_path, clips):
+    """frames(): the caller's own thread waits for each frame, with no other thread to watch it; the wait is
+    polled, and a frame whose work never completes raises GPUStalled there, with the frames before it
+    taken and nothing waited on after it."""
+    code = f"""
+import sys, threading
+from pipeline import engine, frames
+from pipeline.errors import GPUStalled
+from pipeline.processor import Processor
+
+class Never:  # the done event of a frame whose work never completes
+    done = False
+    def synchronize(self):
+        threading.Event().wait()
+
+engine.GPU_STALL_S = 0.5
+real_submit = Processor.submit
+
+def submit(self, item, **kwargs):
+    real_submit(self, item, **kwargs)
+    if item.meta.index == 3:
+        item.ctx.done = Never()
+
+Processor.submit = submit
+taken = []
+try:
+    for frame in frames({str(clips["av"])!r}, device="cpu", filters="invert"):
+        taken.append(int(frame.array.sum()))
+except GPUStalled as e:
+    print(len(taken), "|", e)
+    sys.exit(0)
+sys.exit(1)
+"""
+    result = run_python("-c", code, cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    taken, message = result.stdout.strip().split(" | ")
+    assert taken == "3" and message.endswith("made no progress for 0.5 s (frame 3's work never completed); stopped"), result.stdout
+
+
 def test_the_stall_watchdog_counts_only_time_it_saw(monkeypatch):
     """Polled every 0.1 s, a wait of more than GPU_STALL_S is a stall; a gap between polls (the process was
     stopped) starts the count over, and so does another frame."""
