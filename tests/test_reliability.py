@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from utils import (
     ROOT,
+    all_devices,
     assert_failed,
     count_audio_packets,
     flip_payload_bytes,
@@ -603,7 +604,8 @@ sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", 
     assert partials(tmp_path) == []
 
 
-def test_a_frame_stuck_on_the_gpu_ends_frames_with_gpu_stalled_instead_of_hanging(tmp_path, clips):
+@pytest.mark.parametrize("device", all_devices())
+def test_a_frame_stuck_on_the_gpu_ends_frames_with_gpu_stalled_instead_of_hanging(tmp_path, clips, device):
     """frames(): the caller's own thread waits for each frame, with no other thread to watch it; the wait is
     polled, and a frame whose work never completes raises GPUStalled there, with the frames before it
     taken and nothing waited on after it."""
@@ -629,7 +631,7 @@ def submit(self, item, **kwargs):
 Processor.submit = submit
 taken = []
 try:
-    for frame in frames({str(clips["av"])!r}, device="cpu", filters="invert"):
+    for frame in frames({str(clips["av"])!r}, device={device!r}, filters="invert"):
         taken.append(int(frame.array.sum()))
 except GPUStalled as e:
     print(len(taken), "|", e)
