@@ -633,15 +633,38 @@ def test_sigint_stops_running_files_cancels_the_rest_and_keeps_finished_outputs(
         assert len(video_frames(path)) == SLOW_FRAMES and marker_path(path).exists()
 
 
+HOLD_PLUGIN = """
+import time
+
+from pipeline.filters import Filter, register_filter
+
+
+@register_filter("hold")
+class Hold(Filter):
+    help = "Holds each frame for seconds, as a filter far slower than the stop would; copies it."
+
+    def cpu(self, src, dst, scratch):
+        time.sleep(8)
+        dst[...] = src
+
+    def cuda(self, src, dst, scratch):
+        self.cpu(src, dst, scratch)
+"""
+
+
 def test_a_second_sigint_exits_at_once_with_one_line_and_the_workers_semaphores_removed(slow_clips, tmp_path):
     """multiprocessing's resource tracker outlives the batch that leaves at once: it removes the workers'
-    semaphores, and must not add its "leaked semaphore" warnings after the batch's last line."""
+    semaphores, and must not add its "leaked semaphore" warnings after the batch's last line. The files'
+    frames take seconds each, so the first stop is still waiting on them when the second signal comes."""
     import threading
 
     shm = Path("/dev/shm")
     before = set(os.listdir(shm)) if shm.is_dir() else set()
     out = tmp_path / "out"
-    cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--filters", SLOW_CHAIN, "-q")
+    plugin = tmp_path / "hold.py"
+    plugin.write_text(HOLD_PLUGIN)
+    cmd = batch_command(str(slow_clips / "*.mp4"), "-o", str(out), "--plugin", str(plugin), "--filters", "hold",
+                        "-q")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(),
                             start_new_session=True)
     lines: list[str] = []
