@@ -171,7 +171,11 @@ class Pipeline(Stages, Tally, Teardown):
     def frames(self) -> Iterator[WorkItem]:
         """Frames as they complete, each finished on the device (its ``done`` event), in the caller's
         thread. The previous frame's buffers go back when the next one is asked for; closing the
-        generator (``break``) stops the run and gives everything back."""
+        generator (``break``) stops the run and gives everything back. A pipeline with an output runs with
+        :meth:`run`: its frames go to the output, not to a caller."""
+        if self.sink is not None:
+            raise ConfigError("this Pipeline writes an output: run() it (frames() is for a pipeline built "
+                              "without one)")
         try:
             self._prepare()
             yield from self._pull()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import re
+import weakref
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable
@@ -197,6 +198,8 @@ class Sink:
         self.on_packets: Callable[[list[float | None]], None] | None = None
         self._output_opts = dict(output_opts or {})  # named again if the muxer refuses them only at the end
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
+        if self.staged is not None:  # a sink built and never run or aborted (an API user's) leaves no file
+            weakref.finalize(self, self.staged.discard)
         try:
             _check_muxer_options(target, self.container.format.name, output_opts or {})
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)

@@ -16,7 +16,7 @@ import pytest
 
 from pipeline import sample as make_sample
 import pipeline
-from utils import all_devices, alloc_counter, decode, max_abs_diff, pipeline_threads, run_python
+from utils import all_devices, alloc_counter, decode, max_abs_diff, partials, pipeline_threads, run_python
 from pipeline.convert import i420_to_rgb_cpu, rgb_to_rgb24_cpu
 from pipeline.filters import parse_chain
 from pipeline.video import Colour, VideoFormat
@@ -466,10 +466,30 @@ def test_a_filter_the_application_registers_is_blamed_when_it_fails(clip):
 def test_a_pipeline_object_runs_once(clip):
     run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output="null", device="cpu", frames=2))
     assert run.run().frames_out == 2
-    for again in (run.run, lambda: next(run.frames())):
-        with pytest.raises(pipeline.ConfigError, match="runs once"):
-            again()
+    with pytest.raises(pipeline.ConfigError, match="runs once"):
+        run.run()
     assert pipeline_threads() == []
+
+
+def test_frames_of_a_pipeline_with_an_output_are_refused_and_a_pipeline_never_run_leaves_no_file(clip, tmp_path):
+    """Its frames go to its sink: a caller pulling them would wait forever for frames the sink holds."""
+    import gc
+
+    out = tmp_path / "out.mkv"
+    run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output=str(out), device="cpu"))
+    assert partials(tmp_path)  # the output is checked and staged at build
+    with pytest.raises(pipeline.ConfigError, match=r"writes an output: run\(\) it"):
+        next(run.frames())
+    run.close()
+    assert list(tmp_path.iterdir()) == [] and pipeline_threads() == []
+    never_run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output=str(out), device="cpu"))
+    assert partials(tmp_path)
+    del never_run
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    assert pipeline.run(clip, out, device="cpu", frames=2)["frames_out"] == 2  # a completed run's is kept
+    gc.collect()
+    assert [p.name for p in tmp_path.iterdir()] == ["out.mkv"]
 
 
 def test_an_array_source_gives_its_frames_to_one_run():
