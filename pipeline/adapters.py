@@ -123,9 +123,10 @@ class ArraySource:
                                  f"bytes, got {array.size} {array.dtype}")
             np.copyto(dst, array.reshape(-1)[: dst.size])
             return
-        if array.shape != (self._source_size[1], self._source_size[0], 3):
-            raise InputError(f"{self.path}: frame of shape {array.shape} after frames of "
-                             f"{(self._source_size[1], self._source_size[0], 3)}")
+        if array.shape != (self._source_size[1], self._source_size[0], 3) or array.dtype != np.uint8:
+            # Another dtype would be cast on the copy: uint16 wrapped modulo 256, silently.
+            raise InputError(f"{self.path}: frame of shape {array.shape} {array.dtype} after frames of "
+                             f"{(self._source_size[1], self._source_size[0], 3)} uint8")
         np.copyto(dst.reshape(fmt.height, fmt.width, 3), array[: fmt.height, : fmt.width])
 
     def close(self) -> None:

@@ -396,6 +396,10 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
     (lambda: pipeline.ArraySource([np.zeros(1000, np.uint8)], layout="i420", size=(9, 8)), pipeline.ConfigError,
      "needs an even width and height (4:2:0), not 9x8"),
     (lambda: pipeline.ArraySource(5), pipeline.ConfigError, "Invalid frames (int)"),
+    (lambda: pipeline.run([RGB, RGB.astype(np.uint16) * 300], "null", device="cpu"), pipeline.InputError,
+     "frame of shape (8, 8, 3) uint16 after frames of (8, 8, 3) uint8"),  # was wrapped modulo 256
+    (lambda: pipeline.run([RGB, RGB.astype(np.float64)], "null", device="cpu"), pipeline.InputError,
+     "float64 after frames of"),
     (lambda: pipeline.run("clip.mp4", "null", stage="hflip"), pipeline.ConfigError, "Invalid stage (str)"),
     (lambda: pipeline.run_many(["clip.mp4"], "null", stage=5), pipeline.ConfigError, "Invalid stage (int)"),
     (lambda: pipeline.ArraySource([RGB], repeat=2**64), pipeline.ConfigError, "Invalid repeat (18446744073709551616)"),
