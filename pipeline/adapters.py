@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from .config import safe_repr
+from .config import is_int, safe_repr
 from .errors import ConfigError, InputError
 from .video import Colour, FrameMeta, StreamInfo, VideoFormat, check_frame_size
 
@@ -55,7 +55,7 @@ class ArraySource:
             raise ConfigError(f"Invalid layout ({layout!r}). Supported values are rgb24, i420.")
         if isinstance(fps, (bool, np.bool_)) or not isinstance(fps, numbers.Real) or not MIN_FPS <= fps <= MAX_FPS:
             raise ConfigError(f"Invalid fps ({safe_repr(fps)}). Supported values are numbers from {MIN_FPS} to {MAX_FPS}.")
-        if repeat is not None and (not _is_int(repeat) or not 1 <= repeat <= sys.maxsize):  # islice's limit
+        if repeat is not None and (not is_int(repeat) or not 1 <= repeat <= sys.maxsize):  # islice's limit
             raise ConfigError(f"Invalid repeat ({safe_repr(repeat)}). Supported values are None and integers "
                               f"from 1 to {sys.maxsize}.")
         self.layout, self.path = layout, name
@@ -82,7 +82,7 @@ class ArraySource:
     def _size(self, first: np.ndarray, size: tuple[int, int] | None) -> tuple[int, int]:
         _check_array(self.path, first)
         if self.layout == "i420":
-            if not (isinstance(size, tuple) and len(size) == 2 and all(_is_int(v) for v in size)):
+            if not (isinstance(size, tuple) and len(size) == 2 and all(is_int(v) for v in size)):
                 raise ConfigError(f"an I420 array source needs size=(width, height), not {size!r}")
             width, height = size
             if width % 2 or height % 2:  # its planes would be read with the even size's strides: a sheared picture
@@ -138,10 +138,6 @@ class ArraySource:
 def _check_array(name: str, array: Any) -> None:
     if not isinstance(array, np.ndarray):  # copied with NumPy into a host slot: a CuPy array is .get() first
         raise InputError(f"{name}: frames must be NumPy arrays, got {type(array).__name__}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 class NullSink:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import re
 import stat
@@ -297,6 +298,11 @@ def _wrong_type(name: str, value: Any) -> str | None:
     if expected in ((str,), (bool,)) and not isinstance(value, expected):
         return f"Invalid {name} ({safe_repr(value)}). Supported values are of type {expected[0].__name__}."
     return None
+
+
+def is_int(value: Any) -> bool:
+    """An integer, Python's or NumPy's; not a bool (True is 1 to Python, never a size or a count)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)  # NumPy's bool_ is not Integral
 
 
 def safe_repr(value: Any) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .channels import wait_for
+from .config import is_int, safe_repr
 from .convert import DEVICE_LAYOUTS, converter, layout_depth, layout_nbytes, layout_shape
 from .errors import ConfigError, StageError
 from .memory.device_pool import BufferSpec, frame_bytes
@@ -28,7 +29,14 @@ from .video import MAX_SIDE, VideoFormat, WorkItem
 def _checked_size(f, width: int, height: int) -> tuple[int, int]:
     """``f``'s output size from ``width`` x ``height``, within what every later stage takes: a size derived
     from the aspect ratio (scale=w=16384:h=2,scale=w=-1:h=16384) can pass the limit its arguments keep to."""
-    w, h = f.output_size(width, height)
+    size = f.output_size(width, height)
+    if not (isinstance(size, tuple) and len(size) == 2 and all(is_int(v) for v in size)):
+        raise ConfigError(f"{f.name}: output_size({width}, {height}) gave {safe_repr(size)}; a filter's output size "
+                          "is a (width, height) tuple of integers")
+    w, h = int(size[0]), int(size[1])
+    if w % 2 or h % 2:  # every frame is 4:2:0 somewhere on its way (its output, its planes)
+        raise ConfigError(f"{f.name}: its output would be {w}x{h} (from {width}x{height}); frame sides must be "
+                          "even")
     if not (2 <= w <= MAX_SIDE and 2 <= h <= MAX_SIDE):
         raise ConfigError(f"{f.name}: its output would be {w}x{h} (from {width}x{height}); frame sides are "
                           f"2 to {MAX_SIDE}")

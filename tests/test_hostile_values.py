@@ -166,6 +166,20 @@ def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, cli
     assert not out.exists() and partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("size, word", [("(width - 1, height)", "frame sides must be even"),
+                                         ("(width / 2, height / 2)", "gave (32.0, 24.0); a filter's output size is a"),
+                                         ("[width, height]", "gave [64, 48]")], ids=["odd", "float", "list"])
+def test_a_plugin_giving_an_unusable_output_size_exits_2_naming_it(tmp_path, clip, size, word):
+    """Its size sets every buffer after it: odd, fractional or not a pair, it is the plugin's mistake, said before
+    any frame (it raised a raw ValueError or TypeError: "internal error")."""
+    plugin = tmp_path / "sizer.py"
+    plugin.write_text(PLUGIN_FILTER.format(name="sizer", init="pass", cpu="pass")
+                      + f"\n    def output_size(self, width, height):\n        return {size}\n")
+    result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "sizer", cwd=tmp_path)
+    line = one_error(result, 2, "sizer", word)
+    assert "internal error" not in line and not (tmp_path / "out.mp4").exists() and partials(tmp_path) == []
+
+
 def test_a_plugin_taking_a_built_in_name_fails_alone_and_the_built_ins_stay(tmp_path, clip):
     """In a fresh process (the built-ins not registered yet): the plugin's registration is what fails, naming
     the built-in it collides with; the next run in the process still has every built-in."""
