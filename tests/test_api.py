@@ -467,6 +467,27 @@ def test_a_filter_the_application_registers_is_blamed_when_it_fails(clip):
         FILTERS.pop("test_kaput")
 
 
+def test_a_filter_registered_in_code_without_a_file_is_blamed_too(clip):
+    """``python -c`` or a notebook's cell: the class's module has no ``__file__`` (its failure was a raw error)."""
+    code = f"""
+import pipeline
+from pipeline.filters import Filter, register_filter
+
+@register_filter("kaput_here")
+class Kaput(Filter):
+    def cpu(self, src, dst, scratch):
+        raise ValueError("kaput")
+
+try:
+    pipeline.run({str(clip)!r}, "null", device="cpu", filters="kaput_here")
+except pipeline.PluginError as e:
+    print(e)
+"""
+    result = run_python("-c", code, timeout=60)
+    assert result.stdout.strip() == "filter 'kaput_here' from <string> failed at frame 0: ValueError: kaput", \
+        result.stderr
+
+
 def test_a_pipeline_object_runs_once(clip):
     run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output="null", device="cpu", frames=2))
     assert run.run().frames_out == 2

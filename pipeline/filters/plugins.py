@@ -94,7 +94,15 @@ def _plugin_filters(filters: Iterable) -> list:
 
 
 def _module_file(f) -> str | None:
-    return getattr(sys.modules.get(type(f).__module__), "__file__", None)
+    """The file ``f``'s class was written in: its module's, or where its methods' code says (a class
+    defined in ``python -c`` or a notebook's cell is in a module without a file: "<string>", the cell's)."""
+    path = getattr(sys.modules.get(type(f).__module__), "__file__", None)
+    if path is not None:
+        return path
+    for value in vars(type(f)).values():
+        if (code := getattr(value, "__code__", None)) is not None:
+            return code.co_filename
+    return None
 
 
 def _origin(f) -> str | None:
