@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import (ConfigError, GPUError, GPUStalled, InputError, OutputError, PipelineError, PluginError,
-                     StageError)
+from .errors import (ConfigError, GPUError, GPUStalled, InputError, Interrupted, OutputError, PipelineError,
+                     PluginError, StageError)
 
 # typing.TYPE_CHECKING without importing typing or logging here: until the command's first lines take
 # Ctrl-C (pipeline.launch), one would end in the interpreter's traceback of the import it interrupted.
@@ -53,8 +53,8 @@ _LAZY = {
     "RunConfig": "config",
 }
 
-__all__ = ["ConfigError", "GPUError", "GPUStalled", "InputError", "OutputError", "PipelineError", "PluginError",
-           "StageError", "__version__", *_LAZY]
+__all__ = ["ConfigError", "GPUError", "GPUStalled", "InputError", "Interrupted", "OutputError", "PipelineError",
+           "PluginError", "StageError", "__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)

@@ -12,12 +12,13 @@ import atexit
 import inspect
 import os
 import sys
+import threading
 import weakref
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from .config import RunConfig, safe_repr
-from .errors import ConfigError
+from .errors import ConfigError, Interrupted
 from .processor import StageFrame
 
 if TYPE_CHECKING:
@@ -76,20 +77,29 @@ class FrameIterator:
     def __init__(self, pipeline):
         self._pipeline = pipeline
         self._frames: Iterator | None = None
-        self._closed = False
+        self._closed = self._ended = False
+        self._running = threading.Lock()  # held while next() runs the run's generator
         _OPEN.add(self)
 
     def __iter__(self) -> FrameIterator:
         return self
 
     def __next__(self) -> Frame:
-        if self._closed:
-            raise StopIteration
-        if self._frames is None:
-            self._frames = self._pipeline.frames()
-        item = next(self._frames)
-        meta = item.meta
-        return Frame(self._pipeline.processor.output_array(item), meta.index, meta.pts, meta.seconds)
+        with self._running:
+            if self._closed:  # closed from another thread while a next() ran: the run ends here, in this one
+                self._end()
+                raise StopIteration
+            if self._frames is None:
+                self._frames = self._pipeline.frames()
+            try:
+                item = next(self._frames)
+            except Interrupted:
+                if not self._closed:  # the application's own Pipeline.stop()
+                    raise
+                self._end()  # the close() that stopped it: the end of the frames, as for a close in this thread
+                raise StopIteration from None
+            meta = item.meta
+            return Frame(self._pipeline.processor.output_array(item), meta.index, meta.pts, meta.seconds)
 
     def __enter__(self) -> FrameIterator:
         return self
@@ -98,10 +108,21 @@ class FrameIterator:
         self.close()
 
     def close(self) -> None:
-        """Stop the run early; the frames already handed over become invalid."""
-        if self._closed:
-            return
+        """Stop the run early; the frames already handed over become invalid. From another thread while
+        a ``next()`` waits for a frame: the run is asked to stop, and that thread's next call ends it."""
         self._closed = True
+        if not self._running.acquire(blocking=False):  # a generator runs in one thread at a time
+            self._pipeline.stop()
+            return
+        try:
+            self._end()
+        finally:
+            self._running.release()
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
         if self._frames is not None:
             self._frames.close()
         else:

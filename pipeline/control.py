@@ -61,7 +61,7 @@ class RunControl:
         """What a run stopped through this control raises: Interrupted by its signal, or, after
         :meth:`fail`, the failure that stopped it."""
         if self.failure is None:
-            return Interrupted(self.signum or 2, detail)
+            return Interrupted(self.signum, detail)
         cause = self.failure
         why = str(cause) if isinstance(cause, PipelineError) else f"{type(cause).__name__}: {cause}"
         return PipelineError(f"stopped: {why}; {detail}")

@@ -87,14 +87,16 @@ class PluginError(PipelineError):
 
 
 class Interrupted(PipelineError):
-    """SIGINT, SIGTERM or SIGHUP: in-flight frames were drained and the output finalised."""
+    """SIGINT, SIGTERM or SIGHUP, or (``signum`` None) the application's ``Pipeline.stop()``: in-flight frames
+    were drained and the output finalised."""
 
-    def __init__(self, signum: int, detail: str = ""):
+    def __init__(self, signum: int | None, detail: str = ""):
         import signal
 
         self.signum = signum
-        self.exit_code = 128 + signum  # EXIT_SIGINT, EXIT_SIGTERM, EXIT_SIGHUP
-        super().__init__(f"interrupted by {signal.Signals(signum).name}" + (f"; {detail}" if detail else ""))
+        self.exit_code = 128 + (signum or signal.SIGINT)  # EXIT_SIGINT, EXIT_SIGTERM, EXIT_SIGHUP
+        what = f"interrupted by {signal.Signals(signum).name}" if signum else "stopped by Pipeline.stop()"
+        super().__init__(what + (f"; {detail}" if detail else ""))
 
 
 def stop_signals() -> list[int]:

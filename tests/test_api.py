@@ -88,6 +88,41 @@ def test_frames_break_stops_the_run_and_gives_memory_back(device, clip):
     assert m["bytes_in_use"] == 0 and frames.stats.frames_out == 4
 
 
+@pytest.mark.parametrize("device", all_devices())
+def test_closing_frames_from_another_thread_while_next_waits_ends_the_iteration(device):
+    """A viewer's close button, a watchdog: close() from another thread while the loop waits for a frame.
+    It raised "generator already executing" and left the run going; the loop ends as after a break."""
+    import threading
+
+    rgb = np.arange(48 * 64 * 3, dtype=np.uint8).reshape(48, 64, 3)
+
+    def camera():
+        for _ in range(1000):
+            time.sleep(0.02)
+            yield rgb
+
+    frames = pipeline.frames(camera(), device=device)
+    taken = [next(frames)]
+    closer = threading.Timer(0.2, frames.close)
+    closer.start()
+    started = time.monotonic()
+    taken += list(frames)  # StopIteration, not Interrupted: the application asked for the end
+    closer.join()
+    assert time.monotonic() - started < 10 and 2 <= len(taken) < 100
+    assert pipeline_threads() == [] and frames.stats.memory["bytes_in_use"] == 0
+    frames.close()  # again, as a with block's end does: nothing left to do
+
+
+def test_the_applications_own_stop_says_so():
+    source = pipeline.ArraySource([RGB] * 4)
+    run = pipeline.Pipeline.from_config(pipeline.RunConfig(input="<frames>", output="null", device="cpu"),
+                                        source=source)
+    run.stop()
+    with pytest.raises(pipeline.Interrupted, match="stopped by Pipeline.stop()") as e:
+        run.run()
+    assert e.value.exit_code == 130
+
+
 @pytest.mark.parametrize("leave", ["break", "raise"])
 def test_leaving_frames_early_never_raises_about_a_frame_not_taken(clip, leave):
     """The stages run ahead of the caller: a failure on a frame it never took is not raised in place of
