@@ -275,8 +275,8 @@ def _check_types(cfg: RunConfig) -> None:
         if f.name in _PATHS and isinstance(value, (os.PathLike, bytes, bytearray)):
             value = os.fsdecode(bytes(value) if isinstance(value, bytearray) else value)
             object.__setattr__(cfg, f.name, value)
-        elif type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
-            value = value.item()  # a NumPy scalar (np.int64 from arithmetic, np.float32): the Python number
+        elif (number := _python_scalar(value)) is not value:
+            value = number
             object.__setattr__(cfg, f.name, value)
         if f.name in _TABLES:
             object.__setattr__(cfg, f.name, _text_table(f.name, value))
@@ -320,12 +320,22 @@ def _text_table(name: str, table: Any) -> dict[str, str]:
     flag = _table_flag(name)
     if not isinstance(table, Mapping):
         raise ConfigError(f"Invalid {flag} ({safe_repr(table)}): options are a mapping of KEY to VALUE")
+    text = {}
     for key, value in table.items():
+        value = _python_scalar(value)
         if not isinstance(key, str) or not isinstance(value, (str, int, float)):
             raise ConfigError(f"Invalid {flag} {safe_repr(key)}={safe_repr(value)}: keys are text, values text or numbers")
         if message := _wrong_type(f"{flag} {key!r}", value):  # an integer too long to write out
             raise ConfigError(message)
-    return {key: str(value) for key, value in table.items()}
+        text[key] = str(value)
+    return text
+
+
+def _python_scalar(value: Any) -> Any:
+    """A NumPy scalar (np.int64 from arithmetic, np.float32) as the Python number it holds; else ``value``."""
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        return value.item()
+    return value
 
 
 def _table_flag(name: str) -> str:
@@ -333,10 +343,11 @@ def _table_flag(name: str) -> str:
 
 
 def _plugin_paths(value: Any) -> tuple[str, ...]:
-    items = [value] if isinstance(value, (str, os.PathLike)) else value if isinstance(value, (list, tuple)) else None
-    if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
+    path_types = (str, bytes, bytearray, os.PathLike)  # as the input's and output's: text, bytes or Path
+    items = [value] if isinstance(value, path_types) else value if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(v, path_types) for v in items):
         raise ConfigError(f"Invalid plugins ({safe_repr(value)}). Supported values are a list of paths.")
-    paths = tuple(os.fspath(v) for v in items)
+    paths = tuple(os.fsdecode(bytes(v) if isinstance(v, bytearray) else v) for v in items)
     if not all(isinstance(v, str) and v for v in paths):
         raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text, none empty.")
     return paths

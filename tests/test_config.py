@@ -345,7 +345,7 @@ def test_a_filter_chain_over_lines_and_options_from_the_api_as_numbers_are_fine(
     ({"stats_json": 5}, "Invalid stats_json (5)"),
     ({"output": 5}, "Invalid output (5)"),
     ({"plugins": None}, "Invalid plugins (None)"),
-    ({"plugins": (b"p.py",)}, "Invalid plugins"),
+    ({"plugins": (5,)}, "Invalid plugins"),
     ({"encoder_opts": {"crf": None}}, "Invalid --encoder-opt 'crf'=None: keys are text, values text or numbers"),
     ({"input_opts": {1: "2"}}, "Invalid --input-opt 1='2'"),
     ({"frames": 10**5000}, "Invalid frames (an integer of 16610 bits)"),
@@ -374,6 +374,10 @@ def test_bytes_paths_a_single_plugin_and_numpy_scalars_are_taken_as_python_gives
     assert (cfg.input, cfg.output, cfg.stats_json, cfg.plugins) == ("in.mp4", "out.mp4", "s.json", ("p.py",))
     assert (cfg.frames, cfg.ring_size, cfg.start, cfg.overwrite) == (3, 4, 0.5, True)
     assert type(cfg.frames) is int and type(cfg.overwrite) is bool
+    cfg = RunConfig(plugins=[b"a.py", bytearray(b"b.py")], encoder_opts={"crf": np.int64(20), "aq": np.float32(0.5)})
+    assert cfg.plugins == ("a.py", "b.py") and cfg.encoder_opts == {"crf": "20", "aq": "0.5"}
+    with pytest.raises(ConfigError, match="Invalid --encoder-opt 'crf'=array"):  # an array is not a number
+        RunConfig(encoder_opts={"crf": np.array([20])})
 
 
 def test_protocol_options_may_hold_line_breaks():
