@@ -309,10 +309,13 @@ def safe_repr(value: Any) -> str:
     """``repr(value)``, which an integer of thousands of digits (or a list holding one) does not have."""
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         return f"<an integer of {value.bit_length()} bits>"
+    if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0):  # no pages of digits
+        return f"<{type(value).__name__} of shape {tuple(value.shape)} {value.dtype}>"
     try:
-        return repr(value)
+        text = repr(value)
     except ValueError:
         return f"<a {type(value).__name__} holding an integer too long to write out>"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _text_table(name: str, table: Any) -> dict[str, str]:
