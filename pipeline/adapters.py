@@ -69,7 +69,7 @@ class ArraySource:
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
         try:
             self._first = next(self._frames, None)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # SystemExit too, as a stage's: the run's error, not the process's end
             raise InputError(f"{name}: the frame source raised at frame 0: {type(e).__name__}: {e}") from e
         if self._first is None:
             raise InputError(f"{name}: no frames")
@@ -108,7 +108,7 @@ class ArraySource:
                 array = next(frames)
             except StopIteration:
                 return
-            except Exception as e:  # the application's generator: its failure, with the frame it stopped at
+            except (Exception, SystemExit) as e:  # the application's generator's failure, and where it stopped
                 raise InputError(f"{self.path}: the frame source raised at frame {index}: "
                                  f"{type(e).__name__}: {e}") from e
             yield DecodedFrame(ArrayFrame(array), FrameMeta(index, index, self._time_base))

@@ -473,18 +473,19 @@ def test_sources_of_the_wrong_kind_are_the_projects_errors(call, error, message)
         call()
 
 
-def _camera_unplugged_at(n):
-    for i in range(5):
-        if i == n:
-            raise ValueError("camera unplugged")
-        yield RGB
-
-
 @pytest.mark.parametrize("at", [0, 3])
-def test_a_frame_source_that_raises_is_an_input_error_with_its_cause(at):
-    with pytest.raises(pipeline.InputError, match=f"the frame source raised at frame {at}: ValueError: camera") as e:
-        pipeline.run(_camera_unplugged_at(at), "null", device="cpu")
-    assert isinstance(e.value.__cause__, ValueError)
+@pytest.mark.parametrize("error", [ValueError("camera"), SystemExit(4)], ids=["ValueError", "SystemExit"])
+def test_a_frame_source_that_raises_is_an_input_error_with_its_cause(at, error):
+    """SystemExit too, as from a stage: ended in the decode thread, it reached the caller as the process's end."""
+    def camera():
+        for _ in range(at):
+            yield RGB
+        raise error
+
+    with pytest.raises(pipeline.InputError, match=f"the frame source raised at frame {at}: "
+                                                  f"{type(error).__name__}: {error}") as e:
+        pipeline.run(camera(), "null", device="cpu")
+    assert e.value.__cause__ is error
     assert pipeline_threads() == []
 
 
