@@ -50,7 +50,7 @@ from .muxers import carries_video, codec_name, containers_for, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
-from .video import AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_RGB, FrameMeta, StreamInfo
+from .video import AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED, FrameMeta, StreamInfo
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
 
@@ -192,6 +192,8 @@ class Sink:
         self._encoded = 0  # frames the encoder took
         self._encoder_said = None
         self._limited: str | None = None  # the encoder's format, where its frames must be made limited range
+        self._rgb = av.VideoFormat(self.pix_fmt).is_rgb if self.pix_fmt else False
+        self._grey = bool(self.pix_fmt) and self.pix_fmt.startswith("gray")
         self.audio_out: AudioOut | None = None
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
@@ -375,6 +377,11 @@ class Sink:
         frame.color_primaries, frame.color_trc = colour.color_primaries, colour.color_trc
         if self._limited is not None:
             frame = frame.reformat(format=self._limited, dst_color_range=ColorRange.MPEG)
+        elif self._rgb:  # converted here, not by the encoder, to tag what it is: PNG's cICP says the frame's range
+            frame = frame.reformat(format=self.pix_fmt)
+            frame.colorspace, frame.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
+        elif self._grey:  # swscale weighs a tagged frame's RGB with BT.601's luma; untagged it takes Y, as it is
+            frame.colorspace = AVCOL_SPC_UNSPECIFIED
         frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:

@@ -131,6 +131,39 @@ def test_grey_output_is_tagged_with_the_range_it_is_coded_in(tmp_path, pix_fmt):
     assert np.abs(grey - 255 / 2).max() <= 1.5  # mid-grey in full range: what the stream now says
 
 
+@pytest.mark.parametrize("pix_fmt", ["gray", "gray10le"])
+def test_grey_output_of_bt709_input_is_its_luma(tmp_path, pix_fmt):
+    """Grey is the Y plane, range-expanded. From frames tagged BT.709 swscale went through RGB and weighed it
+    with BT.601's luma: BT.709 red came out 76, not 54 (its Y, 63, at full range)."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    red = (63, 102, 240)  # BT.709 limited range, the H.273 formula: pure red
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, red, colorspace=1, color_range=1)
+    out = tmp_path / "grey.mkv"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "ffv1", "-pix_fmt", pix_fmt)
+    assert result.returncode == 0, result.stderr
+    _, frame = _first_frame(out)
+    grey = frame.to_ndarray().astype(float) / (4 if pix_fmt.endswith("10le") else 1)
+    assert np.abs(grey - (red[0] - 16) * 255 / 219).max() <= 1.5, np.unique(grey)
+
+
+def test_png_frames_say_full_range_as_their_rgb_is(tmp_path):
+    """PNG's cICP chunk (primaries, transfer, matrix, full-range flag) took the range of the YUV frames before
+    their conversion to RGB: limited-range input made PNGs that said "narrow range" of full-range pixels."""
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "in.mkv", 64, 48, (120, 100, 150), colorspace=1, color_range=1, color_primaries=1,
+                      color_trc=1)
+    (tmp_path / "seq").mkdir()
+    result = run_pipeline(clip, "-o", tmp_path / "seq" / "%03d.png", "-vf", "")
+    assert result.returncode == 0, result.stderr
+    data = (tmp_path / "seq" / "001.png").read_bytes()
+    at = data.index(b"cICP") + 4
+    assert data[at:at + 4] == bytes([1, 1, 0, 1])  # BT.709 primaries and transfer, RGB, full range
+
+
 def test_full_range_into_an_encoder_that_codes_limited_range_only_is_converted(tmp_path):
     """ProRes has no full-range flag: full-range codes went in as they were, and decoders read them as
     limited (black and white crushed). Now they are converted, as ffmpeg converts them for such encoders."""
