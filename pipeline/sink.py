@@ -46,7 +46,7 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .muxers import carries_video, codec_name, containers_for, without_video
+from .muxers import carries_video, codec_name, containers_for, raw_format_refusal, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
@@ -332,6 +332,8 @@ class Sink:
             muxer, fits = self.container.format.name, containers_for(encoder.name)
             raise ConfigError(f"{self.target}: the {muxer} muxer cannot hold {encoder.name} video"
                               + (f"; these can: {', '.join(fits)}" if fits else f" ({e})")) from e
+        if (why := raw_format_refusal(self.container.format.name, encoder.name, self.pix_fmt)) is not None:
+            raise ConfigError(f"{self.target}: {why}")
         stream.width, stream.height = self.fmt.width, self.fmt.height
         stream.pix_fmt = self.pix_fmt  # converted by swscale from the frames' I420 where it differs
         stream.options = quiet_encoder(stream.codec_context.name, options)

@@ -282,6 +282,44 @@ def test_raw_outputs_hold_the_frames_a_lossless_file_holds(tmp_path, clip):
     assert np.array_equal(flat, np.concatenate(want.frames))  # I420 frames back to back, as FFmpeg's rawvideo
 
 
+# Every format either muxer is said to read back, and common ones it does not.
+RAW_CANDIDATES = sorted({"yuv444p", "bgr0", "gbrp", "gray16le", "yuv420p10le", *muxers.RAW_READ_BACK["avi"],
+                         *muxers.RAW_READ_BACK["mov"]})
+
+
+@pytest.fixture(scope="module")
+def raw_references(clip, tmp_path_factory) -> dict[str, np.ndarray]:
+    """Each candidate's first frame as NUT holds it (NUT stores the format's name: it reads back any)."""
+    folder, found = tmp_path_factory.mktemp("raw"), {}
+    for pix_fmt in RAW_CANDIDATES:
+        out = folder / f"{pix_fmt}.nut"
+        assert run_pipeline(clip, "-o", out, "-c", "rawvideo", "-pix_fmt", pix_fmt, "-an").returncode == 0
+        with av.open(str(out)) as media:
+            frame = next(media.decode(video=0))
+            assert frame.format.name == pix_fmt
+            found[pix_fmt] = frame.to_ndarray(format="rgb24")
+    return found
+
+
+@pytest.mark.parametrize("suffix", [".avi", ".mov"])
+def test_raw_video_in_avi_and_mov_reads_back_as_written_or_is_refused(tmp_path, clip, raw_references, suffix):
+    """Either muxer wrote pixel formats it reads back as others (AVI's yuv444p as yuv420p: a wrong picture;
+    MOV's yuv420p did not open): those are refused before any file exists, naming the ones that work."""
+    muxer = suffix[1:]
+    out = tmp_path / f"out{suffix}"
+    for pix_fmt, want in raw_references.items():
+        result = run_pipeline(clip, "-o", out, "-c", "rawvideo", "-pix_fmt", pix_fmt, "-an", "-y", cwd=tmp_path)
+        if pix_fmt not in muxers.RAW_READ_BACK[muxer]:
+            one_error(result, 2, f"the {muxer} muxer writes rawvideo {pix_fmt} so that it reads back as another",
+                      ".nut holds any")
+            assert not out.exists() and partials(tmp_path) == []
+            continue
+        assert result.returncode == 0, (pix_fmt, result.stderr)
+        with av.open(str(out)) as media:
+            assert np.array_equal(next(media.decode(video=0)).to_ndarray(format="rgb24"), want), pix_fmt
+        out.unlink()
+
+
 def test_a_gif_keeps_the_colours(tmp_path, clip):
     """GIF's encoder lists grey before its 8-bit colour format: the clip came out grey."""
     out = tmp_path / "out.gif"
