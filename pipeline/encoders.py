@@ -30,6 +30,11 @@ LIMITED_RANGE_ONLY = frozenset({"prores", "prores_aw", "prores_ks", "dnxhd", "mp
                                 "h263", "h263p", "dvvideo", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "ffv1",
                                 "cljr", "libwebp", "jpeg2000", "speedhq", "cfhd", "snow"})
 
+# JPEG's matrix is BT.601 (JFIF): FFmpeg's JPEG decoders tag every frame so, whatever the stream says, and
+# frames of another matrix are converted for these encoders.
+BT601_ONLY = frozenset({"mjpeg", "amv", "ljpeg"})
+
+
 
 def makes_limited_range(encoder: str, muxer: str) -> bool:
     """Whether full-range frames are converted to limited range for ``encoder``: FFmpeg declares that it codes

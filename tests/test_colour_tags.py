@@ -149,6 +149,26 @@ def test_grey_output_of_bt709_input_is_its_luma(tmp_path, pix_fmt):
     assert np.abs(grey - (red[0] - 16) * 255 / 219).max() <= 1.5, np.unique(grey)
 
 
+@pytest.mark.parametrize("codec, suffix", [("mjpeg", ".mkv"), ("mjpeg", ".avi"), ("ljpeg", ".avi")])
+def test_jpeg_of_bt709_input_is_converted_to_jpegs_matrix(tmp_path, codec, suffix):
+    """JPEG's matrix is BT.601: FFmpeg's decoder tags its frames so whatever the stream says, and BT.709 codes
+    went in as they were: pure red read back as (233, 0, 1)."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    red = (63, 102, 240)  # BT.709 limited range, the H.273 formula: pure red
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, red, colorspace=1, color_range=1)
+    out = tmp_path / f"out{suffix}"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", codec, quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert f"{codec} codes BT.601 only (JPEG's matrix): the BT.709 frames are converted" in result.stderr
+    _, frame = _first_frame(out)
+    assert frame.colorspace == 5
+    got = frame.to_ndarray(format="rgb24").astype(int)
+    assert np.abs(got - [255, 0, 0]).max() <= 4, got[0, 0]
+
+
 def test_png_frames_say_full_range_as_their_rgb_is(tmp_path):
     """PNG's cICP chunk (primaries, transfer, matrix, full-range flag) took the range of the YUV frames before
     their conversion to RGB: limited-range input made PNGs that said "narrow range" of full-range pixels."""
