@@ -202,3 +202,14 @@ def raw_format_refusal(muxer: str, codec: str, pix_fmt: str) -> str | None:
         return None
     return (f"the {muxer} muxer writes rawvideo {pix_fmt} so that it reads back as another format (a wrong "
             f"picture) or not at all; -pix_fmt {', '.join(formats)} read back as written, and .nut holds any")
+
+
+# Muxers that store no colour tags, and the codecs whose own bitstream carries them (H.264's VUI, ...): any
+# other codec in these leaves players to assume the size's convention (BT.601 for SD, BT.709 for HD, limited).
+UNTAGGED_MUXERS = frozenset({"avi", "nut"})
+TAGS_IN_BITSTREAM = frozenset({"h264", "hevc", "av1", "vp9", "mpeg2video", "prores", "mjpeg", "ljpeg", "amv"})
+
+
+def loses_colour_tags(muxer: str, codec: str) -> bool:
+    """Whether video of ``codec`` (FFmpeg's name) in ``muxer`` reads back without its matrix and range."""
+    return muxer in UNTAGGED_MUXERS and codec not in TAGS_IN_BITSTREAM

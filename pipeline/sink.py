@@ -46,12 +46,13 @@ from .encoders import time_base as encoder_time_base
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .muxers import carries_video, codec_name, containers_for, raw_format_refusal, without_video
+from .muxers import (carries_video, codec_name, containers_for, loses_colour_tags, raw_format_refusal,
+                     without_video)
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
 from .video import (AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_BT470BG, AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED,
-                    FrameMeta, StreamInfo)
+                    Colour, FrameMeta, StreamInfo)
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
 
@@ -109,6 +110,17 @@ def _copied_frame(i420: np.ndarray, fmt, pix_fmt: str) -> av.VideoFrame:
 
 # The run's matrices as swscale names them.
 SWSCALE_MATRIX = {"bt601": Colorspace.ITU601, "bt709": Colorspace.ITU709, "bt2020": Colorspace.BT2020}
+
+
+def _untagged_notice(target, muxer: str, cc, colour) -> None:
+    """A notice where the output reads back as other colours than it holds: no tag to say them, and they are
+    not what players assume of an untagged stream of its size."""
+    assumed = Colour.from_tags(AVCOL_SPC_UNSPECIFIED, AVCOL_RANGE_MPEG, width=cc.width, height=cc.height)
+    held = Colour("bt601" if cc.colorspace == AVCOL_SPC_BT470BG else colour.matrix, cc.color_range == AVCOL_RANGE_JPEG)
+    if (held.matrix, held.full_range) != (assumed.matrix, assumed.full_range) and \
+            loses_colour_tags(muxer, codec_name(cc.codec)):
+        log.info(f"{target}: {muxer} keeps no colour tags and {cc.name} codes none: players will read these "
+                 f"{held.name} frames as {assumed.name} (.mkv or .mov keeps the tags)")
 
 
 def _output_format(codec: str, pix_fmt: str | None, depth: int) -> tuple[str, str, str | None]:
@@ -377,6 +389,8 @@ class Sink:
         elif av.VideoFormat(stream.pix_fmt).is_rgb:  # RGB, so tagged: MOV writes primaries and transfer
             cc.colorspace, cc.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG  # only beside a matrix tag
         cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
+        if stream.pix_fmt.startswith(("yuv", "nv", "p0")):
+            _untagged_notice(self.target, self.container.format.name, cc, colour)
         return stream
 
     def write_video(self, i420: np.ndarray, meta: FrameMeta) -> None:

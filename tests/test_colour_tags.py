@@ -169,6 +169,29 @@ def test_jpeg_of_bt709_input_is_converted_to_jpegs_matrix(tmp_path, codec, suffi
     assert np.abs(got - [255, 0, 0]).max() <= 4, got[0, 0]
 
 
+@pytest.mark.parametrize("size, tags, codec, suffix, notice", [
+    ((64, 48), {"colorspace": 1, "color_range": 1}, "mpeg4", ".avi", "BT.709 limited range frames as BT.601 limited"),
+    ((64, 48), {"colorspace": 6, "color_range": 2}, "rawvideo", ".nut", "BT.601 full range frames as BT.601 limited"),
+    ((1280, 720), {"colorspace": 6, "color_range": 1}, "mpeg4", ".avi", "BT.601 limited range frames as BT.709"),
+    ((1280, 720), {"colorspace": 1, "color_range": 1}, "mpeg4", ".avi", None),  # what players assume of HD
+    ((64, 48), {"colorspace": 1, "color_range": 1}, "libx264", ".avi", None),  # H.264's VUI says it
+    ((64, 48), {"colorspace": 1, "color_range": 1}, "mpeg4", ".mkv", None),
+], ids=["sd-709", "full-range", "hd-601", "hd-709", "h264", "mkv"])
+def test_a_container_without_colour_tags_gets_a_notice_where_players_would_misread(tmp_path, size, tags, codec,
+                                                                                    suffix, notice):
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "in.mkv", *size, (120, 100, 150), **tags)
+    out = tmp_path / f"out{suffix}"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", codec, "--frames", "1", quiet=False)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "keeps no colour tags" in line]
+    if notice is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and notice in said[0] and "(.mkv or .mov keeps the tags)" in said[0], said
+
+
 def test_png_frames_say_full_range_as_their_rgb_is(tmp_path):
     """PNG's cICP chunk (primaries, transfer, matrix, full-range flag) took the range of the YUV frames before
     their conversion to RGB: limited-range input made PNGs that said "narrow range" of full-range pixels."""
