@@ -626,7 +626,10 @@ real_submit = Processor.submit
 def submit(self, item, **kwargs):
     real_submit(self, item, **kwargs)
     if item.meta.index == 3:
-        item.ctx.done = Never()
+        if hasattr(item.ctx, "events"):  # CUDA: done is the frame's last event
+            item.ctx.events["done"] = Never()
+        else:
+            item.ctx.done = Never()
 
 Processor.submit = submit
 taken = []
