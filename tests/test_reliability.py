@@ -573,49 +573,13 @@ def test_device_oom_mid_run_keeps_a_playable_partial_output(tmp_path, clips, mon
     assert pipeline_threads() == []
 
 
-def test_a_frame_stuck_on_the_gpu_stops_the_run_with_exit_5_and_keeps_the_frames_done(tmp_path, clips):
-    """A CUDA call that never returns (seen with NVDEC): the watchdog ends the run instead of hanging."""
-    out = tmp_path / "out.mp4"
-    code = f"""
+# Frame 3's work never completes: its done event never says done and waits forever (seen with NVDEC).
+STUCK_AT_FRAME_3 = """
 import sys, threading
-from pipeline import cli, engine
+from pipeline import engine
 from pipeline.processor import Processor
 
-class Never:  # the done event of a frame whose work never completes
-    def synchronize(self):
-        threading.Event().wait()
-
-engine.GPU_STALL_S = 0.5
-real_submit = Processor.submit
-
-def submit(self, item, **kwargs):
-    real_submit(self, item, **kwargs)
-    if item.meta.index == 3:
-        item.ctx.done = Never()
-
-Processor.submit = submit
-sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", "cpu", "-q"]))
-"""
-    result = run_python("-c", code, cwd=tmp_path, timeout=60)
-    assert result.returncode == 5, result.stderr
-    assert result.stderr.count("\n") == 1 and "made no progress for 0.5 s (frame 3" in result.stderr
-    assert "holds the 3 frames done" in result.stderr
-    assert len(video_frames(out)) == 3  # playable, with the frames done
-    assert partials(tmp_path) == []
-
-
-@pytest.mark.parametrize("device", all_devices())
-def test_a_frame_stuck_on_the_gpu_ends_frames_with_gpu_stalled_instead_of_hanging(tmp_path, clips, device):
-    """frames(): the caller's own thread waits for each frame, with no other thread to watch it; the wait is
-    polled, and a frame whose work never completes raises GPUStalled there, with the frames before it
-    taken and nothing waited on after it."""
-    code = f"""
-import sys, threading
-from pipeline import engine, frames
-from pipeline.errors import GPUStalled
-from pipeline.processor import Processor
-
-class Never:  # the done event of a frame whose work never completes
+class Never:
     done = False
     def synchronize(self):
         threading.Event().wait()
@@ -632,6 +596,32 @@ def submit(self, item, **kwargs):
             item.ctx.done = Never()
 
 Processor.submit = submit
+"""
+
+
+def test_a_frame_stuck_on_the_gpu_stops_the_run_with_exit_5_and_keeps_the_frames_done(tmp_path, clips):
+    """A CUDA call that never returns (seen with NVDEC): the watchdog ends the run instead of hanging."""
+    out = tmp_path / "out.mp4"
+    code = STUCK_AT_FRAME_3 + f"""
+from pipeline import cli
+sys.exit(cli.main(["run", {str(clips["av"])!r}, "-o", {str(out)!r}, "--device", "cpu", "-q"]))
+"""
+    result = run_python("-c", code, cwd=tmp_path, timeout=60)
+    assert result.returncode == 5, result.stderr
+    assert result.stderr.count("\n") == 1 and "made no progress for 0.5 s (frame 3" in result.stderr
+    assert "holds the 3 frames done" in result.stderr
+    assert len(video_frames(out)) == 3  # playable, with the frames done
+    assert partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("device", all_devices())
+def test_a_frame_stuck_on_the_gpu_ends_frames_with_gpu_stalled_instead_of_hanging(tmp_path, clips, device):
+    """frames(): the caller's own thread waits for each frame, with no other thread to watch it; the wait is
+    polled, and a frame whose work never completes raises GPUStalled there, with the frames before it
+    taken and nothing waited on after it."""
+    code = STUCK_AT_FRAME_3 + f"""
+from pipeline import frames
+from pipeline.errors import GPUStalled
 taken = []
 try:
     for frame in frames({str(clips["av"])!r}, device={device!r}, filters="invert"):
