@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Callable
 
 import av
-from av.video.reformatter import ColorRange, Colorspace
 import numpy as np
 
 from .audio_out import AudioOut
@@ -40,19 +39,18 @@ from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encode
                     unused_muxer_options, watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import (BT601_ONLY, encoder_without_threads, is_hardware, makes_limited_range, opens_on_one_thread,
-                       output_format, refusal, video_encoder)
+from .encoders import (encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
+                       video_encoder)
 from .encoders import time_base as encoder_time_base
+from .encoder_frames import EncoderFrames
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .muxers import (carries_video, codec_name, containers_for, loses_colour_tags, raw_format_refusal,
-                     without_video)
+from .muxers import carries_video, codec_name, containers_for, raw_format_refusal, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
-from .video import (AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_BT470BG, AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED,
-                    Colour, FrameMeta, StreamInfo)
+from .video import FrameMeta, StreamInfo
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
 
@@ -106,21 +104,6 @@ def _copied_frame(i420: np.ndarray, fmt, pix_fmt: str) -> av.VideoFrame:
         rows, cols = source.shape
         np.frombuffer(plane, source.dtype).reshape(-1, plane.line_size // source.itemsize)[:rows, :cols] = source
     return frame
-
-
-# The run's matrices as swscale names them.
-SWSCALE_MATRIX = {"bt601": Colorspace.ITU601, "bt709": Colorspace.ITU709, "bt2020": Colorspace.BT2020}
-
-
-def _untagged_notice(target, muxer: str, cc, colour) -> None:
-    """A notice where the output reads back as other colours than it holds: no tag to say them, and they are
-    not what players assume of an untagged stream of its size."""
-    assumed = Colour.from_tags(AVCOL_SPC_UNSPECIFIED, AVCOL_RANGE_MPEG, width=cc.width, height=cc.height)
-    held = Colour("bt601" if cc.colorspace == AVCOL_SPC_BT470BG else colour.matrix, cc.color_range == AVCOL_RANGE_JPEG)
-    if (held.matrix, held.full_range) != (assumed.matrix, assumed.full_range) and \
-            loses_colour_tags(muxer, codec_name(cc.codec)):
-        log.info(f"{target}: {muxer} keeps no colour tags and {cc.name} codes none: players will read these "
-                 f"{held.name} frames as {assumed.name} (.mkv or .mov keeps the tags)")
 
 
 def _output_format(codec: str, pix_fmt: str | None, depth: int) -> tuple[str, str, str | None]:
@@ -208,10 +191,7 @@ class Sink:
         self._next_pts = 0
         self._encoded = 0  # frames the encoder took
         self._encoder_said = None
-        self._limited: str | None = None  # the encoder's format, where its frames must be made limited range
-        self._jpeg_matrix: int | None = None  # BT.601's tag, where frames are converted to JPEG's matrix
-        self._rgb = av.VideoFormat(self.pix_fmt).is_rgb if self.pix_fmt else False
-        self._grey = bool(self.pix_fmt) and self.pix_fmt.startswith("gray")
+        self._frames = EncoderFrames(self.pix_fmt, self.fmt.colour, target)
         self.audio_out: AudioOut | None = None
         self.zero_copy = True  # cleared by the engine if the encoder keeps references to our frames
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
@@ -370,27 +350,7 @@ class Sink:
             stream.codec_context.time_base = tb
             if tb != time_base:
                 stream.codec_context.framerate = 1 / tb
-        colour = self.fmt.colour
-        cc = stream.codec_context
-        if stream.pix_fmt.startswith(("yuv", "nv", "p0")):  # the tags describe YUV, not RGB or a palette
-            cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
-            if stream.pix_fmt.startswith("yuvj"):
-                cc.color_range = AVCOL_RANGE_JPEG
-            elif colour.full_range and makes_limited_range(cc.name, self.container.format.name):
-                cc.color_range = AVCOL_RANGE_MPEG
-                self._limited = stream.pix_fmt
-                log.info(f"{self.target}: {cc.name} codes limited range only: the full-range frames are converted")
-            if cc.name in BT601_ONLY and colour.matrix != "bt601":
-                cc.colorspace = self._jpeg_matrix = AVCOL_SPC_BT470BG
-                log.info(f"{self.target}: {cc.name} codes BT.601 only (JPEG's matrix): the BT.{colour.matrix[2:]} "
-                         "frames are converted")
-        elif stream.pix_fmt.startswith("gray"):  # swscale makes grey full range, whatever range is asked for
-            cc.color_range = AVCOL_RANGE_JPEG
-        elif av.VideoFormat(stream.pix_fmt).is_rgb:  # RGB, so tagged: MOV writes primaries and transfer
-            cc.colorspace, cc.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG  # only beside a matrix tag
-        cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
-        if stream.pix_fmt.startswith(("yuv", "nv", "p0")):
-            _untagged_notice(self.target, self.container.format.name, cc, colour)
+        self._frames.tag_stream(stream.codec_context, self.container.format.name)
         return stream
 
     def write_video(self, i420: np.ndarray, meta: FrameMeta) -> None:
@@ -401,15 +361,7 @@ class Sink:
         frame.colorspace, frame.color_range = colour.frame_colorspace, colour.color_range
         # Encoders that code the primaries and transfer per frame (ProRes) read them from the frame.
         frame.color_primaries, frame.color_trc = colour.color_primaries, colour.color_trc
-        if self._limited is not None:
-            frame = frame.reformat(format=self._limited, dst_color_range=ColorRange.MPEG)
-        elif self._jpeg_matrix is not None:
-            frame = self._to_bt601(frame, colour)
-        elif self._rgb:  # converted here, not by the encoder, to tag what it is: PNG's cICP says the frame's range
-            frame = frame.reformat(format=self.pix_fmt)
-            frame.colorspace, frame.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
-        elif self._grey:  # swscale weighs a tagged frame's RGB with BT.601's luma; untagged it takes Y, as it is
-            frame.colorspace = AVCOL_SPC_UNSPECIFIED
+        frame = self._frames.convert(frame, self.video.codec_context)
         frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:
@@ -426,15 +378,6 @@ class Sink:
         self._encoded += 1
         self._mux(packets)
         self._report(packets)
-
-    def _to_bt601(self, frame, colour):
-        """``frame`` in BT.601, in the range the stream is tagged with (swscale converts the matrix)."""
-        src_range = ColorRange.JPEG if colour.full_range else ColorRange.MPEG
-        dst_range = ColorRange(self.video.codec_context.color_range)
-        frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[colour.matrix],
-                               dst_colorspace=Colorspace.ITU601, src_color_range=src_range, dst_color_range=dst_range)
-        frame.colorspace, frame.color_range = AVCOL_SPC_BT470BG, dst_range
-        return frame
 
     def _timestamp(self, meta: FrameMeta) -> tuple[int, Fraction]:
         """The frame's pts in the encoder's time base where that is not the input's (1/rate for MPEG-2 or

@@ -131,8 +131,8 @@ def test_grey_output_is_tagged_with_the_range_it_is_coded_in(tmp_path, pix_fmt):
     assert np.abs(grey - 255 / 2).max() <= 1.5  # mid-grey in full range: what the stream now says
 
 
-@pytest.mark.parametrize("pix_fmt", ["gray", "gray10le"])
-def test_grey_output_of_bt709_input_is_its_luma(tmp_path, pix_fmt):
+@pytest.mark.parametrize("pix_fmt, codec", [("gray", "ffv1"), ("gray10le", "ffv1"), ("ya8", "png")])
+def test_grey_output_of_bt709_input_is_its_luma(tmp_path, pix_fmt, codec):
     """Grey is the Y plane, range-expanded. From frames tagged BT.709 swscale went through RGB and weighed it
     with BT.601's luma: BT.709 red came out 76, not 54 (its Y, 63, at full range)."""
     import numpy as np
@@ -141,12 +141,32 @@ def test_grey_output_of_bt709_input_is_its_luma(tmp_path, pix_fmt):
 
     red = (63, 102, 240)  # BT.709 limited range, the H.273 formula: pure red
     clip = _flat_clip(tmp_path / "red.mkv", 64, 48, red, colorspace=1, color_range=1)
-    out = tmp_path / "grey.mkv"
-    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "ffv1", "-pix_fmt", pix_fmt)
+    out = tmp_path / ("grey.mkv" if codec == "ffv1" else "grey.mov")
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", codec, "-pix_fmt", pix_fmt)
     assert result.returncode == 0, result.stderr
     _, frame = _first_frame(out)
-    grey = frame.to_ndarray().astype(float) / (4 if pix_fmt.endswith("10le") else 1)
+    if pix_fmt == "ya8":  # grey and alpha interleaved, which to_ndarray does not take
+        grey = np.frombuffer(frame.planes[0], np.uint8).reshape(48, -1)[:, 0:128:2].astype(float)
+    else:
+        grey = frame.to_ndarray().astype(float) / (4 if pix_fmt.endswith("10le") else 1)
     assert np.abs(grey - (red[0] - 16) * 255 / 219).max() <= 1.5, np.unique(grey)
+
+
+def test_float_grey_is_made_full_range_too():
+    """swscale expands integer grey to full range, not float grey: OpenEXR's frames (grayf32le) from
+    limited-range input had black at 0.0625 and white at 0.918."""
+    import av
+    import numpy as np
+
+    from pipeline.encoder_frames import EncoderFrames
+    from pipeline.video import Colour
+
+    codes = np.concatenate([np.array([16, 126, 235] * 4, np.uint8).repeat(4)[None].repeat(8, 0),
+                            np.full((4, 48), 128, np.uint8)])
+    frame = av.VideoFrame.from_ndarray(codes, format="yuv420p")
+    frame.colorspace, frame.color_range = 1, 1
+    grey = EncoderFrames("grayf32le", Colour("bt709", False, 1, 1), "x.exr").convert(frame, None).to_ndarray()
+    assert np.allclose(grey[0, [0, 4, 8]], [0, 110 / 219, 1], atol=1e-3), grey[0, :12]
 
 
 @pytest.mark.parametrize("codec, suffix", [("mjpeg", ".mkv"), ("mjpeg", ".avi"), ("ljpeg", ".avi")])
@@ -199,12 +219,29 @@ def test_png_frames_say_full_range_as_their_rgb_is(tmp_path):
 
     clip = _flat_clip(tmp_path / "in.mkv", 64, 48, (120, 100, 150), colorspace=1, color_range=1, color_primaries=1,
                       color_trc=1)
-    (tmp_path / "seq").mkdir()
-    result = run_pipeline(clip, "-o", tmp_path / "seq" / "%03d.png", "-vf", "")
-    assert result.returncode == 0, result.stderr
-    data = (tmp_path / "seq" / "001.png").read_bytes()
-    at = data.index(b"cICP") + 4
-    assert data[at:at + 4] == bytes([1, 1, 0, 1])  # BT.709 primaries and transfer, RGB, full range
+    for pix_fmt in ("rgb24", "gray"):  # grey too: full range, as the Y plane is made
+        (tmp_path / pix_fmt).mkdir()
+        result = run_pipeline(clip, "-o", tmp_path / pix_fmt / "%03d.png", "-vf", "", "-pix_fmt", pix_fmt)
+        assert result.returncode == 0, result.stderr
+        data = (tmp_path / pix_fmt / "001.png").read_bytes()
+        at = data.index(b"cICP") + 4
+        assert data[at:at + 4] == bytes([1, 1, 0, 1]), pix_fmt  # BT.709 primaries and transfer, RGB, full range
+
+
+def test_rgb_output_of_a_matrix_read_as_another_is_converted_with_the_run_s(tmp_path):
+    """BT.2020 constant luminance is processed with non-constant luminance's weights: the RGB output was left
+    to swscale, which refused the CL tag (exit 2); it is converted as the run worked."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "cl.mkv", 64, 48, (120, 100, 150), colorspace=10, color_range=1)
+    ncl = _flat_clip(tmp_path / "ncl.mkv", 64, 48, (120, 100, 150), colorspace=9, color_range=1)
+    for name in ("cl", "ncl"):
+        result = run_pipeline(tmp_path / f"{name}.mkv", "-o", tmp_path / f"{name}.png", "-vf", "", "--frames", 1)
+        assert result.returncode == 0, result.stderr
+    got, want = (_first_frame(tmp_path / f"{n}.png")[1].to_ndarray(format="rgb24") for n in ("cl", "ncl"))
+    assert np.array_equal(got, want) and ncl.exists()
 
 
 def test_full_range_into_an_encoder_that_codes_limited_range_only_is_converted(tmp_path):

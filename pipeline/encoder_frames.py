@@ -1,0 +1,107 @@
+"""The frames an encoder is given, made from the run's I420 output: the stream's colour tags, and the
+conversion a frame needs where the encoder's format or codec is not the run's.
+
+The run's frames are YUV in the input's matrix and range. swscale converts them where the encoder takes
+another format, but left to the encoder's own conversion it reads the frame's tags alone: it weighs a tagged
+frame's RGB with BT.601's luma to make grey, keeps float grey at limited range, and tags converted RGB with
+the YUV frame's range (PNG's cICP then says "narrow" of full-range pixels). So each conversion is made here,
+with the matrix and range the run worked in, and the result tagged with what it is.
+"""
+
+from __future__ import annotations
+
+import av
+from av.video.reformatter import ColorRange, Colorspace, Interpolation
+
+from .encoders import BT601_ONLY, makes_limited_range
+from .log import log
+from .muxers import codec_name, loses_colour_tags
+from .video import (AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_BT470BG, AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED,
+                    Colour)
+
+# The run's matrices as swscale names them.
+SWSCALE_MATRIX = {"bt601": Colorspace.ITU601, "bt709": Colorspace.ITU709, "bt2020": Colorspace.BT2020}
+# Exact rounding for YUV to YUV (without it BT.601's neutral chroma came out 127); RGB keeps swscale's default.
+ACCURATE = Interpolation.BILINEAR | Interpolation.ACCURATE_RND
+
+
+def is_yuv(pix_fmt: str) -> bool:
+    return pix_fmt.startswith(("yuv", "nv", "p0"))
+
+
+def is_grey(pix_fmt: str) -> bool:
+    return pix_fmt.startswith(("gray", "ya", "mono"))
+
+
+class EncoderFrames:
+    """What the encoder's frames are made into: decided once, as the stream is added (:meth:`tag_stream`),
+    then applied to each frame (:meth:`convert`)."""
+
+    def __init__(self, pix_fmt: str, colour: Colour, target):
+        self.pix_fmt, self.colour, self.target = pix_fmt, colour, target
+        self.kind = "rgb" if av.VideoFormat(pix_fmt).is_rgb else "grey" if is_grey(pix_fmt) else None
+        self._src_range = ColorRange.JPEG if colour.full_range else ColorRange.MPEG
+
+    def tag_stream(self, cc, muxer: str) -> None:
+        """The stream's tags, and for YUV whether the frames must change range (an encoder that codes
+        limited range only) or matrix (JPEG's), each said with a notice."""
+        colour = self.colour
+        if is_yuv(self.pix_fmt):  # the tags describe YUV, not RGB or a palette
+            cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
+            if self.pix_fmt.startswith("yuvj"):
+                cc.color_range = AVCOL_RANGE_JPEG
+            elif colour.full_range and makes_limited_range(cc.name, muxer):
+                cc.color_range, self.kind = AVCOL_RANGE_MPEG, "limited"
+                log.info(f"{self.target}: {cc.name} codes limited range only: the full-range frames are converted")
+            if cc.name in BT601_ONLY and colour.matrix != "bt601":
+                cc.colorspace, self.kind = AVCOL_SPC_BT470BG, "jpeg"
+                log.info(f"{self.target}: {cc.name} codes BT.601 only (JPEG's matrix): the BT.{colour.matrix[2:]} "
+                         "frames are converted")
+        elif self.kind == "grey":  # made full range (below), as swscale makes integer grey anyway
+            cc.color_range = AVCOL_RANGE_JPEG
+        elif self.kind == "rgb":  # RGB, so tagged: MOV writes primaries and transfer only beside a matrix tag
+            cc.colorspace, cc.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
+        cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
+        if is_yuv(self.pix_fmt):
+            _untagged_notice(self.target, muxer, cc, colour)
+
+    def convert(self, frame: av.VideoFrame, cc) -> av.VideoFrame:
+        """``frame`` (the run's YUV, tagged as the input) as the encoder takes it."""
+        if self.kind == "limited":
+            return frame.reformat(format=self.pix_fmt, dst_color_range=ColorRange.MPEG)
+        if self.kind == "jpeg":
+            dst_range = ColorRange(cc.color_range)
+            frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
+                                   dst_colorspace=Colorspace.ITU601, src_color_range=self._src_range,
+                                   dst_color_range=dst_range, interpolation=ACCURATE)
+            frame.colorspace, frame.color_range = AVCOL_SPC_BT470BG, dst_range
+        elif self.kind == "rgb":
+            frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
+                                   src_color_range=self._src_range, dst_color_range=ColorRange.JPEG)
+            frame.colorspace, frame.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
+        elif self.kind == "grey":
+            frame = self._grey(frame)
+            frame.colorspace, frame.color_range = AVCOL_SPC_UNSPECIFIED, AVCOL_RANGE_JPEG
+        return frame
+
+    def _grey(self, frame: av.VideoFrame) -> av.VideoFrame:
+        """The Y plane at full range. The same matrix on both sides keeps swscale from going through RGB; float
+        grey it leaves at limited range, so it comes from 16-bit grey."""
+        floats = "f32" in self.pix_fmt or "f16" in self.pix_fmt
+        grey = frame.reformat(format="gray16le" if floats else self.pix_fmt, src_colorspace=Colorspace.ITU601,
+                              dst_colorspace=Colorspace.ITU601, src_color_range=self._src_range,
+                              dst_color_range=ColorRange.JPEG)
+        if floats:
+            grey = grey.reformat(format=self.pix_fmt, src_color_range=ColorRange.JPEG, dst_color_range=ColorRange.JPEG)
+        return grey
+
+
+def _untagged_notice(target, muxer: str, cc, colour: Colour) -> None:
+    """A notice where the output reads back as other colours than it holds: no tag to say them, and they are
+    not what players assume of an untagged stream of its size."""
+    assumed = Colour.from_tags(AVCOL_SPC_UNSPECIFIED, AVCOL_RANGE_MPEG, width=cc.width, height=cc.height)
+    held = Colour("bt601" if cc.colorspace == AVCOL_SPC_BT470BG else colour.matrix, cc.color_range == AVCOL_RANGE_JPEG)
+    if (held.matrix, held.full_range) != (assumed.matrix, assumed.full_range) and \
+            loses_colour_tags(muxer, codec_name(cc.codec)):
+        log.info(f"{target}: {muxer} keeps no colour tags and {cc.name} codes none: players will read these "
+                 f"{held.name} frames as {assumed.name} (.mkv or .mov keeps the tags)")
