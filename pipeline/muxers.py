@@ -183,15 +183,16 @@ def containers_for(codec: str, candidates=tuple(COMMON)) -> list[str]:
     return found
 
 
-# Raw video whose pixel format AVI and MOV read back as written. Each names a raw frame's format by a
-# FourCC or a bit depth, and for many formats its demuxer reads another one back (yuv444p in AVI as
-# yuv420p, bgr0 as a picture of noise; MOV's yuv420p does not open at all). tests/test_muxers.py writes
-# each of these and a few others and reads them back; NUT stores any format, Matroska refuses raw RGB.
+# Raw video whose picture AVI and MOV read back as written (grey and monow as an equal palette). Each
+# names a raw frame's format by a FourCC or a bit depth, and for many formats its demuxer reads another one
+# back (yuv444p in AVI as yuv420p, bgr0 as a picture of noise; MOV's yuv420p does not open at all).
+# tests/test_muxers.py writes each of these and a few others and reads them back; NUT stores any format,
+# Matroska refuses raw RGB.
 RAW_READ_BACK = {
-    "avi": ("yuv420p", "yuv422p", "yuv410p", "yuv411p", "nv12", "nv21", "uyvy422", "yuyv422", "bgr24", "rgba",
-            "bgra", "rgb555le", "gray", "monow"),
-    "mov": ("uyvy422", "yuyv422", "rgb24", "bgr24", "rgba", "argb", "abgr", "bgra", "rgb565le", "rgb555le", "gray",
-            "monow"),
+    "avi": ("yuv420p", "yuv422p", "yuv410p", "yuv411p", "nv12", "nv21", "uyvy422", "yuyv422", "uyva", "vyu444",
+            "bgr24", "rgba", "bgra", "rgb555le", "gray", "monow"),
+    "mov": ("uyvy422", "yuyv422", "uyva", "vyu444", "rgb24", "bgr24", "rgba", "argb", "abgr", "bgra", "rgb48be",
+            "rgb565le", "rgb565be", "rgb555le", "rgb555be", "gray", "gray16be", "monow"),
 }
 
 
@@ -200,8 +201,8 @@ def raw_format_refusal(muxer: str, codec: str, pix_fmt: str) -> str | None:
     formats = RAW_READ_BACK.get(muxer)
     if codec != "rawvideo" or formats is None or pix_fmt in formats:
         return None
-    return (f"the {muxer} muxer writes rawvideo {pix_fmt} so that it reads back as another format (a wrong "
-            f"picture) or not at all; -pix_fmt {', '.join(formats)} read back as written, and .nut holds any")
+    return (f"the {muxer} muxer writes rawvideo {pix_fmt} so that it reads back as another pixel format or not "
+            f"at all; -pix_fmt {', '.join(formats)} read back as written, and .nut holds any")
 
 
 # Muxers that store no colour tags, and the codecs whose own bitstream carries them (H.264's VUI, ...): any

@@ -310,7 +310,7 @@ def test_raw_video_in_avi_and_mov_reads_back_as_written_or_is_refused(tmp_path, 
     for pix_fmt, want in raw_references.items():
         result = run_pipeline(clip, "-o", out, "-c", "rawvideo", "-pix_fmt", pix_fmt, "-an", "-y", cwd=tmp_path)
         if pix_fmt not in muxers.RAW_READ_BACK[muxer]:
-            one_error(result, 2, f"the {muxer} muxer writes rawvideo {pix_fmt} so that it reads back as another",
+            one_error(result, 2, f"the {muxer} muxer writes rawvideo {pix_fmt} so that it reads back as another pixel format",
                       ".nut holds any")
             assert not out.exists() and partials(tmp_path) == []
             continue
