@@ -34,9 +34,6 @@ def _checked_size(f, width: int, height: int) -> tuple[int, int]:
         raise ConfigError(f"{f.name}: output_size({width}, {height}) gave {safe_repr(size)}; a filter's output size "
                           "is a (width, height) tuple of integers")
     w, h = int(size[0]), int(size[1])
-    if w % 2 or h % 2:  # every frame is 4:2:0 somewhere on its way (its output, its planes)
-        raise ConfigError(f"{f.name}: its output would be {w}x{h} (from {width}x{height}); frame sides must be "
-                          "even")
     if not (2 <= w <= MAX_SIDE and 2 <= h <= MAX_SIDE):
         raise ConfigError(f"{f.name}: its output would be {w}x{h} (from {width}x{height}); frame sides are "
                           f"2 to {MAX_SIDE}")
@@ -86,12 +83,18 @@ class FramePlan:
         w, h = fmt.width, fmt.height
         rgb = src = add((3, h, w))
         steps = []
+        sized_by = None
         for f in chain[1 if head else 0:len(chain) - (1 if tail else 0)]:
             scratch = tuple(add(shape) for shape in f.scratch_shapes(w, h))
-            w, h = _checked_size(f, w, h)
+            size = _checked_size(f, w, h)
+            sized_by = f.name if size != (w, h) else sized_by
+            w, h = size
             dst = add((3, h, w))
             steps.append((f, src, dst, scratch))
             src = dst
+        if (w % 2 or h % 2) and out_layout != "rgb24":  # between filters any size: the planes are RGB
+            raise ConfigError(f"{sized_by}: the chain's output would be {w}x{h}; the output is 4:2:0, so its sides "
+                              "must be even")
         out = fmt.resized(w, h).with_depth(layout_depth(out_layout))
         output = add(layout_shape(out_layout, out) if out_layout == "rgb24" else (layout_nbytes(out_layout, out),),
                      np.uint8)

@@ -166,7 +166,8 @@ def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, cli
     assert not out.exists() and partials(tmp_path) == []
 
 
-@pytest.mark.parametrize("size, word", [("(width - 1, height)", "frame sides must be even"),
+@pytest.mark.parametrize("size, word", [("(width - 1, height)", "the chain's output would be 63x48; the output is "
+                                                                "4:2:0, so its sides must be even"),
                                          ("(width / 2, height / 2)", "gave (32.0, 24.0); a filter's output size is a"),
                                          ("[width, height]", "gave [64, 48]")], ids=["odd", "float", "list"])
 def test_a_plugin_giving_an_unusable_output_size_exits_2_naming_it(tmp_path, clip, size, word):
@@ -178,6 +179,22 @@ def test_a_plugin_giving_an_unusable_output_size_exits_2_naming_it(tmp_path, cli
     result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, "--filters", "sizer", cwd=tmp_path)
     line = one_error(result, 2, "sizer", word)
     assert "internal error" not in line and not (tmp_path / "out.mp4").exists() and partials(tmp_path) == []
+
+
+def test_odd_sizes_between_filters_are_taken(tmp_path, clip):
+    """Between filters the frames are RGB planes of any size; only the output is 4:2:0."""
+    plugin = tmp_path / "sizer.py"
+    plugin.write_text(PLUGIN_FILTER.format(name="sizer", init="pass", cpu="dst[...] = src[:, :-1, :-1]; return")
+                      + "\n    def output_size(self, width, height):\n        return width - 1, height - 1\n")
+    out = tmp_path / "out.mkv"
+    result = run_pipeline(clip, "-o", out, "--plugin", plugin, "--filters", "sizer,scale=w=32:h=24", "-c", "ffv1",
+                          cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import av
+
+    with av.open(str(out)) as media:
+        frame = next(media.decode(video=0))
+    assert (frame.width, frame.height) == (32, 24)
 
 
 def test_a_plugin_taking_a_built_in_name_fails_alone_and_the_built_ins_stay(tmp_path, clip):
