@@ -309,7 +309,8 @@ def safe_repr(value: Any) -> str:
     """``repr(value)``, which an integer of thousands of digits (or a list holding one) does not have."""
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         return f"<an integer of {value.bit_length()} bits>"
-    if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0):  # no pages of digits
+    if not isinstance(value, type) and hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0):
+        # an array, not pages of its digits (np.float32 itself, a class, has these as descriptors)
         return f"<{type(value).__name__} of shape {tuple(value.shape)} {value.dtype}>"
     try:
         text = repr(value)

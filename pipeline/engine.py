@@ -22,6 +22,8 @@ always blocks: frames there hold GPU work, and the wait reaches ``q_decoded`` wi
 from __future__ import annotations
 
 import contextlib
+import functools
+import signal
 import threading
 import time
 import weakref
@@ -377,7 +379,8 @@ class Pipeline(Stages, Tally, Teardown):
         if self.cfg.preview:
             from .preview import Preview
 
-            self.preview = Preview(on_quit=self.stop_event.set)  # 'q': a graceful stop, as Ctrl-C
+            # 'q': a graceful stop, as Ctrl-C, and said as Ctrl-C (exit 130)
+            self.preview = Preview(on_quit=functools.partial(self.control.stop, signal.SIGINT))
 
     def _guard(self, name: str, body: Callable[[], None], downstream: Channel | None) -> None:
         try:

@@ -433,6 +433,7 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
     (lambda: pipeline.ArraySource(5), pipeline.ConfigError, "Invalid frames (int)"),
     (lambda: pipeline.run_many([RGB], "null", device="cpu"), pipeline.ConfigError,  # not its 200 lines of digits
      "run_many: <ndarray of shape (8, 8, 3) uint8> among the sources is not a path"),
+    (lambda: pipeline.ArraySource([RGB], fps=np.float32), pipeline.ConfigError, "Invalid fps (<class 'numpy.float32'>)"),
     (lambda: pipeline.run([RGB, RGB.astype(np.uint16) * 300], "null", device="cpu"), pipeline.InputError,
      "frame of shape (8, 8, 3) uint16 after frames of (8, 8, 3) uint8"),  # was wrapped modulo 256
     (lambda: pipeline.run([RGB, RGB.astype(np.float64)], "null", device="cpu"), pipeline.InputError,
@@ -522,7 +523,7 @@ except pipeline.PluginError as e:
     print(e)
 """
     result = run_python("-c", code, timeout=60)
-    assert result.stdout.strip() == "filter 'kaput_here' from <string> failed at frame 0: ValueError: kaput", \
+    assert result.stdout.strip() == "filter 'kaput_here' from __main__ failed at frame 0: ValueError: kaput", \
         result.stderr
 
 

@@ -25,7 +25,8 @@ from pipeline.sample import make_clip
 FPS, N = 30, 45  # a 1.5 s clip
 SENDER = Path(__file__).with_name("live_sender.py")
 REALTIME = "realtime"  # the preset, by name
-SLOW_CHAIN = "bilateral=sigma_s=6:sigma_r=0.2"  # about 120 ms a frame at 320x180 on one core: 8 fps
+# 85 to 120 ms a frame each at 320x180 on one core (the CPU machine, its load): 4 to 6 fps for the pair.
+SLOW_CHAIN = "bilateral=sigma_s=6:sigma_r=0.2,bilateral=sigma_s=6:sigma_r=0.2"
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +311,9 @@ def test_a_slow_chain_drops_frames_and_memory_stays_bounded(tmp_path, clips, pol
     stats, out = run_paced(tmp_path, clips["mp4"], "--filters", SLOW_CHAIN, "--drop-policy", policy,
                            "--frames", 30, "--in-flight", 2)
     assert stats["frames_in"] == 30
-    assert stats["drops"]["total"] > 5  # 30 fps in, about 8 fps out
+    # 30 fps in, 4 to 6 out: in its second about 5 frames done and 16 held (queues, ring, in flight), the
+    # rest dropped (8 on the CPU machine; a machine twice as fast would still drop some)
+    assert stats["drops"]["total"] > 0
     assert_accounted(stats, out)
     assert stats["memory"]["device_allocs"] == 1 and stats["memory"]["host_allocs"] == 0
     kept = video_times(out)
@@ -466,6 +469,35 @@ def test_preview_window_shows_frames_and_q_stops(monkeypatch):
     finally:
         preview.close()
     assert not pygame.display.get_init()
+
+
+QUIT_FROM_THE_WINDOW = """
+import itertools, sys
+import pipeline.preview as preview
+from pipeline.cli import main
+
+class Window:  # a window whose user presses q on its fourth look
+    polls = itertools.count()
+    def show(self, rgb): pass
+    def quit_requested(self): return next(self.polls) == 3
+    def close(self): pass
+
+preview.check_display = lambda: None
+opened = preview.Preview.__init__
+preview.Preview.__init__ = lambda self, on_quit, window=None: opened(self, on_quit, window=Window())
+sys.exit(main(["run", sys.argv[1], "-o", sys.argv[2], "--device", "cpu", "--preview", "-q"]))
+"""
+
+
+def test_q_in_the_preview_stops_as_ctrl_c_and_says_so(tmp_path, clips):
+    """The command line's user pressed q: the run ends as after Ctrl-C (exit 130), its frames kept, and says
+    so in those words (not as an application's Pipeline.stop())."""
+    out = tmp_path / "out.mp4"
+    result = subprocess.run([sys.executable, "-c", QUIT_FROM_THE_WINDOW, str(clips["mp4"]), str(out)],
+                            capture_output=True, text=True, timeout=120, env=environment())
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.startswith(f"pipeline: interrupted by SIGINT; {out} holds the "), result.stderr
+    assert "Pipeline.stop" not in result.stderr and out.exists()
 
 
 def test_preview_run_on_the_offscreen_driver(tmp_path, clips, monkeypatch):

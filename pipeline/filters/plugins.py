@@ -94,15 +94,23 @@ def _plugin_filters(filters: Iterable) -> list:
 
 
 def _module_file(f) -> str | None:
-    """The file ``f``'s class was written in: its module's, or where its methods' code says (a class
-    defined in ``python -c`` or a notebook's cell is in a module without a file: "<string>", the cell's)."""
-    path = getattr(sys.modules.get(type(f).__module__), "__file__", None)
+    return getattr(sys.modules.get(type(f).__module__), "__file__", None)
+
+
+def _raised_by(f, error: BaseException) -> bool:
+    """Whether ``error`` went through the code of ``f``'s class: its module's file, or for a class whose
+    module has none (``python -c``, a notebook's cell) its own methods, not whatever else shares the name
+    "<string>" (the methods a dataclass generates)."""
+    path = _module_file(f)
     if path is not None:
-        return path
-    for value in vars(type(f)).values():
-        if (code := getattr(value, "__code__", None)) is not None:
-            return code.co_filename
-    return None
+        return path in _raised_in(error)
+    methods = {code for value in vars(type(f)).values() if (code := getattr(value, "__code__", None)) is not None}
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in methods:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _origin(f) -> str | None:
@@ -123,8 +131,7 @@ def plugin_failure(filters: Iterable, error: BaseException, where: str) -> Plugi
         return None  # ours, the user's stop, or a CUDA error (a GPUError, whichever code met it)
     # A plugin file's filter is blamed when a plugin's code raised or none did (its step failed); one the
     # application registered only when its own module's code raised.
-    raised_in = set(_raised_in(error))
-    involved = [f for f in _plugin_filters(filters) if f.name in PLUGIN_FILES or _module_file(f) in raised_in]
+    involved = [f for f in _plugin_filters(filters) if f.name in PLUGIN_FILES or _raised_by(f, error)]
     path = blamed_plugin(error)
     culprits = [f for f in involved if PLUGIN_FILES.get(f.name) == path] or involved
     if not culprits:
