@@ -53,6 +53,7 @@ def makes_limited_range(encoder: str, muxer: str) -> bool:
 PREFERRED_FORMATS = ("yuv420p", "nv12", "yuv422p", "yuv444p", "yuv411p", "yuv410p", "yuva420p", "yuv420p10le",
                      "yuv422p10le", "yuv444p10le", "yuva444p10le", "gbrp", "rgb24", "bgr24", "rgb0", "bgr0",
                      "0rgb", "0bgr", "rgba", "bgra", "argb", "abgr", "rgb48le", "rgb48be", "rgb565le", "rgb555le",
+                     "gbrpf32le", "gbrapf32le",
                      "rgb8", "bgr8", "gray", "gray16le", "gray16be", "monow", "monob", "pal8")  # GIF: rgb8, not grey
 
 # For 10-bit frames: the closest to 10-bit I420 first, then more chroma, then deeper, then RGB and grey.

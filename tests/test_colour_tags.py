@@ -244,6 +244,22 @@ def test_rgb_output_of_a_matrix_read_as_another_is_converted_with_the_run_s(tmp_
     assert np.array_equal(got, want) and ncl.exists()
 
 
+def test_openexr_frames_keep_their_colour(tmp_path):
+    """OpenEXR's encoder lists grey first: a sequence of .exr frames came out grey. Its float RGB is taken."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    red = (63, 102, 240)  # BT.709 limited range: pure red
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, red, colorspace=1, color_range=1)
+    (tmp_path / "exr").mkdir()
+    result = run_pipeline(clip, "-o", tmp_path / "exr" / "%02d.exr", "-vf", "")
+    assert result.returncode == 0, result.stderr
+    _, frame = _first_frame(tmp_path / "exr" / "01.exr")
+    assert frame.format.name == "gbrpf32le"
+    assert np.abs(frame.to_ndarray() - [1, 0, 0]).max() < 0.01
+
+
 def test_full_range_into_an_encoder_that_codes_limited_range_only_is_converted(tmp_path):
     """ProRes has no full-range flag: full-range codes went in as they were, and decoders read them as
     limited (black and white crushed). Now they are converted, as ffmpeg converts them for such encoders."""
