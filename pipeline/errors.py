@@ -78,6 +78,9 @@ class StageError(PipelineError):
         super().__init__(message)
         self.stage = stage
 
+    def __reduce__(self):
+        return type(self), (str(self), self.stage)
+
 
 class PluginError(PipelineError):
     """A filter loaded with ``--plugin`` failed during the run: the message names the filter and its file.
@@ -97,6 +100,10 @@ class Interrupted(PipelineError):
         self.exit_code = 128 + (signum or signal.SIGINT)  # EXIT_SIGINT, EXIT_SIGTERM, EXIT_SIGHUP
         what = f"interrupted by {signal.Signals(signum).name}" if signum else "stopped by Pipeline.stop()"
         super().__init__(what + (f"; {detail}" if detail else ""))
+        self._made_from = (signum, detail)
+
+    def __reduce__(self):  # pickled (a batch worker's, copy.copy) from what made it, not from its message
+        return type(self), self._made_from
 
 
 def stop_signals() -> list[int]:

@@ -113,3 +113,22 @@ def test_otherwise_the_source_is_closed(tmp_path, clip, monkeypatch):
     for process_ends, slow in ((False, True), (True, False)):
         source, closed = _run_in_process(tmp_path, clip, monkeypatch, process_ends=process_ends, slow=slow)
         assert closed == [source] and source not in teardown._LEFT_TO_EXIT
+
+
+def test_every_error_survives_pickling_with_its_message_and_exit_code():
+    """A batch worker's error reaches the batch pickled (Dask): Interrupted, made from a signal number, was
+    rebuilt from its message and raised a TypeError there instead."""
+    import copy
+    import pickle
+
+    from pipeline import errors
+
+    made = [errors.Interrupted(15, "nothing written"), errors.Interrupted(None), errors.StageError("boom", "mine")]
+    made += [cls(f"a {cls.__name__}") for cls in vars(errors).values()
+             if isinstance(cls, type) and issubclass(cls, errors.PipelineError)
+             and cls not in (errors.Interrupted, errors.StageError)]
+    assert len(made) > 8
+    for error in made:
+        for back in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+            assert (type(back), str(back), back.exit_code) == (type(error), str(error), error.exit_code)
+            assert getattr(back, "stage", None) == getattr(error, "stage", None)
