@@ -175,9 +175,12 @@ class Pipeline(Stages, Tally, Teardown):
         thread. The previous frame's buffers go back when the next one is asked for; closing the
         generator (``break``) stops the run and gives everything back. A pipeline with an output runs with
         :meth:`run`: its frames go to the output, not to a caller."""
-        if self.sink is not None:
+        if self.sink is not None:  # refused here, not at the first frame asked for
             raise ConfigError("this Pipeline writes an output: run() it (frames() is for a pipeline built "
                               "without one)")
+        return self._frames()
+
+    def _frames(self) -> Iterator[WorkItem]:
         try:
             self._prepare()
             yield from self._pull()

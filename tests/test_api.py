@@ -543,7 +543,7 @@ def test_frames_of_a_pipeline_with_an_output_are_refused_and_a_pipeline_never_ru
     run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output=str(out), device="cpu"))
     assert partials(tmp_path)  # the output is checked and staged at build
     with pytest.raises(pipeline.ConfigError, match=r"writes an output: run\(\) it"):
-        next(run.frames())
+        run.frames()  # at once, not at the first frame
     run.close()
     assert list(tmp_path.iterdir()) == [] and pipeline_threads() == []
     never_run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output=str(out), device="cpu"))
