@@ -13,9 +13,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 
 # PyAV: the I/O layer (decode, encode, the sample clips) and the bench's measured baselines, which time
 # plain PyAV and FFmpeg on purpose.
-AV_OWNERS = {"source.py", "decode.py", "gops.py", "ingest.py", "sink.py", "nvdec.py", "sample.py", "bench/peers.py",
-             "bench/peer_plumbing.py", "bench/ffmpeg_graph.py", "avlib.py", "encoders.py", "audio_out.py", "muxers.py",
-             "opening.py", "protocols.py", "seek.py"}
+AV_OWNERS = {"source.py", "decode.py", "gops.py", "ingest.py", "sink.py", "encoder_frames.py", "nvdec.py",
+             "sample.py", "bench/peers.py", "bench/peer_plumbing.py", "bench/ffmpeg_graph.py", "avlib.py", "encoders.py",
+             "audio_out.py", "muxers.py", "opening.py", "protocols.py", "seek.py"}
 # CuPy: the CUDA side, the filters' kernels and the conversion stage.
 CUPY_OWNERS = ("gpu/", "filters/", "convert/")
 
