@@ -13,20 +13,23 @@ from __future__ import annotations
 import av
 from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
-from .encoders import BT601_ONLY, makes_limited_range
-from .log import log
+from .encoders import CODED_MATRICES, makes_limited_range
 from .muxers import codec_name, loses_colour_tags
-from .video import (AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_BT470BG, AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED,
-                    Colour)
+from .video import (AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_BT470BG, AVCOL_SPC_BT709, AVCOL_SPC_BT2020_NCL,
+                    AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED, Colour, is_hd)
 
 # The run's matrices as swscale names them.
 SWSCALE_MATRIX = {"bt601": Colorspace.ITU601, "bt709": Colorspace.ITU709, "bt2020": Colorspace.BT2020}
+# The tag of each, as the encoders that code a matrix read it (JPEG's BT.601 as FFmpeg's decoder says it).
+MATRIX_TAG = {"bt601": AVCOL_SPC_BT470BG, "bt709": AVCOL_SPC_BT709, "bt2020": AVCOL_SPC_BT2020_NCL}
 # Exact rounding for YUV to YUV (without it BT.601's neutral chroma came out 127); RGB keeps swscale's default.
 ACCURATE = Interpolation.BILINEAR | Interpolation.ACCURATE_RND
 
 
 def is_yuv(pix_fmt: str) -> bool:
-    return pix_fmt.startswith(("yuv", "nv", "p0"))
+    """Planar, semi-planar or packed (uyvy422): three components or more, neither RGB nor a palette."""
+    fmt = av.VideoFormat(pix_fmt)
+    return not fmt.is_rgb and not fmt.has_palette and len(fmt.components) >= 3
 
 
 def is_grey(pix_fmt: str) -> bool:
@@ -41,6 +44,8 @@ class EncoderFrames:
         self.pix_fmt, self.colour, self.target = pix_fmt, colour, target
         self.kind = "rgb" if av.VideoFormat(pix_fmt).is_rgb else "grey" if is_grey(pix_fmt) else None
         self._src_range = ColorRange.JPEG if colour.full_range else ColorRange.MPEG
+        self.matrix = colour.matrix  # the frames', once converted
+        self.notices: list[str] = []  # said once the encoder has opened: a refusal is the run's one line
 
     def tag_stream(self, cc, muxer: str) -> None:
         """The stream's tags, and for YUV whether the frames must change range (an encoder that codes
@@ -52,29 +57,33 @@ class EncoderFrames:
                 cc.color_range = AVCOL_RANGE_JPEG
             elif colour.full_range and makes_limited_range(cc.name, muxer):
                 cc.color_range, self.kind = AVCOL_RANGE_MPEG, "limited"
-                log.info(f"{self.target}: {cc.name} codes limited range only: the full-range frames are converted")
-            if cc.name in BT601_ONLY and colour.matrix != "bt601":
-                cc.colorspace, self.kind = AVCOL_SPC_BT470BG, "jpeg"
-                log.info(f"{self.target}: {cc.name} codes BT.601 only (JPEG's matrix): the BT.{colour.matrix[2:]} "
-                         "frames are converted")
+                self.notices.append(f"{self.target}: {cc.name} codes limited range only: the full-range frames are "
+                                    "converted")
+            coded = CODED_MATRICES.get(cc.name, (colour.matrix,))
+            if colour.matrix not in coded:  # HD to BT.709 where the codec has both
+                self.matrix = coded[0] if len(coded) == 1 else "bt709" if is_hd(cc.width, cc.height) else "bt601"
+                cc.colorspace, self.kind = MATRIX_TAG[self.matrix], "matrix"
+                self.notices.append(f"{self.target}: {cc.name} codes {' or '.join(_named(m) for m in coded)} only: "
+                                    f"the {_named(colour.matrix)} frames are converted to {_named(self.matrix)}")
         elif self.kind == "grey":  # made full range (below), as swscale makes integer grey anyway
             cc.color_range = AVCOL_RANGE_JPEG
         elif self.kind == "rgb":  # RGB, so tagged: MOV writes primaries and transfer only beside a matrix tag
             cc.colorspace, cc.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
         cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
         if is_yuv(self.pix_fmt):
-            _untagged_notice(self.target, muxer, cc, colour)
+            self.notices += _untagged_notice(self.target, muxer, cc,
+                                             Colour(self.matrix, cc.color_range == AVCOL_RANGE_JPEG))
 
     def convert(self, frame: av.VideoFrame, cc) -> av.VideoFrame:
         """``frame`` (the run's YUV, tagged as the input) as the encoder takes it."""
         if self.kind == "limited":
             return frame.reformat(format=self.pix_fmt, dst_color_range=ColorRange.MPEG)
-        if self.kind == "jpeg":
+        if self.kind == "matrix":
             dst_range = ColorRange(cc.color_range)
             frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
-                                   dst_colorspace=Colorspace.ITU601, src_color_range=self._src_range,
+                                   dst_colorspace=SWSCALE_MATRIX[self.matrix], src_color_range=self._src_range,
                                    dst_color_range=dst_range, interpolation=ACCURATE)
-            frame.colorspace, frame.color_range = AVCOL_SPC_BT470BG, dst_range
+            frame.colorspace, frame.color_range = MATRIX_TAG[self.matrix], dst_range
         elif self.kind == "rgb":
             frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
                                    src_color_range=self._src_range, dst_color_range=ColorRange.JPEG)
@@ -96,12 +105,16 @@ class EncoderFrames:
         return grey
 
 
-def _untagged_notice(target, muxer: str, cc, colour: Colour) -> None:
-    """A notice where the output reads back as other colours than it holds: no tag to say them, and they are
-    not what players assume of an untagged stream of its size."""
+def _named(matrix: str) -> str:
+    return f"BT.{matrix[2:]}"
+
+
+def _untagged_notice(target, muxer: str, cc, held: Colour) -> list[str]:
+    """A notice where the output reads back as other colours than it holds (``held``): no tag to say them,
+    and they are not what players assume of an untagged stream of its size."""
     assumed = Colour.from_tags(AVCOL_SPC_UNSPECIFIED, AVCOL_RANGE_MPEG, width=cc.width, height=cc.height)
-    held = Colour("bt601" if cc.colorspace == AVCOL_SPC_BT470BG else colour.matrix, cc.color_range == AVCOL_RANGE_JPEG)
-    if (held.matrix, held.full_range) != (assumed.matrix, assumed.full_range) and \
-            loses_colour_tags(muxer, codec_name(cc.codec)):
-        log.info(f"{target}: {muxer} keeps no colour tags and {cc.name} codes none: players will read these "
-                 f"{held.name} frames as {assumed.name} (.mkv or .mov keeps the tags)")
+    if (held.matrix, held.full_range) == (assumed.matrix, assumed.full_range) or \
+            not loses_colour_tags(muxer, codec_name(cc.codec)):
+        return []
+    return [f"{target}: {muxer} keeps no colour tags and {cc.name} codes none: players will read these "
+            f"{held.name} frames as {assumed.name} (.mkv or .mov keeps the tags)"]

@@ -30,9 +30,11 @@ LIMITED_RANGE_ONLY = frozenset({"prores", "prores_aw", "prores_ks", "dnxhd", "mp
                                 "h263", "h263p", "dvvideo", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "ffv1",
                                 "cljr", "libwebp", "jpeg2000", "speedhq", "cfhd", "snow"})
 
-# JPEG's matrix is BT.601 (JFIF): FFmpeg's JPEG decoders tag every frame so, whatever the stream says, and
-# frames of another matrix are converted for these encoders.
-BT601_ONLY = frozenset({"mjpeg", "amv", "ljpeg"})
+# The matrices an encoder's frames are read back in, whatever the stream's tags say: JPEG's and WebP's are
+# BT.601 (JFIF, VP8: FFmpeg's decoders tag every frame so), DNxHD's decoder tags every frame BT.709, and
+# UT Video codes a flag for one of two. Frames of another matrix are converted for these encoders.
+CODED_MATRICES = {"mjpeg": ("bt601",), "amv": ("bt601",), "ljpeg": ("bt601",), "libwebp": ("bt601",),
+                  "libwebp_anim": ("bt601",), "dnxhd": ("bt709",), "utvideo": ("bt601", "bt709")}
 
 
 
@@ -113,6 +115,17 @@ def format_depth(name: str) -> int:
     return max((c.bits for c in fmt.components), default=8)
 
 
+# Picture encoders whose YUV carries no matrix or range (TIFF's readers assume BT.601, JPEG 2000's nothing):
+# RGB by default, which they store as it is.
+RGB_FIRST = frozenset({"tiff", "jpeg2000"})
+
+
+def _rgb_format(names: list[str], depth: int) -> str | None:
+    """The first RGB format of the preferred ones (deep first for deep frames) that ``names`` holds."""
+    order = (*DEEP_FORMATS, *PREFERRED_FORMATS) if depth > 8 else PREFERRED_FORMATS
+    return next((n for n in order if n in names and av.VideoFormat(n).is_rgb), None)
+
+
 def output_format(codec: av.Codec, requested: str | None, depth: int) -> tuple[str, str, str | None]:
     """(pixel format, the frames' layout, a notice or None) for frames of ``depth`` bits into ``codec``.
 
@@ -125,7 +138,12 @@ def output_format(codec: av.Codec, requested: str | None, depth: int) -> tuple[s
         if names and requested not in names:
             raise ConfigError(f"--pix-fmt {requested}: the {codec.name} encoder does not take it; it takes "
                               f"{', '.join(names)}")
+        if av.VideoFormat(requested).has_palette:  # swscale makes no palette (ffmpeg's palettegen filter does)
+            raise ConfigError(f"--pix-fmt {requested}: palette frames cannot be made from video here; "
+                              f"the {codec.name} encoder also takes {', '.join(n for n in names if n != requested)}")
         chosen = requested
+    elif codec.name in RGB_FIRST and (rgb := _rgb_format(names, depth)):
+        chosen = rgb
     elif depth > 8 and (not names or any(n in names for n in DEEP_FORMATS)):
         chosen = next((n for n in DEEP_FORMATS if n in names), "yuv420p10le")
     else:

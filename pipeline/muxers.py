@@ -207,8 +207,9 @@ def raw_format_refusal(muxer: str, codec: str, pix_fmt: str) -> str | None:
 
 # Muxers that store no colour tags, and the codecs whose own bitstream carries them (H.264's VUI, ...): any
 # other codec in these leaves players to assume the size's convention (BT.601 for SD, BT.709 for HD, limited).
-UNTAGGED_MUXERS = frozenset({"avi", "nut"})
-TAGS_IN_BITSTREAM = frozenset({"h264", "hevc", "av1", "vp9", "mpeg2video", "prores", "mjpeg", "ljpeg", "amv"})
+UNTAGGED_MUXERS = frozenset({"avi", "nut", "mpegts", "image2", "image2pipe"})
+TAGS_IN_BITSTREAM = frozenset({"h264", "hevc", "av1", "vp9", "mpeg2video", "prores", "mjpeg", "ljpeg", "amv", "webp",
+                               "dnxhd", "utvideo"})  # the last three: frames converted to the matrix they code
 
 
 def loses_colour_tags(muxer: str, codec: str) -> bool:

@@ -78,12 +78,20 @@ def check_hardware_encoder(codec: str) -> None:
                           f"here: {', '.join(working)}") from e
 
 
-def _muxer_options(target: Path, time_base: Fraction | None) -> dict[str, str]:
+def _muxer_options(target: Path, time_base: Fraction | None, given: dict[str, str]) -> dict[str, str]:
+    """The muxer's options: ``given`` (the user's), with what MP4 and MOV need besides."""
+    if target.suffix.lower() not in MOV_SUFFIXES:
+        return given
+    options = {}
     # MP4/MOV write the edit list (where presentation starts) in the movie timescale, 1/1000 by
     # default: a first timestamp of 6000/90000 s would come back as 5940. The video's own clock keeps it.
-    if target.suffix.lower() in MOV_SUFFIXES and time_base and time_base.denominator < 2**31:
-        return {"movie_timescale": str(time_base.denominator)}
-    return {}
+    if time_base and time_base.denominator < 2**31:
+        options["movie_timescale"] = str(time_base.denominator)
+    # The colour box is written only where primaries, transfer and matrix are all tagged: a stream tagged
+    # with its matrix alone (most SD video) lost it, and read back as another. write_colr writes it always.
+    flags = given.get("movflags", "")
+    options["movflags"] = flags if "write_colr" in flags else f"{flags}+write_colr"
+    return {**options, **{k: v for k, v in given.items() if k != "movflags"}}
 
 
 def i420_frame(i420: np.ndarray, fmt, zero_copy: bool) -> av.VideoFrame:
@@ -210,6 +218,8 @@ class Sink:
                 check_pipe_audio(target, self.container.format.name, templates)
             self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
+            for notice in self._frames.notices:
+                log.info(notice)
             for notice in self.audio_out.notices:
                 log.info(f"{target}: {notice}")
             self._check_written()
@@ -228,7 +238,7 @@ class Sink:
             if self.url:
                 kwargs = {"timeout": (timeout, timeout)} if timeout else {}
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
-            options = {**_muxer_options(Path(target), time_base), **output_opts}
+            options = _muxer_options(Path(target), time_base, output_opts)
             try:  # prepare() opens the directory and creates the file: a failure or a stop after it leaks neither
                 self.staged.prepare()
                 return av.open(file_url(self.staged.muxer_path), "w", format=muxer, container_options=options)
@@ -305,7 +315,8 @@ class Sink:
                 return encoder_without_threads(name, e).with_target(self.target)
             return refusal(encoder, e, reasons, asked.get(encoder, "its settings")).with_target(self.target)
         if (bad := _OPTION_VALUE.search(str(e))) is not None:  # av_opt_set refused it: EINVAL
-            return ConfigError(f"{self.target}: --output-opt {bad.group(1)}={bad.group(2)}: the {muxer} muxer "
+            value = self._output_opts.get(bad.group(1), bad.group(2))  # as given (movflags gets write_colr added)
+            return ConfigError(f"{self.target}: --output-opt {bad.group(1)}={value}: the {muxer} muxer "
                                "cannot take this value")
         # The muxer's own refusal (SWF takes FLV video, MXF 48 kHz audio): EPERM or EINVAL with its reason.
         refused = "; ".join(m for who, level, m in lines if level >= 40 and who == muxer)

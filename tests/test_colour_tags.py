@@ -169,24 +169,90 @@ def test_float_grey_is_made_full_range_too():
     assert np.allclose(grey[0, [0, 4, 8]], [0, 110 / 219, 1], atol=1e-3), grey[0, :12]
 
 
-@pytest.mark.parametrize("codec, suffix", [("mjpeg", ".mkv"), ("mjpeg", ".avi"), ("ljpeg", ".avi")])
-def test_jpeg_of_bt709_input_is_converted_to_jpegs_matrix(tmp_path, codec, suffix):
-    """JPEG's matrix is BT.601: FFmpeg's decoder tags its frames so whatever the stream says, and BT.709 codes
-    went in as they were: pure red read back as (233, 0, 1)."""
+def _limited_codes(rgb, matrix: str) -> tuple[int, int, int]:
+    """The 8-bit limited-range YUV of ``rgb`` (0 to 1) in ``matrix``: the H.273 formula."""
+    import numpy as np
+
+    from utils import ycbcr_matrix
+
+    y, cb, cr = ycbcr_matrix(Colour(matrix)) @ np.asarray(rgb, float)
+    return round(16 + 219 * y), round(128 + 224 * cb), round(128 + 224 * cr)
+
+
+@pytest.mark.parametrize("codec, out, size, matrix, tag, said", [
+    ("mjpeg", "out.mkv", (64, 48), "bt709", 1, "codes BT.601 only: the BT.709 frames are converted to BT.601"),
+    ("mjpeg", "out.avi", (64, 48), "bt2020", 9, "codes BT.601 only: the BT.2020 frames are converted to BT.601"),
+    ("ljpeg", "out.avi", (64, 48), "bt709", 1, "codes BT.601 only"),
+    ("libwebp", "out.webp", (64, 48), "bt709", 1, "codes BT.601 only"),
+    ("dnxhd", "out.mov", (1280, 720), "bt601", 6, "codes BT.709 only: the BT.601 frames are converted to BT.709"),
+    ("utvideo", "out.avi", (1280, 720), "bt2020", 9,
+     "codes BT.601 or BT.709 only: the BT.2020 frames are converted to BT.709"),
+], ids=["mjpeg", "mjpeg-2020", "ljpeg", "webp", "dnxhd", "utvideo"])
+def test_an_encoder_read_back_in_one_matrix_gets_its_frames_in_it(tmp_path, codec, out, size, matrix, tag, said):
+    """JPEG's and WebP's decoders read every frame as BT.601, DNxHD's as BT.709, UT Video's as the one of two it
+    has a flag for: other codes went in as they were, and pure red read back as (233, 0, 1)."""
     import numpy as np
 
     from utils import run_pipeline
 
-    red = (63, 102, 240)  # BT.709 limited range, the H.273 formula: pure red
-    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, red, colorspace=1, color_range=1)
-    out = tmp_path / f"out{suffix}"
-    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", codec, quiet=False)
+    clip = _flat_clip(tmp_path / "red.mkv", *size, _limited_codes([1, 0, 0], matrix), colorspace=tag, color_range=1)
+    options = {"dnxhd": ["--encoder-opt", "profile=dnxhr_hq"], "libwebp": ["--frames", 1]}.get(codec, [])
+    result = run_pipeline(clip, "-o", tmp_path / out, "-vf", "", "-c", codec, *options, quiet=False)
     assert result.returncode == 0, result.stderr
-    assert f"{codec} codes BT.601 only (JPEG's matrix): the BT.709 frames are converted" in result.stderr
-    _, frame = _first_frame(out)
-    assert frame.colorspace == 5
+    assert f"{codec} {said}" in result.stderr
+    _, frame = _first_frame(tmp_path / out)
     got = frame.to_ndarray(format="rgb24").astype(int)
-    assert np.abs(got - [255, 0, 0]).max() <= 4, got[0, 0]
+    assert np.abs(got - [255, 0, 0]).max() <= (8 if codec == "libwebp" else 4), got[0, 0]  # WebP is lossy
+
+
+@pytest.mark.parametrize("suffix, pix_fmt", [(".tiff", "rgb24"), (".jp2", "rgb24")])
+def test_pictures_whose_yuv_carries_no_tags_are_rgb(tmp_path, suffix, pix_fmt):
+    """TIFF's and JPEG 2000's YUV holds no matrix (TIFF's readers assume BT.601): they were YUV by default."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, _limited_codes([1, 0, 0], "bt709"), colorspace=1, color_range=1)
+    out = tmp_path / f"red{suffix}"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "--frames", 1)
+    assert result.returncode == 0, result.stderr
+    _, frame = _first_frame(out)
+    assert frame.format.name == pix_fmt
+    assert np.abs(frame.to_ndarray(format="rgb24").astype(int) - [255, 0, 0]).max() <= 2
+
+
+def test_packed_yuv_is_tagged_as_yuv(tmp_path):
+    """uyvy422 (the raw format MOV and AVI read back) was taken for something not YUV: no matrix or range
+    tag, and BT.709 red read back as (231, 0, 1)."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, _limited_codes([1, 0, 0], "bt709"), colorspace=1, color_range=1)
+    out = tmp_path / "raw.mkv"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "rawvideo", "-pix_fmt", "uyvy422")
+    assert result.returncode == 0, result.stderr
+    cc, frame = _first_frame(out)
+    assert (cc.colorspace, cc.color_range) == (1, 1)
+    assert np.abs(frame.to_ndarray(format="rgb24").astype(int) - [255, 0, 0]).max() <= 3
+
+
+def test_mp4_keeps_a_matrix_tagged_alone(tmp_path):
+    """MP4 and MOV wrote their colour box only where primaries, transfer and matrix were all tagged: SD
+    BT.709 tagged with its matrix alone read back as BT.601. The user's own movflags stay."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, _limited_codes([1, 0, 0], "bt709"), colorspace=1, color_range=1)
+    out = tmp_path / "out.mp4"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "ffv1", "--output-opt", "movflags=+faststart")
+    assert result.returncode == 0, result.stderr
+    cc, frame = _first_frame(out)
+    assert cc.colorspace == 1
+    assert np.abs(frame.to_ndarray(format="rgb24").astype(int) - [255, 0, 0]).max() <= 3
+    data = out.read_bytes()
+    assert data.index(b"moov") < data.index(b"mdat")  # faststart: the index first
 
 
 @pytest.mark.parametrize("size, tags, codec, suffix, notice", [
@@ -196,7 +262,8 @@ def test_jpeg_of_bt709_input_is_converted_to_jpegs_matrix(tmp_path, codec, suffi
     ((1280, 720), {"colorspace": 1, "color_range": 1}, "mpeg4", ".avi", None),  # what players assume of HD
     ((64, 48), {"colorspace": 1, "color_range": 1}, "libx264", ".avi", None),  # H.264's VUI says it
     ((64, 48), {"colorspace": 1, "color_range": 1}, "mpeg4", ".mkv", None),
-], ids=["sd-709", "full-range", "hd-601", "hd-709", "h264", "mkv"])
+    ((64, 48), {"colorspace": 1, "color_range": 1}, "mpeg4", ".ts", "BT.709 limited range frames as BT.601 limited"),
+], ids=["sd-709", "full-range", "hd-601", "hd-709", "h264", "mkv", "mpegts"])
 def test_a_container_without_colour_tags_gets_a_notice_where_players_would_misread(tmp_path, size, tags, codec,
                                                                                     suffix, notice):
     from utils import run_pipeline

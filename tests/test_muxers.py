@@ -329,6 +329,13 @@ def test_a_gif_keeps_the_colours(tmp_path, clip):
     assert np.abs(rgb[..., 0] - rgb[..., 1]).mean() > 4
 
 
+def test_palette_frames_asked_for_are_refused_in_words(tmp_path, clip):
+    """swscale makes no palette: --pix-fmt pal8 ended in its own text ("Unsupported output ... pal8")."""
+    line = one_error(run_pipeline(clip, "-o", tmp_path / "out.gif", "-c", "gif", "-pix_fmt", "pal8", cwd=tmp_path), 2,
+                     "--pix-fmt pal8: palette frames cannot be made from video here; the gif encoder also takes rgb8")
+    assert "Unsupported" not in line and partials(tmp_path) == []
+
+
 def test_a_checksum_muxer_hashes_the_raw_frames(tmp_path, clip):
     """``-f md5 -`` checks the frames, as ffmpeg's default there does: it hashed the H.264 packets."""
     raw = tmp_path / "out.yuv"
