@@ -14,7 +14,7 @@ import av
 from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
 from .encoders import CODED_MATRICES, makes_limited_range
-from .muxers import codec_name, loses_colour_tags
+from .muxers import codec_name, loses_colour_tags, loses_range
 from .video import (AVCOL_RANGE_JPEG, AVCOL_RANGE_MPEG, AVCOL_SPC_BT470BG, AVCOL_SPC_BT709, AVCOL_SPC_BT2020_NCL,
                     AVCOL_SPC_RGB, AVCOL_SPC_UNSPECIFIED, Colour, is_hd)
 
@@ -59,6 +59,10 @@ class EncoderFrames:
                 cc.color_range, self.kind = AVCOL_RANGE_MPEG, "limited"
                 self.notices.append(f"{self.target}: {cc.name} codes limited range only: the full-range frames are "
                                     "converted")
+            elif colour.full_range and loses_range(muxer, codec_name(cc.codec)):
+                cc.color_range, self.kind = AVCOL_RANGE_MPEG, "limited"
+                self.notices.append(f"{self.target}: {muxer} keeps no range tag for {cc.name}: the full-range "
+                                    "frames are converted to limited range (.mkv or .mp4 keeps full range)")
             coded = CODED_MATRICES.get(cc.name, (colour.matrix,))
             if colour.matrix not in coded:  # HD to BT.709 where the codec has both
                 self.matrix = coded[0] if len(coded) == 1 else "bt709" if is_hd(cc.width, cc.height) else "bt601"

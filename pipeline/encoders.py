@@ -139,8 +139,10 @@ def output_format(codec: av.Codec, requested: str | None, depth: int) -> tuple[s
             raise ConfigError(f"--pix-fmt {requested}: the {codec.name} encoder does not take it; it takes "
                               f"{', '.join(names)}")
         if av.VideoFormat(requested).has_palette:  # swscale makes no palette (ffmpeg's palettegen filter does)
+            others = ", ".join(n for n in names if n != requested)
             raise ConfigError(f"--pix-fmt {requested}: palette frames cannot be made from video here; "
-                              f"the {codec.name} encoder also takes {', '.join(n for n in names if n != requested)}")
+                              + (f"the {codec.name} encoder also takes {others}" if others else
+                                 "choose another pixel format"))
         chosen = requested
     elif codec.name in RGB_FIRST and (rgb := _rgb_format(names, depth)):
         chosen = rgb

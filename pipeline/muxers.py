@@ -212,6 +212,12 @@ TAGS_IN_BITSTREAM = frozenset({"h264", "hevc", "av1", "vp9", "mpeg2video", "pror
                                "dnxhd", "utvideo"})  # the last three: frames converted to the matrix they code
 
 
+def loses_range(muxer: str, codec: str) -> bool:
+    """Whether full-range video of ``codec`` in ``muxer`` reads back as limited: MOV's colour box has no range
+    flag (MP4's has), and only a bitstream that says it (H.264's VUI, ...) keeps it there."""
+    return muxer == "mov" and codec not in TAGS_IN_BITSTREAM
+
+
 def loses_colour_tags(muxer: str, codec: str) -> bool:
     """Whether video of ``codec`` (FFmpeg's name) in ``muxer`` reads back without its matrix and range."""
     return muxer in UNTAGGED_MUXERS and codec not in TAGS_IN_BITSTREAM

@@ -237,6 +237,23 @@ def test_packed_yuv_is_tagged_as_yuv(tmp_path):
     assert np.abs(frame.to_ndarray(format="rgb24").astype(int) - [255, 0, 0]).max() <= 3
 
 
+def test_full_range_into_mov_without_a_range_tag_is_made_limited(tmp_path):
+    """MOV's colour box has no range flag: full-range raw video read back as limited (15 codes off)."""
+    import numpy as np
+
+    from utils import run_pipeline
+
+    codes = _limited_codes([1, 0, 0], "bt601")
+    full = (round((codes[0] - 16) * 255 / 219), round((codes[1] - 128) * 255 / 224 + 128), 255)
+    clip = _flat_clip(tmp_path / "red.mkv", 64, 48, full, colorspace=6, color_range=2)
+    out = tmp_path / "raw.mov"
+    result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "rawvideo", "-pix_fmt", "uyvy422", quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "mov keeps no range tag for rawvideo: the full-range frames are converted to limited range" in result.stderr
+    _, frame = _first_frame(out)
+    assert np.abs(frame.to_ndarray(format="rgb24").astype(int) - [255, 0, 0]).max() <= 3
+
+
 def test_mp4_keeps_a_matrix_tagged_alone(tmp_path):
     """MP4 and MOV wrote their colour box only where primaries, transfer and matrix were all tagged: SD
     BT.709 tagged with its matrix alone read back as BT.601. The user's own movflags stay."""
