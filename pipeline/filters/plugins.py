@@ -78,13 +78,18 @@ def blamed_plugin(error: BaseException) -> Path | None:
     return next((path for path in reversed(loaded) if path in _LOADED_PLUGINS), None)
 
 
+def _raised_through(error: BaseException) -> list:
+    """The code objects ``error`` went through, outermost first."""
+    codes, tb = [], error.__traceback__
+    while tb is not None:
+        codes.append(tb.tb_frame.f_code)
+        tb = tb.tb_next
+    return codes
+
+
 def _raised_in(error: BaseException) -> list[str]:
     """The files of the code ``error`` went through, outermost first."""
-    files, tb = [], error.__traceback__
-    while tb is not None:
-        files.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    return files
+    return [code.co_filename for code in _raised_through(error)]
 
 
 def _plugin_filters(filters: Iterable) -> list:
@@ -104,13 +109,8 @@ def _raised_by(f, error: BaseException) -> bool:
     path = _module_file(f)
     if path is not None:
         return path in _raised_in(error)
-    methods = {code for value in vars(type(f)).values() if (code := getattr(value, "__code__", None)) is not None}
-    tb = error.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code in methods:
-            return True
-        tb = tb.tb_next
-    return False
+    methods = {getattr(value, "__code__", None) for value in vars(type(f)).values()} - {None}
+    return not methods.isdisjoint(_raised_through(error))
 
 
 def _origin(f) -> str | None:
