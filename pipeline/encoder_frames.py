@@ -11,7 +11,7 @@ with the matrix and range the run worked in, and the result tagged with what it 
 from __future__ import annotations
 
 import av
-from av.video.reformatter import ColorRange, Colorspace, Interpolation
+from av.video.reformatter import ColorRange, Colorspace, Interpolation, VideoReformatter
 
 from .encoders import CODED_MATRICES, makes_limited_range
 from .muxers import codec_name, loses_colour_tags, loses_range
@@ -33,7 +33,9 @@ def is_yuv(pix_fmt: str) -> bool:
 
 
 def is_grey(pix_fmt: str) -> bool:
-    return pix_fmt.startswith(("gray", "ya", "mono"))
+    """Grey, with or without alpha (ya8), or one bit (monow)."""
+    fmt = av.VideoFormat(pix_fmt)
+    return not fmt.is_rgb and not fmt.has_palette and len(fmt.components) <= 2
 
 
 class EncoderFrames:
@@ -45,7 +47,10 @@ class EncoderFrames:
         self.kind = "rgb" if av.VideoFormat(pix_fmt).is_rgb else "grey" if is_grey(pix_fmt) else None
         self._src_range = ColorRange.JPEG if colour.full_range else ColorRange.MPEG
         self.matrix = colour.matrix  # the frames', once converted
+        self._dst_range = self._src_range  # the stream's, once tagged
         self.notices: list[str] = []  # said once the encoder has opened: a refusal is the run's one line
+        # One swscale context each for the run, not one a frame (as the encoder keeps its own)
+        self._sws, self._sws_float = VideoReformatter(), VideoReformatter()
 
     def tag_stream(self, cc, muxer: str) -> None:
         """The stream's tags, and for YUV whether the frames must change range (an encoder that codes
@@ -55,14 +60,9 @@ class EncoderFrames:
             cc.colorspace, cc.color_range = colour.colorspace, colour.color_range
             if self.pix_fmt.startswith("yuvj"):
                 cc.color_range = AVCOL_RANGE_JPEG
-            elif colour.full_range and makes_limited_range(cc.name, muxer):
+            elif colour.full_range and (why := _limited_only(cc, muxer)):
                 cc.color_range, self.kind = AVCOL_RANGE_MPEG, "limited"
-                self.notices.append(f"{self.target}: {cc.name} codes limited range only: the full-range frames are "
-                                    "converted")
-            elif colour.full_range and loses_range(muxer, codec_name(cc.codec)):
-                cc.color_range, self.kind = AVCOL_RANGE_MPEG, "limited"
-                self.notices.append(f"{self.target}: {muxer} keeps no range tag for {cc.name}: the full-range "
-                                    "frames are converted to limited range (.mkv or .mp4 keeps full range)")
+                self.notices.append(f"{self.target}: {why}: the full-range frames are converted to limited range")
             coded = CODED_MATRICES.get(cc.name, (colour.matrix,))
             if colour.matrix not in coded:  # HD to BT.709 where the codec has both
                 self.matrix = coded[0] if len(coded) == 1 else "bt709" if is_hd(cc.width, cc.height) else "bt601"
@@ -74,23 +74,23 @@ class EncoderFrames:
         elif self.kind == "rgb":  # RGB, so tagged: MOV writes primaries and transfer only beside a matrix tag
             cc.colorspace, cc.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
         cc.color_primaries, cc.color_trc = colour.color_primaries, colour.color_trc
+        self._dst_range = ColorRange(cc.color_range)
         if is_yuv(self.pix_fmt):
             self.notices += _untagged_notice(self.target, muxer, cc,
                                              Colour(self.matrix, cc.color_range == AVCOL_RANGE_JPEG))
 
-    def convert(self, frame: av.VideoFrame, cc) -> av.VideoFrame:
+    def convert(self, frame: av.VideoFrame) -> av.VideoFrame:
         """``frame`` (the run's YUV, tagged as the input) as the encoder takes it."""
         if self.kind == "limited":
-            return frame.reformat(format=self.pix_fmt, dst_color_range=ColorRange.MPEG)
+            return self._sws.reformat(frame, format=self.pix_fmt, dst_color_range=ColorRange.MPEG)
         if self.kind == "matrix":
-            dst_range = ColorRange(cc.color_range)
-            frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
-                                   dst_colorspace=SWSCALE_MATRIX[self.matrix], src_color_range=self._src_range,
-                                   dst_color_range=dst_range, interpolation=ACCURATE)
-            frame.colorspace, frame.color_range = MATRIX_TAG[self.matrix], dst_range
+            frame = self._sws.reformat(frame, format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
+                                       dst_colorspace=SWSCALE_MATRIX[self.matrix], src_color_range=self._src_range,
+                                       dst_color_range=self._dst_range, interpolation=ACCURATE)
+            frame.colorspace, frame.color_range = MATRIX_TAG[self.matrix], self._dst_range
         elif self.kind == "rgb":
-            frame = frame.reformat(format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
-                                   src_color_range=self._src_range, dst_color_range=ColorRange.JPEG)
+            frame = self._sws.reformat(frame, format=self.pix_fmt, src_colorspace=SWSCALE_MATRIX[self.colour.matrix],
+                                       src_color_range=self._src_range, dst_color_range=ColorRange.JPEG)
             frame.colorspace, frame.color_range = AVCOL_SPC_RGB, AVCOL_RANGE_JPEG
         elif self.kind == "grey":
             frame = self._grey(frame)
@@ -101,12 +101,23 @@ class EncoderFrames:
         """The Y plane at full range. The same matrix on both sides keeps swscale from going through RGB; float
         grey it leaves at limited range, so it comes from 16-bit grey."""
         floats = "f32" in self.pix_fmt or "f16" in self.pix_fmt
-        grey = frame.reformat(format="gray16le" if floats else self.pix_fmt, src_colorspace=Colorspace.ITU601,
-                              dst_colorspace=Colorspace.ITU601, src_color_range=self._src_range,
-                              dst_color_range=ColorRange.JPEG)
+        grey = self._sws.reformat(frame, format="gray16le" if floats else self.pix_fmt,
+                                  src_colorspace=Colorspace.ITU601, dst_colorspace=Colorspace.ITU601,
+                                  src_color_range=self._src_range, dst_color_range=ColorRange.JPEG)
         if floats:
-            grey = grey.reformat(format=self.pix_fmt, src_color_range=ColorRange.JPEG, dst_color_range=ColorRange.JPEG)
+            grey = self._sws_float.reformat(grey, format=self.pix_fmt, src_color_range=ColorRange.JPEG,
+                                            dst_color_range=ColorRange.JPEG)
         return grey
+
+
+def _limited_only(cc, muxer: str) -> str | None:
+    """Why full-range frames must be made limited for this stream, or None: the encoder codes limited range
+    only, or MOV keeps no range tag for it."""
+    if makes_limited_range(cc.name, muxer):
+        return f"{cc.name} codes limited range only"
+    if loses_range(muxer, codec_name(cc.codec)):
+        return f"{muxer} keeps no range tag for {cc.name} (.mkv or .mp4 keeps full range)"
+    return None
 
 
 def _named(matrix: str) -> str:

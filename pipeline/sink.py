@@ -372,7 +372,7 @@ class Sink:
         frame.colorspace, frame.color_range = colour.frame_colorspace, colour.color_range
         # Encoders that code the primaries and transfer per frame (ProRes) read them from the frame.
         frame.color_primaries, frame.color_trc = colour.color_primaries, colour.color_trc
-        frame = self._frames.convert(frame, self.video.codec_context)
+        frame = self._frames.convert(frame)
         frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
         try:

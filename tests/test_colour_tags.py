@@ -165,7 +165,7 @@ def test_float_grey_is_made_full_range_too():
                             np.full((4, 48), 128, np.uint8)])
     frame = av.VideoFrame.from_ndarray(codes, format="yuv420p")
     frame.colorspace, frame.color_range = 1, 1
-    grey = EncoderFrames("grayf32le", Colour("bt709", False, 1, 1), "x.exr").convert(frame, None).to_ndarray()
+    grey = EncoderFrames("grayf32le", Colour("bt709", False, 1, 1), "x.exr").convert(frame).to_ndarray()
     assert np.allclose(grey[0, [0, 4, 8]], [0, 110 / 219, 1], atol=1e-3), grey[0, :12]
 
 
@@ -249,7 +249,8 @@ def test_full_range_into_mov_without_a_range_tag_is_made_limited(tmp_path):
     out = tmp_path / "raw.mov"
     result = run_pipeline(clip, "-o", out, "-vf", "", "-c", "rawvideo", "-pix_fmt", "uyvy422", quiet=False)
     assert result.returncode == 0, result.stderr
-    assert "mov keeps no range tag for rawvideo: the full-range frames are converted to limited range" in result.stderr
+    assert ("mov keeps no range tag for rawvideo (.mkv or .mp4 keeps full range): the full-range frames are "
+            "converted to limited range") in result.stderr
     _, frame = _first_frame(out)
     assert np.abs(frame.to_ndarray(format="rgb24").astype(int) - [255, 0, 0]).max() <= 3
 
