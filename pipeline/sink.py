@@ -40,7 +40,7 @@ from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encode
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
 from .encoders import (encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
-                       video_encoder)
+                       repair_short_x265_dts, video_encoder)
 from .encoders import time_base as encoder_time_base
 from .encoder_frames import EncoderFrames
 from .errors import ConfigError, OutputError, PipelineError
@@ -387,8 +387,7 @@ class Sink:
         if self._encoded == 0:
             self._encoder_said.close()
         self._encoded += 1
-        self._mux(packets)
-        self._report(packets)
+        self._mux_video(packets)
 
     def _timestamp(self, meta: FrameMeta) -> tuple[int, Fraction]:
         """The frame's pts in the encoder's time base where that is not the input's (1/rate for MPEG-2 or
@@ -414,6 +413,11 @@ class Sink:
     def audio_dropped(self) -> int:
         return self.audio_out.dropped if self.audio_out is not None else 0
 
+    def _mux_video(self, packets) -> None:
+        repair_short_x265_dts(self.video.codec_context.name, self._encoded, packets)
+        self._mux(packets)
+        self._report(packets)
+
     def _mux(self, packets) -> None:
         try:
             self.container.mux(packets)
@@ -430,9 +434,7 @@ class Sink:
     def finish(self) -> None:
         """Flush the encoder, finalise the container and move it into place; on failure, no output."""
         try:
-            packets = flush_encoder(self.video)
-            self._mux(packets)
-            self._report(packets)
+            self._mux_video(flush_encoder(self.video))
             self.audio_out.flush()
             self.container.close()
             self._check_written()
