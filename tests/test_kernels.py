@@ -150,6 +150,49 @@ def test_rgb24_both_ways(device):
     assert max_abs_diff(got, expected) <= 1
 
 
+# What a stage may write into frame.planes: past [0, 1], infinite, NaN. Each value fills one 2x2 block of all
+# three channels; the codes it gives (NaN as the low end, as CUDA's fmaxf takes it; +-inf less +-inf is NaN).
+# None: as on the CPU, whatever that is (3e38 times the matrix overflows).
+STAGE_VALUES = {"i420": [(np.nan, 0, 0), (np.inf, 255, 0), (-np.inf, 0, 0), (2.0, 255, 128), (-1.0, 0, 128),
+                         (3e38, 255, None)],
+                "rgb24": [(np.nan, 0, None), (np.inf, 255, None), (-np.inf, 0, None), (2.0, 255, None),
+                          (-1.0, 0, None), (3e38, 255, None)]}
+
+
+@pytest.mark.parametrize("device", all_devices())
+@pytest.mark.parametrize("layout", ["i420", "rgb24"])
+def test_what_a_stage_may_write_converts_back_alike_on_every_device(device, layout):
+    """Clamped, without a warning on the CPU (NaN cast to an integer is undefined there), the CPU's bits on
+    CUDA, and no block but its own changed."""
+    import warnings
+
+    fmt = VideoFormat(190, 106, Colour("bt709", False))
+    clean = smooth_rgb(fmt.width, fmt.height, seed=5)
+    rgb = clean.copy()
+    for k, (value, _, _) in enumerate(STAGE_VALUES[layout]):
+        rgb[:, 2:4, 4 * k:4 * k + 2] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = convert_from_rgb(device, rgb, fmt, layout)
+        base = convert_from_rgb(device, clean, fmt, layout)
+    if device == "cuda":
+        np.testing.assert_array_equal(got, convert_from_rgb("cpu", rgb, fmt, layout))
+    if layout == "rgb24":
+        got, base = got.reshape(fmt.height, fmt.width, 3), base.reshape(fmt.height, fmt.width, 3)
+        for k, (_, code, _) in enumerate(STAGE_VALUES[layout]):
+            assert (got[2:4, 4 * k:4 * k + 2] == code).all()
+            got[2:4, 4 * k:4 * k + 2] = base[2:4, 4 * k:4 * k + 2]
+    else:
+        y, u, v = (p.copy() for p in fmt.planes(got))
+        by, bu, bv = fmt.planes(base)
+        for k, (_, luma, chroma) in enumerate(STAGE_VALUES[layout]):
+            assert (y[2:4, 4 * k:4 * k + 2] == luma).all()
+            assert chroma is None or u[1, 2 * k] == chroma == v[1, 2 * k]
+            y[2:4, 4 * k:4 * k + 2], u[1, 2 * k], v[1, 2 * k] = by[2:4, 4 * k:4 * k + 2], bu[1, 2 * k], bv[1, 2 * k]
+        got = np.concatenate([p.ravel() for p in (y, u, v)])
+    np.testing.assert_array_equal(got.ravel(), base.ravel())
+
+
 # --- filters on every device ------------------------------------------------------------------------------
 
 

@@ -14,9 +14,15 @@ _F = np.float32
 _INV255 = _F(1.0 / 255.0)
 
 
+def _clamp(v: np.ndarray, low, high, out: np.ndarray | None = None) -> np.ndarray:
+    """``v`` clamped to [low, high] as CUDA's fminf(fmaxf(v, low), high): NaN (a stage's own write) gives
+    ``low``, where np.clip would keep it and casting it to an integer is undefined."""
+    return np.fmin(np.fmax(v, low, out=out), high, out=out)
+
+
 def _quantise(v: np.ndarray, out: np.ndarray, top: np.float32 = _F(255)) -> None:
     """round(v) clamped to [0, top], into ``out`` (``v`` is overwritten)."""
-    np.clip(np.floor(v + _F(0.5)), 0, top, out=v)
+    _clamp(np.floor(v + _F(0.5), out=v), 0, top, out=v)
     out[...] = v
 
 
@@ -39,11 +45,12 @@ def yuv_to_rgb(y: np.ndarray, u: np.ndarray, v: np.ndarray, k: YuvCoefficients, 
 def rgb_to_yuv(rgb: np.ndarray, k: YuvCoefficients, y: np.ndarray, u: np.ndarray, v: np.ndarray) -> None:
     """(3, H, W) float32 -> Y, U, V code values; chroma from the mean of each 2x2 block."""
     r, g, b = rgb[0], rgb[1], rgb[2]
-    _quantise(k.y_off + k.y_scale * (k.kr * r + k.kg * g + k.kb * b), y, k.top)
-    ra, ga, ba = (_mean_2x2(c) for c in (r, g, b))
-    lum = k.kr * ra + k.kg * ga + k.kb * ba
-    _quantise(k.c_off + k.c_scale * ((ba - lum) * k.cb_inv), u, k.top)
-    _quantise(k.c_off + k.c_scale * ((ra - lum) * k.cr_inv), v, k.top)
+    with np.errstate(invalid="ignore", over="ignore"):  # a stage's infinities and NaN, clamped as on CUDA
+        _quantise(k.y_off + k.y_scale * (k.kr * r + k.kg * g + k.kb * b), y, k.top)
+        ra, ga, ba = (_mean_2x2(c) for c in (r, g, b))
+        lum = k.kr * ra + k.kg * ga + k.kb * ba
+        _quantise(k.c_off + k.c_scale * ((ba - lum) * k.cb_inv), u, k.top)
+        _quantise(k.c_off + k.c_scale * ((ra - lum) * k.cr_inv), v, k.top)
 
 
 def _mean_2x2(c: np.ndarray) -> np.ndarray:
@@ -81,7 +88,7 @@ def rgb_to_rgb24_cpu(rgb: np.ndarray, fmt: VideoFormat, packed: np.ndarray) -> N
     """(3, H, W) float32 -> packed uint8 RGB: round(clamp(v, 0, 1) * 255)."""
     hwc = packed.reshape(fmt.height, fmt.width, 3)
     for c in range(3):
-        v = np.clip(rgb[c], 0, 1) * _F(255)
+        v = _clamp(rgb[c], 0, 1) * _F(255)
         _quantise(v, hwc[:, :, c])
 
 
