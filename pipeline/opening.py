@@ -62,8 +62,7 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
         # own set-up into the import's way (1080p's first frame 458-468 ms after the imports, not 391-444).
         kwargs["options"] = {k: v for k, v in PROBE_HEADERS_ONLY.items() if k not in options}
     try:
-        container = av.open(ffmpeg_name(path, input_format, local), "r", format=input_format,
-                            container_options=options, **kwargs)
+        container = _open(path, input_format, local, options, kwargs)
     except RuntimeError as e:  # "Hardware accelerated decode requested but no stream is compatible"
         raise DecoderRefused(f"{path}: NVDEC cannot decode this stream: {e}") from e
     except av.error.ExitError as e:  # the interrupt callback: the open timeout expired
@@ -88,6 +87,35 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
         container.close()
         raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
     return container
+
+
+def _open(path: str, input_format: str | None, local: bool, options: dict[str, str], kwargs: dict):
+    """``av.open``; a regular file FFmpeg's probe could not place is tried once more as its name says, where
+    the demuxer of that name lists no extensions, so the probe never read the name: a file of a few MPEG-TS
+    packets (a two-frame 16x16 clip, under about 2 KB) scores lower as TS than as MPEG-PS and did not open."""
+    name = ffmpeg_name(path, input_format, local)
+    try:
+        return av.open(name, "r", format=input_format, container_options=options, **kwargs)
+    except (av.error.EOFError, av.error.InvalidDataError) as e:
+        named = None if input_format is not None or not local else _unprobed_demuxer(path)
+        if named is None:
+            raise
+        try:
+            return av.open(name, "r", format=named, container_options=options, **kwargs)
+        except av.error.FFmpegError:
+            raise e from None
+
+
+def _unprobed_demuxer(path: str) -> str | None:
+    """The demuxer of the muxer a regular file's extension names, where that demuxer lists no extensions."""
+    from .avlib import guessed_muxer
+
+    muxer = guessed_muxer(path) if os.path.isfile(path) else None
+    try:
+        demuxer = av.format.ContainerFormat(muxer, "r") if muxer else None
+    except ValueError:  # a muxer without a demuxer of its name
+        return None
+    return muxer if demuxer is not None and not demuxer.extensions else None
 
 
 # What FFmpeg logs when an option's value does not parse or is out of range (PyAV appends the last log line).

@@ -480,3 +480,32 @@ def test_one_or_two_frames_through_libx265_are_written(tmp_path, frames):
                 packets = [p for p in container.demux(video=0) if p.size]
             assert len(packets) == frames
             assert all(p.dts is None or p.dts == p.pts for p in packets), suffix
+
+
+def test_a_few_packets_of_mpeg_ts_read_back(tmp_path):
+    """Two 16x16 frames make a TS file of nine packets, which FFmpeg's probe takes for MPEG-PS (it opened
+    with "End of file", exit 3): a .ts name is then read as MPEG-TS."""
+    import pipeline
+
+    clip = make_clip(tmp_path / "tiny.mp4", width=16, height=16, frames=2, audio=False)
+    out = tmp_path / "tiny.ts"
+    pipeline.run(clip, out, device="cpu")
+    assert out.stat().st_size < 2048  # small enough that the probe misses it
+    assert pipeline.run(out, "null", device="cpu")["frames_out"] == 2
+    junk = tmp_path / "junk.ts"
+    junk.write_bytes(np.random.default_rng(3).integers(0, 256, 3000, dtype=np.uint8).tobytes())
+    one_error(run_pipeline(junk, "-o", tmp_path / "junk.mkv"), 3, "cannot open as video")
+
+
+@pytest.mark.parametrize("encoder, name, suggested, not_suggested", [
+    ("rv10", "out.mkv", None, ".mkv"),  # Matroska lists RealVideo, then refuses it at its header
+    ("asv1", "out.mxf", ".avi, .nut", ".mkv"),
+])
+def test_a_muxers_refusal_suggests_containers_that_carry_the_codec(tmp_path, clip, encoder, name, suggested,
+                                                                   not_suggested):
+    if encoder not in av.codecs_available:
+        pytest.skip(f"PyAV's FFmpeg has no {encoder}")
+    result = run_pipeline(clip, "-o", tmp_path / name, "-c", encoder)
+    line = one_error(result, 2, "try another output extension")
+    assert not_suggested not in line.split("try ", 1)[1]
+    assert suggested is None or f"({suggested})" in line
