@@ -164,12 +164,20 @@ def audio_rate(muxer: str, rate: int) -> int:
     return min(rates, key=lambda r: (abs(r - rate), -r))
 
 
+# Codecs a muxer lists as supported and then refuses when it writes its header: Matroska "does not yet support
+# muxing" RealVideo and RealAudio.
+REFUSED_AT_HEADER = {"matroska": frozenset({"rv10", "rv20", "rv30", "rv40", "ra_144", "ra_288", "cook", "atrac3",
+                                            "sipr"})}
+
+
 def containers_for(codec: str, candidates=tuple(COMMON)) -> list[str]:
     """The output extensions, of a few common ones, whose muxer carries ``codec`` (an encoder's name)."""
     name = codec_name(av.Codec(codec, "w"))
     found = []
     for suffix in candidates:
         muxer = COMMON[suffix]
+        if name in REFUSED_AT_HEADER.get(muxer, ()):
+            continue
         if muxer in VIDEO:
             if name in VIDEO[muxer]:
                 found.append(suffix)

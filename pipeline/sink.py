@@ -46,7 +46,7 @@ from .encoder_frames import EncoderFrames
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
 from .log import log
-from .muxers import carries_video, codec_name, containers_for, raw_format_refusal, without_video
+from .muxers import COMMON, carries_video, codec_name, containers_for, raw_format_refusal, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
@@ -322,9 +322,17 @@ class Sink:
         refused = "; ".join(m for who, level, m in lines if level >= 40 and who == muxer)
         if isinstance(e, OSError) and not (refused and e.errno in (errno.EPERM, errno.EINVAL, errno.ENOSYS)):
             return OutputError(f"{self.target}: cannot create output: {e}")
-        other = "another output extension (.mkv)" if self.staged is not None else "another -f (matroska, mpegts)"
         return ConfigError(f"{self.target}: cannot write {streams} as {muxer} with these options ("
-                           f"{refused or e}); try {other} or --output-opt")
+                           f"{refused or e}); try {self._other_muxers(name, muxer)} or --output-opt")
+
+    def _other_muxers(self, encoder: str, muxer: str) -> str:
+        """Other outputs to suggest, of those that carry ``encoder``'s video: extensions for a file, ``-f``
+        names for a pipe or URL; never the muxer that just refused."""
+        fits = [suffix for suffix in containers_for(encoder) if COMMON[suffix] != muxer]
+        if self.staged is not None:
+            return f"another output extension ({', '.join(fits)})" if fits else "another output extension"
+        names = dict.fromkeys(COMMON[suffix] for suffix in fits)
+        return f"another -f ({', '.join(names)})" if names else "another -f"
 
     def _open_encoders(self) -> None:
         self.container.start_encoding()  # opens every stream's encoder and writes the header
