@@ -185,6 +185,19 @@ def _inverse(rate: Fraction) -> Fraction:
     return (1 / Fraction(rate)).limit_denominator(0xFFFF)
 
 
+# Encoders that take frames FFmpeg's own decoder then cannot read: DXV of 4 rows or fewer ("Invalid data").
+MIN_HEIGHT = {"dxv": 6}
+
+
+def size_refusal(name: str, width: int, height: int) -> str | None:
+    """Why the encoder ``name`` cannot code ``width`` x ``height`` frames that read back, or None."""
+    least = MIN_HEIGHT.get(name)
+    if least is not None and height < least:
+        return (f"the {name} encoder's {width}x{height} frames do not decode; it needs frames at least "
+                f"{least} rows high")
+    return None
+
+
 def refusal(name: str, error: Exception, detail: str, what: str) -> ConfigError:
     """The one line for an encoder that refused to open or to take our frames (``what`` says which)."""
     said = getattr(error, "log", None)

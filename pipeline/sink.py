@@ -40,7 +40,7 @@ from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encode
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
 from .encoders import (encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
-                       repair_short_x265_dts, video_encoder)
+                       repair_short_x265_dts, size_refusal, video_encoder)
 from .encoders import time_base as encoder_time_base
 from .encoder_frames import EncoderFrames
 from .errors import ConfigError, OutputError, PipelineError
@@ -350,6 +350,8 @@ class Sink:
             raise ConfigError(f"{self.target}: the {muxer} muxer cannot hold {encoder.name} video"
                               + (f"; these can: {', '.join(fits)}" if fits else f" ({e})")) from e
         if (why := raw_format_refusal(self.container.format.name, encoder.name, self.pix_fmt)) is not None:
+            raise ConfigError(f"{self.target}: {why}")
+        if (why := size_refusal(encoder.name, self.fmt.width, self.fmt.height)) is not None:
             raise ConfigError(f"{self.target}: {why}")
         stream.width, stream.height = self.fmt.width, self.fmt.height
         stream.pix_fmt = self.pix_fmt  # converted by swscale from the frames' I420 where it differs

@@ -509,3 +509,20 @@ def test_a_muxers_refusal_suggests_containers_that_carry_the_codec(tmp_path, cli
     line = one_error(result, 2, "try another output extension")
     assert not_suggested not in line.split("try ", 1)[1]
     assert suggested is None or f"({suggested})" in line
+
+
+@pytest.mark.parametrize("size, code", [((8, 4), 2), ((4, 6), 0)])
+def test_dxv_frames_too_short_to_decode_are_refused(tmp_path, size, code):
+    """DXV of 4 rows or fewer was written with exit 0 and did not decode ("Invalid data")."""
+    if "dxv" not in av.codecs_available:
+        pytest.skip("PyAV's FFmpeg has no dxv encoder")
+    clip = make_clip(tmp_path / "short.mp4", width=size[0], height=size[1], frames=1, audio=False)
+    out = tmp_path / "out.mov"
+    result = run_pipeline(clip, "-o", out, "-c", "dxv")
+    if code:
+        one_error(result, code, "at least 6 rows high")
+        assert not out.exists()
+    else:
+        assert result.returncode == 0, result.stderr
+        with av.open(str(out)) as container:
+            assert len(list(container.decode(video=0))) == 1
