@@ -344,8 +344,12 @@ class Pipeline(Stages, Tally, Teardown):
     def _stop_on_interrupt(self, threads: list[Worker]) -> None:
         """A Ctrl-C in the caller's thread (KeyboardInterrupt: the API's caller; the command line's handlers
         set events instead) stops the run as the command line's first one does, the frames in flight
-        drained; another one meanwhile stops it at once. The threads are joined before anything closes."""
+        drained; another one meanwhile stops it at once. The threads are joined before anything closes. One
+        that came while the stages were being started may have left a later stage unstarted: with nobody to
+        drain into, the others stop at once (they waited forever on a full channel)."""
         self.stop_event.set()
+        if any(t.never_ran() for t in threads):
+            self.abort.set()
         self._join(threads, self._tick)
 
     def _join(self, threads: list[Worker], tick: Callable[[], None] | None = None) -> KeyboardInterrupt | None:

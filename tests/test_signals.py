@@ -394,6 +394,38 @@ def test_ctrl_c_in_an_api_call_drains_the_run_then_reaches_the_caller(tmp_path, 
     assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []
 
 
+_API_RUN_STARTING = """
+import sys, threading
+import pipeline
+from pipeline.channels import Worker
+
+start = Worker.start
+
+def start_but_the_encoder(self):
+    if self.name == "pipeline-encode":
+        raise KeyboardInterrupt  # the Ctrl-C comes while the stages are being started
+    start(self)
+
+Worker.start = start_but_the_encoder
+try:
+    pipeline.run(sys.argv[1], sys.argv[2], device="cpu", quiet=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")])
+"""
+
+
+def test_ctrl_c_while_the_stages_start_ends_the_api_call(tmp_path, long_clip):
+    """Decode and submit started, the encoder not: nothing drains their channels, so the graceful stop
+    waited forever on them. They stop at once, and the caller gets its KeyboardInterrupt."""
+    from utils import python_command
+
+    out = tmp_path / "out.mp4"
+    result = subprocess.run(python_command("-c", _API_RUN_STARTING, long_clip, out), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "KeyboardInterrupt []", result
+    assert not out.exists() and partials(tmp_path) == []  # no frame was done
+
+
 _API_RUN_MANY = """
 import sys, threading
 import pipeline
