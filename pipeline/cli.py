@@ -360,7 +360,7 @@ def _install_signal_handlers(control: Any) -> None:
                  "(again to exit at once)\n")
             return
         control.stop(signum)
-        if control.interruptible:
+        if control.interruptible and not _in_import_machinery(frame):
             control.interruptible = False
             raise Interrupted(signum, "no output written")
 
@@ -375,6 +375,14 @@ def _install_signal_handlers(control: Any) -> None:
         signal.signal(sig, handler)
     if signal.getsignal(signal.SIGQUIT) is not signal.SIG_IGN:
         signal.signal(signal.SIGQUIT, quit_now)
+
+
+def _in_import_machinery(frame) -> bool:
+    """Whether the main thread is inside importlib's own code, where an exception may come between its
+    lock's acquire and the ``try`` that releases it: raised there, the lock stays taken and the set-up
+    thread's next import waits forever (and the run with it). The stop then waits for the set-up's next
+    check (:meth:`~pipeline.control.RunControl.before_output`); a second signal still exits at once."""
+    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
