@@ -102,10 +102,14 @@ class Teardown:
 
     def _end_sink(self, error: BaseException | None) -> None:
         done, sink = self.stats.frames_out, self.sink
+        # Read once: a stop that comes while a complete output is being finished (its trailer written, the
+        # file moved into place) ends nothing, and must not report that output as stopped (a batch then
+        # removed the file it had just put in place of the user's).
+        stopped = self.stop_event.is_set()
         # Keep a playable file of the frames done when stopped on purpose, by the GPU mid-run or by a
         # live source that stalled; any other failure (bad input, write error, a bug) leaves no output.
         keep = done > 0 and (error is None or isinstance(error, (GPUError, SourceStalled)))
-        keep = keep and (self.control.keep_partial or (error is None and not self.stop_event.is_set()))
+        keep = keep and (self.control.keep_partial or (error is None and not stopped))
         if sink is not None:
             if not keep:
                 sink.abort()
@@ -123,7 +127,7 @@ class Teardown:
             if keep and sink is not None:  # frames() has no output to speak of
                 error.args = (f"{error}; {target} holds the {done} frames done",)
             raise error
-        if self.stop_event.is_set():
+        if stopped:
             kept = f"{target} holds the {done} frames done" if keep else "no output written"
             raise self.control.stop_error(kept)
         if not keep:
