@@ -6,6 +6,7 @@ any output file exists; a part built before a later one fails is closed again.
 
 from __future__ import annotations
 
+import _imp
 import logging
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -427,6 +428,7 @@ def _memory(backend, request, phases: Phases):
 
 def _close_result(future) -> None:
     """A part built in the background for a run that failed meanwhile: give it back."""
+    _release_leaked_import_lock()
     try:
         part = future.result()
     except BaseException:
@@ -434,6 +436,18 @@ def _close_result(future) -> None:
     close = getattr(part, "close", None)
     if close is not None:
         close()
+
+
+def _release_leaked_import_lock() -> None:
+    """A Ctrl-C (the API caller's KeyboardInterrupt) raised inside importlib between its acquire of the global
+    import lock and the ``try`` that releases it leaves the lock to this thread: the set-up thread's next import
+    then waits forever, and so would this thread waiting for it. Outside importlib's own code this thread
+    never holds that lock, so what it holds here is such a leak."""
+    while True:
+        try:
+            _imp.release_lock()
+        except RuntimeError:  # not held by this thread
+            return
 
 
 def check_host_memory(cfg: RunConfig, plan) -> None:

@@ -427,6 +427,36 @@ def test_ctrl_c_while_the_stages_start_ends_the_api_call(tmp_path, long_clip):
     assert not out.exists() and partials(tmp_path) == []  # no frame was done
 
 
+_API_RUN_IMPORT_LOCK = """
+import _imp, sys, threading, time
+import pipeline
+from pipeline import build
+
+def interrupted_inside_importlib(*args, **kwargs):
+    _imp.acquire_lock()  # as importlib's code holds it when the Ctrl-C lands, never to release it
+    time.sleep(0.5)  # meanwhile the set-up thread's first import of the backend waits for it
+    raise KeyboardInterrupt
+
+build._open_source = interrupted_inside_importlib
+try:
+    pipeline.run(sys.argv[1], sys.argv[2], device="cpu", quiet=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")])
+"""
+
+
+def test_ctrl_c_that_leaves_the_import_lock_taken_ends_the_api_call(tmp_path, clip):
+    """The caller's KeyboardInterrupt raised inside importlib's locked section: the set-up thread waited
+    for the lock forever, and the call for the set-up thread."""
+    from utils import python_command
+
+    out = tmp_path / "out.mp4"
+    result = subprocess.run(python_command("-c", _API_RUN_IMPORT_LOCK, clip, out), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "KeyboardInterrupt []", result
+    assert not out.exists() and partials(tmp_path) == []
+
+
 _API_RUN_MANY = """
 import sys, threading
 import pipeline
