@@ -146,6 +146,9 @@ def _main(argv: list[str], process_ends: bool = False) -> int:
     except Exception as e:  # a bug: still one line, the traceback only with --debug
         if debug:
             traceback.print_exc()
+        if _raised_while_interrupted(e):  # code cleaning up after the Ctrl-C failed in turn: the Ctrl-C
+            err.print("pipeline: interrupted", markup=False)
+            return EXIT_SIGINT
         mapped = as_pipeline_error(e)  # a CUDA failure wherever it surfaced is still exit 5, not a bug
         if isinstance(mapped, PipelineError):
             err.print(f"pipeline: error: {_one_line(mapped)}", markup=False, soft_wrap=True)
@@ -154,6 +157,19 @@ def _main(argv: list[str], process_ends: bool = False) -> int:
         err.print(f"pipeline: internal error{where}: {type(e).__name__}: {_one_line(e)} (--debug shows the "
                   "traceback)", markup=False, soft_wrap=True)
         return EXIT_INTERNAL
+
+
+def _raised_while_interrupted(error: BaseException) -> bool:
+    """Whether ``error`` was raised while a KeyboardInterrupt was being handled: a Ctrl-C before the handlers
+    are installed, inside code whose clean-up then fails (argparse's intermixed parsing restores attributes
+    it had not yet saved: AttributeError 'save_nargs')."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        error = error.__context__
+    return False
 
 
 def _parse(argv: list[str]):

@@ -532,6 +532,20 @@ def test_a_stop_while_a_complete_output_is_finished_leaves_it_complete(tmp_path,
     assert stats.frames_out == 6 and len(video_times(out)) == 6
 
 
+def test_a_ctrl_c_whose_clean_up_fails_is_still_a_ctrl_c(monkeypatch, capsys, restore_signals):
+    """A Ctrl-C inside argparse's intermixed parsing, before the handlers exist: its clean-up restores an
+    attribute it had not saved yet, and the AttributeError came out as an internal error, exit 1."""
+    def parse(argv):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise AttributeError("'_StoreAction' object has no attribute 'save_nargs'")
+
+    monkeypatch.setattr(cli, "_parse", parse)
+    assert cli.main(["run", "in.mp4"]) == 130
+    assert capsys.readouterr().err.strip() == "pipeline: interrupted"
+
+
 def test_a_signal_delivered_twice_at_once_is_one_stop(monkeypatch):
     """``timeout -s INT`` sends its signal to the command, then to the command's process group: twice."""
     from pipeline import errors
