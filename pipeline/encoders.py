@@ -236,12 +236,13 @@ def encoder_without_threads(name: str, error: Exception) -> PipelineError:
 # x265 sets the offset between a frame's PTS and its DTS only when its third frame arrives (x265 issue 781, fixed
 # in an x265 newer than PyAV's wheels bundle): a clip of one or two frames gets whatever was in memory as DTS,
 # which MP4 and MOV refuse ("Not yet implemented") and Matroska calls "pts < dts". So few frames are never
-# reordered: their DTS is their PTS.
+# reordered (the last is a P frame): their DTS is their PTS.
 X265_DTS_FROM_FRAME = 3
 
 
 def repair_short_x265_dts(encoder: str, frames_sent: int, packets) -> None:
-    """Give ``packets`` of a libx265 encoder that has been sent fewer than three frames their PTS as DTS."""
+    """Give the flushed ``packets`` of a libx265 encoder that was sent fewer than three frames in all their PTS
+    as DTS."""
     if encoder == "libx265" and frames_sent < X265_DTS_FROM_FRAME:
         for packet in packets:
             if packet.pts is not None:

@@ -424,7 +424,6 @@ class Sink:
         return self.audio_out.dropped if self.audio_out is not None else 0
 
     def _mux_video(self, packets) -> None:
-        repair_short_x265_dts(self.video.codec_context.name, self._encoded, packets)
         self._mux(packets)
         self._report(packets)
 
@@ -444,7 +443,9 @@ class Sink:
     def finish(self) -> None:
         """Flush the encoder, finalise the container and move it into place; on failure, no output."""
         try:
-            self._mux_video(flush_encoder(self.video))
+            packets = flush_encoder(self.video)
+            repair_short_x265_dts(self.video.codec_context.name, self._encoded, packets)
+            self._mux_video(packets)
             self.audio_out.flush()
             self.container.close()
             self._check_written()
