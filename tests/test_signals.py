@@ -395,7 +395,31 @@ def test_ctrl_c_in_an_api_call_drains_the_run_then_reaches_the_caller(tmp_path, 
     assert 0 < len(video_times(out)) < FRAMES and partials(tmp_path) == []
 
 
-_API_RUN_STARTING = """
+# The API call of the next two tests, after each one's way of interrupting it (the Ctrl-C, landed somewhere).
+_API_CALL = """
+try:
+    pipeline.run(sys.argv[1], sys.argv[2], device="cpu", quiet=True)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")])
+"""
+
+
+def _interrupted_api_call(tmp_path, clip, interruption: str) -> None:
+    """``interruption`` then the call, in a child process: the caller gets its KeyboardInterrupt within the
+    timeout, no thread of the run is left, nothing is written (no frame was done)."""
+    from utils import python_command
+
+    out = tmp_path / "out.mp4"
+    result = subprocess.run(python_command("-c", interruption + _API_CALL, clip, out), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "KeyboardInterrupt []", result
+    assert not out.exists() and partials(tmp_path) == []
+
+
+def test_ctrl_c_while_the_stages_start_ends_the_api_call(tmp_path, long_clip):
+    """Decode and submit started, the encoder not: nothing drains their channels, so the graceful stop
+    waited forever on them. They stop at once."""
+    _interrupted_api_call(tmp_path, long_clip, """
 import sys, threading
 import pipeline
 from pipeline.channels import Worker
@@ -408,26 +432,13 @@ def start_but_the_encoder(self):
     start(self)
 
 Worker.start = start_but_the_encoder
-try:
-    pipeline.run(sys.argv[1], sys.argv[2], device="cpu", quiet=True)
-except KeyboardInterrupt:
-    print("KeyboardInterrupt", [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")])
-"""
+""")
 
 
-def test_ctrl_c_while_the_stages_start_ends_the_api_call(tmp_path, long_clip):
-    """Decode and submit started, the encoder not: nothing drains their channels, so the graceful stop
-    waited forever on them. They stop at once, and the caller gets its KeyboardInterrupt."""
-    from utils import python_command
-
-    out = tmp_path / "out.mp4"
-    result = subprocess.run(python_command("-c", _API_RUN_STARTING, long_clip, out), cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and result.stdout.strip() == "KeyboardInterrupt []", result
-    assert not out.exists() and partials(tmp_path) == []  # no frame was done
-
-
-_API_RUN_IMPORT_LOCK = """
+def test_ctrl_c_that_leaves_the_import_lock_taken_ends_the_api_call(tmp_path, clip):
+    """The caller's KeyboardInterrupt raised inside importlib's locked section: the set-up thread waited
+    for the lock forever, and the call for the set-up thread."""
+    _interrupted_api_call(tmp_path, clip, """
 import _imp, sys, threading, time
 import pipeline
 from pipeline import build
@@ -438,23 +449,7 @@ def interrupted_inside_importlib(*args, **kwargs):
     raise KeyboardInterrupt
 
 build._open_source = interrupted_inside_importlib
-try:
-    pipeline.run(sys.argv[1], sys.argv[2], device="cpu", quiet=True)
-except KeyboardInterrupt:
-    print("KeyboardInterrupt", [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")])
-"""
-
-
-def test_ctrl_c_that_leaves_the_import_lock_taken_ends_the_api_call(tmp_path, clip):
-    """The caller's KeyboardInterrupt raised inside importlib's locked section: the set-up thread waited
-    for the lock forever, and the call for the set-up thread."""
-    from utils import python_command
-
-    out = tmp_path / "out.mp4"
-    result = subprocess.run(python_command("-c", _API_RUN_IMPORT_LOCK, clip, out), cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and result.stdout.strip() == "KeyboardInterrupt []", result
-    assert not out.exists() and partials(tmp_path) == []
+""")
 
 
 _API_RUN_MANY = """
