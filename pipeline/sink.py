@@ -331,8 +331,7 @@ class Sink:
         fits = [suffix for suffix in containers_for(encoder) if COMMON[suffix] != muxer]
         if self.staged is not None:
             return f"another output extension ({', '.join(fits)})" if fits else "another output extension"
-        names = dict.fromkeys(COMMON[suffix] for suffix in fits)
-        return f"another -f ({', '.join(names)})" if names else "another -f"
+        return f"another -f ({', '.join(COMMON[suffix] for suffix in fits)})" if fits else "another -f"
 
     def _open_encoders(self) -> None:
         self.container.start_encoding()  # opens every stream's encoder and writes the header
