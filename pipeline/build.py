@@ -166,14 +166,19 @@ def for_sequence(cfg: RunConfig, target) -> RunConfig:
     """An image sequence (:mod:`pipeline.sequence`) or a single picture is encoded as its picture format
     (unless ``-c`` says otherwise) and has no audio; any other output keeps ``cfg``. A single picture
     takes one frame: asked for more, the muxer would fail at the second, mid-run."""
+    from .avlib import guessed_muxer
+    from .muxers import takes_video
     from .sequence import encoder_for, is_picture, is_sequence
 
     if not is_picture(target, cfg.output_format):
         return cfg
-    if not is_sequence(target, cfg.output_format) and cfg.frames != 1:
+    codec = encoder_for(target, cfg.codec)
+    # A codec the muxer refuses (-c png -o x.webp) is the first thing to fix: the sink says so, exit 2.
+    if (not is_sequence(target, cfg.output_format) and cfg.frames != 1
+            and takes_video(cfg.output_format or guessed_muxer(str(target)), codec)):
         raise ConfigError(f"{target}: one picture holds one frame; add --frames 1, or name a sequence "
                           f"({target.stem}_%04d{target.suffix}) for every frame")
-    return cfg.replace(codec=encoder_for(target, cfg.codec), audio="none")
+    return cfg.replace(codec=codec, audio="none")
 
 
 def for_muxer(cfg: RunConfig, target) -> RunConfig:

@@ -134,12 +134,8 @@ def default_video_encoder(muxer: str, encoder: str) -> str | None:
         default = probe.default_video_codec
         if default == "none" or default == encoder or muxer in COVER_ONLY:
             return None
-        if muxer not in _CHECKSUMS and carries_video(probe, codec_name(av.Codec(encoder, "w"))):
-            try:
-                probe.add_stream(encoder, rate=25)
-                return None
-            except (ValueError, av.error.FFmpegError):  # not in the muxer's list
-                pass
+        if muxer not in _CHECKSUMS and _takes(probe, encoder):
+            return None
         # The muxer's default, else one it is listed to keep (Ogg's Theora has no encoder here: VP8).
         for codec in (default, *sorted(VIDEO.get(muxer, ()))):
             try:
@@ -147,6 +143,30 @@ def default_video_encoder(muxer: str, encoder: str) -> str | None:
             except (ValueError, av.error.FFmpegError):
                 continue
         return None
+
+
+def takes_video(muxer: str | None, encoder: str) -> bool:
+    """Whether the muxer named ``muxer`` takes a video stream from ``encoder``; True where this cannot be
+    told here (no such muxer or encoder: the run says so in its own words)."""
+    try:
+        probe = av.open(io.BytesIO(), "w", format=muxer)
+    except (ValueError, TypeError, av.error.FFmpegError):
+        return True
+    with probe:
+        return _takes(probe, encoder)
+
+
+def _takes(probe, encoder: str) -> bool:
+    try:
+        if not carries_video(probe, codec_name(av.Codec(encoder, "w"))):
+            return False
+    except (ValueError, av.error.FFmpegError):  # no such encoder
+        return True
+    try:
+        probe.add_stream(encoder, rate=25)
+    except (ValueError, av.error.FFmpegError):  # not in the muxer's list
+        return False
+    return True
 
 
 def carries_audio(muxer: str, codec: str, rate: int) -> bool:

@@ -149,6 +149,14 @@ def test_a_chosen_libx264_into_pictures_is_refused_as_any_video_encoder(clip, tm
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("name, args, muxer", [("x.webp", ["-c", "png"], "webp"),
+                                               ("x.png", ["-c", "libx264"], "image2")])
+def test_one_picture_of_a_codec_its_muxer_refuses_says_so_first(clip, tmp_path, name, args, muxer):
+    """Asked for --frames 1 first, the user who added it was then told the muxer cannot hold the codec."""
+    one_error(run_pipeline(clip, "-o", name, *args, cwd=tmp_path), 2, f"the {muxer} muxer cannot hold")
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("name", ["e%d%d.png", "dir%04d/f.png", "a%%d.png"])
 def test_a_percent_in_one_pictures_path_is_refused_before_the_run(clip, tmp_path, name):
     """The image2 muxer expands it (e%d%d.png became .e11.partial-PID.png, dir%04d/f.png went into dir0001/):
