@@ -164,21 +164,28 @@ def encoder_options(cfg: RunConfig, info, low_latency: bool) -> dict[str, str]:
 
 def for_sequence(cfg: RunConfig, target) -> RunConfig:
     """An image sequence (:mod:`pipeline.sequence`) or a single picture is encoded as its picture format
-    (unless ``-c`` says otherwise) and has no audio; any other output keeps ``cfg``. A single picture
-    takes one frame: asked for more, the muxer would fail at the second, mid-run."""
-    from .avlib import guessed_muxer
-    from .muxers import takes_video
-    from .sequence import encoder_for, is_picture, is_sequence
+    (unless ``-c`` says otherwise) and has no audio; any other output keeps ``cfg``."""
+    from .sequence import encoder_for, is_picture
 
     if not is_picture(target, cfg.output_format):
         return cfg
-    codec = encoder_for(target, cfg.codec)
+    return cfg.replace(codec=encoder_for(target, cfg.codec), audio="none")
+
+
+def check_one_picture(cfg: RunConfig, target, expected_frames: int | None) -> None:
+    """A single picture takes one frame: ``--frames 1``, or an input that says it holds one. Asked for more,
+    the muxer would fail at the second, mid-run."""
+    from .avlib import guessed_muxer
+    from .muxers import takes_video
+    from .sequence import is_picture, is_sequence
+
+    if (not is_picture(target, cfg.output_format) or is_sequence(target, cfg.output_format) or cfg.frames == 1
+            or (cfg.frames is None and expected_frames == 1)):
+        return
     # A codec the muxer refuses (-c png -o x.webp) is the first thing to fix: the sink says so, exit 2.
-    if (not is_sequence(target, cfg.output_format) and cfg.frames != 1
-            and takes_video(cfg.output_format or guessed_muxer(str(target)), codec)):
+    if takes_video(cfg.output_format or guessed_muxer(str(target)), cfg.codec):
         raise ConfigError(f"{target}: one picture holds one frame; add --frames 1, or name a sequence "
                           f"({target.stem}_%04d{target.suffix}) for every frame")
-    return cfg.replace(codec=codec, audio="none")
 
 
 def for_muxer(cfg: RunConfig, target) -> RunConfig:
@@ -409,6 +416,7 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
 
             sink = NullSink(layout)
         else:
+            check_one_picture(cfg, target, source.info.expected_frames)
             if control is not None:
                 control.before_output()
             with phases("encoder_open"):

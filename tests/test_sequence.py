@@ -141,6 +141,15 @@ def test_one_picture_is_its_formats_and_takes_one_frame(clip, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["thumb.png"]
 
 
+def test_an_input_of_one_frame_makes_one_picture_without_frames_1(tmp_path):
+    """ffmpeg -i one_frame.mp4 x.png writes it; it was refused, asking for --frames 1."""
+    one = make_sample.make_clip(tmp_path / "one.mp4", width=96, height=64, frames=1, fps=30, seed=11, audio=True)
+    result = run_pipeline(one, "-o", "x.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(tmp_path / "x.png")) as back:
+        assert back.streams.video[0].codec_context.name == "png" and len(list(back.decode(video=0))) == 1
+
+
 def test_a_chosen_libx264_into_pictures_is_refused_as_any_video_encoder(clip, tmp_path):
     """Only the default gives way to the picture format: -c libx264 was silently replaced by png, while
     -c libx265 was refused; a config file's or preset's libx264 is as chosen as -c's."""
