@@ -10,6 +10,7 @@ file it did not see finished.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -88,26 +89,44 @@ def why_incomplete(source: Path, output: Path, digest: str) -> str | None:
     return None
 
 
-def forget(output: Path) -> None:
+def forget(output: Path) -> str | None:
     """Remove the marker before ``output`` is written again: if that run dies after renaming its output
-    into place but before writing the new marker, no marker is left to vouch for the old one."""
+    into place but before writing the new marker, no marker is left to vouch for the old one. Returns the
+    marker's text (None: there was none), for :func:`restore` should the run leave the old output."""
     marker = marker_path(output)
+    try:
+        kept = read_text(marker, MAX_MARKER_BYTES, "marker")
+    except ConfigError:  # none, or no marker of ours (a FIFO, a directory): nothing to give back
+        kept = None
     try:
         marker.unlink(missing_ok=True)
     except OSError as e:  # a directory in its place, a read-only folder: the run would write unvouched
         raise OutputError(f"{marker}: cannot remove the resume marker: {e.strerror or e}") from None
+    return kept
+
+
+def restore(output: Path, kept: str | None) -> None:
+    """Put back the marker :func:`forget` removed: the run that was to replace ``output`` failed or was
+    stopped and left it as it was, complete as before. Best effort: without it the output only counts as
+    incomplete."""
+    if kept is not None:
+        with contextlib.suppress(OSError):
+            _write(marker_path(output), kept)
 
 
 def write_marker(output: Path, identity: tuple[int, int] | None, digest: str, frames: int) -> None:
     """Record a finished output; written to a temporary name and renamed, so it is whole or absent."""
     if identity is None:
         return  # the input vanished during the run: nothing to compare with next time
-    marker = marker_path(output)
     body = {"version": MARKER_VERSION, "input_size": identity[0], "input_mtime_ns": identity[1],
             "options": digest, "output_size": output.stat().st_size, "frames": frames}
+    _write(marker_path(output), json.dumps(body))
+
+
+def _write(marker: Path, text: str) -> None:
     tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(body))
+        tmp.write_text(text)
         os.replace(tmp, marker)
     except OSError:
         tmp.unlink(missing_ok=True)  # a full disk: nothing half-written left beside the output

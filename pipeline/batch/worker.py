@@ -29,7 +29,7 @@ from ..nvdec import DecoderPool
 from ..stats import RunStats
 from .cluster import LEFT_TO_THE_BATCH
 from .jobs import FileResult, Job
-from .resume import forget, input_identity, write_marker
+from .resume import forget, input_identity, restore, write_marker
 
 PLUGIN = "pipeline-batch"
 MAX_NOTICES = 20  # per file: a damaged input can warn on every packet; the first ones say enough
@@ -198,12 +198,13 @@ def _run(job: Job, control: RunControl, state: WorkerState, result: FileResult) 
     identity = input_identity(Path(job.input))
     before = _file_identity(out)
     t0 = time.perf_counter()
+    kept = None
     try:
         if out is not None:
-            forget(out)
+            kept = forget(out)
         stats, allocations = _run_pipeline(job, control, state)
     except BaseException as e:
-        _drop_new_output(out, before)
+        _drop_new_output(out, before, kept)
         _record_failure(result, e)  # raises again what is not an Exception: the worker itself is going away
         # The traceback's frames hold the run's parts (its decoder, surfaces, memory); they let go now, in
         # the file's time, as `_run_pipeline` lets go of a run that succeeded.
@@ -290,15 +291,17 @@ def _file_identity(path: Path | None) -> tuple[int, int] | None:
     return (st.st_ino, st.st_mtime_ns) if st is not None else None
 
 
-def _drop_new_output(out: Path | None, before: tuple[int, int] | None) -> None:
+def _drop_new_output(out: Path | None, before: tuple[int, int] | None, kept_marker: str | None) -> None:
     """A batch's run that fails or is stopped leaves its target alone (``RunControl.keep_partial``); should
     anything have been put there all the same, it is not complete, so it goes, while a file that was there
-    before the run and was left alone stays."""
+    before the run and was left alone stays, with the marker it had (a rerun then skips it as before)."""
     if out is None:
         return
     now = _file_identity(out)
     if now is not None and now != before:
         out.unlink(missing_ok=True)
+    elif now is not None:
+        restore(out, kept_marker)
 
 
 def stop_batch(batch_id: str, signum: int = 2, dask_worker=None) -> int | None:

@@ -382,6 +382,33 @@ def test_a_stopped_file_leaves_an_earlier_output_of_its_name_as_it_was(clips, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == [theirs.name]
 
 
+def test_a_failed_rerun_with_y_leaves_a_complete_output_complete(clips, tmp_path, monkeypatch):
+    """Its marker was removed before the run and not put back: the output, byte for byte the complete one,
+    then counted as incomplete, and the first batch's own command was refused ("not complete ...")."""
+    from pipeline.processor import Processor
+
+    clip = good(clips)[0]
+    first = run_batch([str(clip)], tmp_path, filters=CHAIN, device="cpu", workers=1, processes=False)
+    assert [r.status for r in first.results] == ["done"]
+    out = Path(first.results[0].output)
+    whole, marker = out.read_bytes(), marker_path(out).read_text()
+    real_submit = Processor.submit
+
+    def submit(self, item, **kwargs):
+        if item.meta.index == 2:
+            raise MemoryError("out of memory mid-run")
+        real_submit(self, item, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Processor, "submit", submit)
+        failed = run_batch([str(clip)], tmp_path, filters="hflip", device="cpu", workers=1, processes=False,
+                           overwrite=True)
+    assert [r.status for r in failed.results] == ["failed"], failed.results[0]
+    assert out.read_bytes() == whole and marker_path(out).read_text() == marker
+    again = run_batch([str(clip)], tmp_path, filters=CHAIN, device="cpu", workers=1, processes=False)
+    assert [r.status for r in again.results] == ["skipped"]
+
+
 def test_a_worker_whose_gpu_stalled_runs_no_more_files(clips, tmp_path, monkeypatch):
     """Its threads are stuck in a CUDA call for good: later files fail at once, they do not stall again."""
     import threading
