@@ -11,13 +11,18 @@ from pathlib import Path
 from typing import Iterable
 
 from .config import is_pipe_name, local_path, pipe_fd
-from .errors import ConfigError, OutputError, PipelineError
+from .errors import ConfigError, GPUError, OutputError, PipelineError
 
 
 def as_pipeline_error(error: BaseException) -> BaseException:
-    """Ours as it is; any CuPy error (at set-up or mid-run) as a GPUError with what the device had free."""
+    """Ours as it is; any CuPy error (at set-up or mid-run) as a GPUError with what the device had free; host
+    memory running out (NumPy's or Python's MemoryError) as a GPUError too, as the CPU backend's own check
+    before a run reports it (exit 5), not as a bug."""
     if isinstance(error, PipelineError):
         return error
+    if isinstance(error, MemoryError):
+        detail = " ".join(str(error).split()) or "an allocation failed"
+        return GPUError(f"out of host memory: {detail}")
     if type(error).__module__.startswith(("cupy", "cupy_backends")):
         from .gpu.failures import cuda_error
 

@@ -538,6 +538,19 @@ def test_a_pixel_format_ffmpeg_cannot_make_is_a_usage_error_and_keeps_the_file(t
     assert out.read_bytes() == b"theirs" and partials(tmp_path) == []
 
 
+def test_host_memory_running_out_is_exit_5_in_one_line(tmp_path, monkeypatch, capsys):
+    """A clip too large for the machine (12000x12000 under a 3 GB address-space limit) was an internal
+    error, exit 1, as if a bug."""
+    def out_of_memory(out, **kw):
+        raise MemoryError("Unable to allocate 772. MiB for an array with shape (13500, 15000)")
+
+    monkeypatch.setattr(sample_cli, "make_clip", out_of_memory)
+    assert main(["sample", "-o", str(tmp_path / "c.nut"), "--frames", "2", "--size", "64x48"]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("pipeline: error: out of host memory: Unable to allocate 772. MiB") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_directory_moved_during_the_run_gets_the_clip_and_the_run_ends_well(tmp_path, monkeypatch, capsys):
     """The clip is placed in the directory held open; the summary's size was read by the old path: an
     internal error (FileNotFoundError, exit 1) after the clip was written."""

@@ -21,6 +21,7 @@ from typing import Callable
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..checks import as_pipeline_error
 from ..engine import Pipeline, RunControl
 from ..errors import EXIT_GPU, EXIT_INTERNAL, EXIT_OUTPUT, GPUStalled, Interrupted, PipelineError
 from ..log import log
@@ -271,6 +272,7 @@ def _mark_complete(out: Path, identity: tuple[int, int] | None, job: Job, result
 
 
 def _record_failure(result: FileResult, error: BaseException) -> None:
+    error = as_pipeline_error(error)  # a CUDA or memory error surfacing raw is the command's exit 5, not a bug
     if isinstance(error, Interrupted):
         result.status, result.exit_code = "interrupted", error.exit_code
         result.error = "stopped mid-run; nothing written"

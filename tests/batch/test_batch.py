@@ -403,7 +403,9 @@ def test_a_failed_rerun_with_y_leaves_a_complete_output_complete(clips, tmp_path
         patch.setattr(Processor, "submit", submit)
         failed = run_batch([str(clip)], tmp_path, filters="hflip", device="cpu", workers=1, processes=False,
                            overwrite=True)
-    assert [r.status for r in failed.results] == ["failed"], failed.results[0]
+    # Host memory running out is the command's exit 5, not a bug's 1.
+    assert [(r.status, r.exit_code) for r in failed.results] == [("failed", 5)], failed.results[0]
+    assert failed.results[0].error == "out of host memory: out of memory mid-run"
     assert out.read_bytes() == whole and marker_path(out).read_text() == marker
     again = run_batch([str(clip)], tmp_path, filters=CHAIN, device="cpu", workers=1, processes=False)
     assert [r.status for r in again.results] == ["skipped"]
