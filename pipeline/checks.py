@@ -20,13 +20,13 @@ def as_pipeline_error(error: BaseException) -> BaseException:
     before a run reports it (exit 5), not as a bug."""
     if isinstance(error, PipelineError):
         return error
-    if isinstance(error, MemoryError):
-        detail = " ".join(str(error).split()) or "an allocation failed"
-        return GPUError(f"out of host memory: {detail}")
-    if type(error).__module__.startswith(("cupy", "cupy_backends")):
+    if type(error).__module__.startswith(("cupy", "cupy_backends")):  # CuPy's OutOfMemoryError is a MemoryError
         from .gpu.failures import cuda_error
 
         return cuda_error(error)
+    if isinstance(error, MemoryError):
+        detail = " ".join(str(error).split()) or "an allocation failed"
+        return GPUError(f"out of host memory: {detail}")
     return error
 
 
