@@ -26,7 +26,7 @@ from .ffmpeg_args import resolve_paths
 from .log import LEVELS, one_line, printable
 from .log import install as install_log, uninstall as uninstall_log
 from .startup import PROCESS_STARTED, create_cuda_context_early
-from .stdio import StdoutConsole, Unfailing, hold_closed_descriptors, say, silence, stdout_errors
+from .stdio import StdoutConsole, Unfailing, escape_unencodable, hold_closed_descriptors, say, silence, stdout_errors
 
 # The commands, and the parser's names that `pipeline batch` and other callers import from here.
 __all__ = ["SAMPLES", "add_run_arguments", "build_parser", "cmd_filters", "cmd_presets", "cmd_run", "cmd_warmup",
@@ -106,6 +106,7 @@ def entry() -> None:
     The exit handlers registered with :mod:`atexit` still run (a plugin's too), and the standard streams
     are flushed. Where a thread that is not a daemon still runs (a library's, a plugin's), the process
     leaves the normal way, which waits for it."""
+    escape_unencodable()  # the process's own streams: an application calling main() keeps its settings
     code = main(process_ends=True)
     if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
         raise SystemExit(code)

@@ -43,6 +43,17 @@ def hold_closed_descriptors() -> None:
             os.open(os.devnull, flags)  # the lowest free number: fd, the ones below it are open by now
 
 
+def escape_unencodable() -> None:
+    """Write what stdout and stderr's encoding cannot hold (a file name's é under ``PYTHONIOENCODING=ascii``
+    or a C locale) as backslash escapes: a UnicodeEncodeError in the summary line failed a finished run."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and stream.errors == "strict":
+                stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a TextIOWrapper, or closed: nothing to change
+            pass
+
+
 def silence(stream: TextIO) -> None:
     """Point ``stream``'s file descriptor at /dev/null."""
     try:

@@ -11,7 +11,7 @@ import av
 import numpy as np
 import pytest
 from av.video.reformatter import ColorPrimaries, ColorRange
-from utils import cli_command, partials, run_command, run_pipeline, run_python, wait_until
+from utils import cli_command, environment, partials, run_command, run_pipeline, run_python, wait_until
 
 from pipeline import sample, sample_cli
 from pipeline.cli import SAMPLES, main
@@ -536,6 +536,18 @@ def test_a_pixel_format_ffmpeg_cannot_make_is_a_usage_error_and_keeps_the_file(t
                                    "--pix-fmt", "pal8"), timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "pal8" in proc.stderr, proc.stderr
     assert out.read_bytes() == b"theirs" and partials(tmp_path) == []
+
+
+def test_a_name_stdouts_encoding_cannot_hold_is_escaped_and_the_commands_succeed(tmp_path):
+    """Under PYTHONIOENCODING=ascii (or a C locale) the summary's é raised UnicodeEncodeError after the file
+    was written: exit 1, "internal error"."""
+    ascii_out = environment(PYTHONIOENCODING="ascii")
+    made = run_command(cli_command("sample", "-o", "été.mp4", "--frames", "2", "--size", "64x48"), cwd=tmp_path,
+                       env=ascii_out)
+    assert made.returncode == 0 and made.stdout.startswith("\\xe9t\\xe9.mp4"), (made.stdout, made.stderr)
+    ran = run_command(cli_command("run", "été.mp4", "-o", "ö.mp4", "--device", "cpu"), cwd=tmp_path, env=ascii_out)
+    assert ran.returncode == 0 and "wrote \\xf6.mp4" in ran.stdout, ran.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ö.mp4", "été.mp4"])
 
 
 def test_host_memory_running_out_is_exit_5_in_one_line(tmp_path, monkeypatch, capsys):
