@@ -127,12 +127,22 @@ def write_plugin(directory: Path, name: str, *, init: str = "pass", cpu: str = "
     return path
 
 
+def _plugin_text(directory: Path, name: str, body: str) -> Path:
+    path = directory / f"{name}.py"
+    path.write_text(f"from pipeline.filters import Filter, register_filter\n\n@register_filter({name!r})\n{body}\n")
+    return path
+
+
 @pytest.mark.parametrize("make, word", [
     (lambda d: (d / "notes.txt").write_text("Remember: buy milk.\n") and d / "notes.txt", "SyntaxError"),
     (lambda d: write_plugin(d, "quits", top="import sys\nsys.exit(7)\n"), "sys.exit(7)"),
     (lambda d: write_plugin(d, "based", top="raise BaseException('odd')\n"), "BaseException"),
     (lambda d: write_plugin(d, "fails", top="raise ImportError('no module named magic')\n"), "ImportError"),
-], ids=["text-file", "sys-exit", "base-exception", "import-error"])
+    # What the registry reads from the class was read at the listing or mid-run: AttributeError, exit 1.
+    (lambda d: _plugin_text(d, "bare", "class G:\n    pass"), "class G is not a subclass of pipeline.filters.Filter"),
+    (lambda d: _plugin_text(d, "helps", "class G(Filter):\n    help = 5"), "its help must be a str, not int"),
+    (lambda d: _plugin_text(d, "letters", "class G(Filter):\n    params = 'xyz'"), "tuple of pipeline.filters.Param"),
+], ids=["text-file", "sys-exit", "base-exception", "import-error", "not-a-filter", "help", "params"])
 def test_a_plugin_failing_to_load_exits_2_naming_it(tmp_path, clip, make, word):
     plugin = make(tmp_path)
     result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, cwd=tmp_path)

@@ -164,6 +164,7 @@ def register_filter(name: str):
         if not isinstance(name, str) or not name or _UNNAMEABLE.search(name):
             raise ConfigError(f"filter name {name!r}: a chain could not name it (no spaces, quotes, ',', '=', "
                               "':', ';' or brackets)")
+        _check_filter_class(name, cls)
         taken = FILTERS.get(name)
         if taken is not None and taken is not cls:
             raise ConfigError(f"filter {name!r} is already registered (by {taken.__module__}.{taken.__qualname__}); "
@@ -173,6 +174,18 @@ def register_filter(name: str):
         return cls
 
     return wrap
+
+
+def _check_filter_class(name: str, cls: Any) -> None:
+    """What every run and ``pipeline filters`` read from a filter's class: a plugin's class without them
+    failed later, mid-listing or mid-run, as an internal error."""
+    if not (isinstance(cls, type) and issubclass(cls, Filter)):
+        what = f"class {cls.__qualname__}" if isinstance(cls, type) else repr(cls)
+        raise ConfigError(f"filter {name!r}: {what} is not a subclass of pipeline.filters.Filter")
+    if not isinstance(cls.help, str):
+        raise ConfigError(f"filter {name!r}: its help must be a str, not {type(cls.help).__name__}")
+    if not isinstance(cls.params, (tuple, list)) or not all(isinstance(p, Param) for p in cls.params):
+        raise ConfigError(f"filter {name!r}: its params must be a tuple of pipeline.filters.Param")
 
 
 _TOKEN = re.compile(r"[^,]+")
