@@ -337,8 +337,11 @@ def _outcome(future, job: Job) -> FileResult:
     try:
         return future.result()
     except Exception as e:  # the worker died during the file (a crash, killed), or lost contact
+        died = type(e).__name__ == "KilledWorker"
+        if died and job.output:  # its temporary file, which no process will finish or remove now
+            remove_stale_partials(Path(job.output))
         why = ("its worker process died while processing it (a crash in its run, or killed)"
-               if type(e).__name__ == "KilledWorker" else f"worker failed while processing it: "
+               if died else f"worker failed while processing it: "
                f"{type(e).__name__}: {e}")  # (Dask's own words on a dead worker run to a paragraph)
         return FileResult(job.index, job.input, job.output, status="failed", exit_code=EXIT_INTERNAL, error=why)
 

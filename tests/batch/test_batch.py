@@ -615,6 +615,8 @@ def test_a_file_that_kills_its_worker_fails_alone(tmp_path):
     statuses = {Path(f["input"]).name: f["status"] for f in read_json(results)["files"]}
     assert statuses == {"wide.mp4": "failed", **{f"small{i}.mp4": "done" for i in range(4)}}, proc.stderr
     assert proc.returncode == 1 and "wide.mp4: its worker process died while processing it" in proc.stderr
+    # The dead worker's temporary file is gone too: it stayed, hidden, until a later batch ran that file.
+    assert not [p.name for p in (tmp_path / "out").iterdir() if ".partial-" in p.name]
 
 
 SLOW_FRAMES = 45
