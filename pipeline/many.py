@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from .channels import Worker, start_all, wait_for_all
 from .config import RunConfig
-from .errors import EXIT_INTERNAL, ConfigError, GPUStalled, PipelineError
+from .errors import EXIT_INTERNAL, EXIT_SIGINT, ConfigError, GPUStalled, PipelineError
 from .log import log
 
 
@@ -227,6 +227,7 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
     shared = shared or shared_memory_for(configs[0], pinned_cap)
     results = [StreamResult(c.input, c.output or "") for c in configs]
     pipelines: list = []
+    interrupts: list[KeyboardInterrupt] = []  # a stage's own: the call raises it once every stream has ended
 
     def one(index: int, cfg: RunConfig) -> None:
         result, pipeline = results[index], None
@@ -242,6 +243,10 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
             result.exit_code, result.error = e.exit_code, str(e)
         except Exception as e:  # a bug in one stream: reported for it, the others go on
             result.exit_code, result.error = EXIT_INTERNAL, f"{type(e).__name__}: {e}"
+        except KeyboardInterrupt as e:  # raised by the stage (run() raises it too): the others stop as for a Ctrl-C
+            result.exit_code, result.error = EXIT_SIGINT, "interrupted: the stage raised KeyboardInterrupt"
+            interrupts.append(e)
+            control.stop(signal.SIGINT)
         if not result.stats and pipeline is not None and pipeline.stats.frames_out:
             # Stopped early (a signal, a source gone) with its output kept: what it did, as one run reports.
             result.stats = pipeline.stats.to_dict(per_frame=per_frame)
@@ -267,6 +272,8 @@ def run_many(configs: list[RunConfig], *, control=None, pinned_cap: int | None =
             counters = shared.counters()
             if owned and not GPUStalled.happened:  # a stream's frames stuck on the GPU: closing would wait on them
                 shared.close()
+    if interrupts:
+        raise interrupts[0]
     return ManyResult(results, time.perf_counter() - t0, counters)
 
 

@@ -150,6 +150,24 @@ def test_a_stage_failing_on_one_stream_ends_only_that_stream(clips, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{c.stem}_processed.mkv" for c in (clips[0], clips[2]))
 
 
+def test_a_keyboardinterrupt_from_the_stage_reaches_the_caller_after_every_stream_ends(clips, tmp_path):
+    """It escaped the stream's thread (a traceback on stderr) and the call returned exit 0 for every stream."""
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def stage(frame) -> None:
+        if frame.source == str(clips[1]) and frame.index == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run_many(clips, out, stage=stage, device="cpu", codec="ffv1")
+    assert pipeline_threads() == []
+    kept = sorted(p.name for p in out.iterdir())
+    assert f"{clips[1].stem}_processed.mkv" not in kept
+    for name in kept:  # the others stopped as for a Ctrl-C: what they did is kept, playable
+        decode(out / name)  # asserts it has frames
+
+
 def test_cli_several_inputs_into_a_directory_and_a_streams_config(clips, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
