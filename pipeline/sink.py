@@ -24,6 +24,7 @@ that no write error goes unseen); MP4 and MOV are written fragmented there.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
 import weakref
@@ -208,6 +209,10 @@ class Sink:
         self.container = self._open(output_format, output_opts or {}, time_base, timeout)
         if self.staged is not None:  # a sink built and never run or aborted (an API user's) leaves no file
             weakref.finalize(self, self.staged.discard)
+        # Nor a descriptor: a started container and its streams refer to each other, a cycle the collector
+        # cannot break, so a dropped one stays open. Not at the interpreter's exit, which closes it anyway,
+        # and where a thread may still be writing into it.
+        weakref.finalize(self, _close_quietly, self.container).atexit = False
         try:
             _check_muxer_options(target, self.container.format.name, output_opts or {})
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
@@ -481,6 +486,11 @@ class Sink:
             self.container.close()
         except Exception:
             pass  # the file is gone already; a close error adds nothing
+
+
+def _close_quietly(container) -> None:
+    with contextlib.suppress(Exception):  # closed already (a finished or aborted sink's): nothing to do
+        container.close()
 
 
 # Muxer options that reserve room for the index at the header, found too small only at the trailer.

@@ -7,6 +7,7 @@ are counted.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -546,11 +547,21 @@ def test_frames_of_a_pipeline_with_an_output_are_refused_and_a_pipeline_never_ru
         run.frames()  # at once, not at the first frame
     run.close()
     assert list(tmp_path.iterdir()) == [] and pipeline_threads() == []
+    def open_here() -> list[str]:  # descriptors open on files of tmp_path, removed ones included
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
+        return [link for link in links if link.startswith(str(tmp_path))]
+
     never_run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output=str(out), device="cpu"))
-    assert partials(tmp_path)
+    assert partials(tmp_path) and open_here()
     del never_run
     gc.collect()
     assert list(tmp_path.iterdir()) == []
+    assert open_here() == []  # the temporary file's stayed open, removed: its container and streams, a cycle
     assert pipeline.run(clip, out, device="cpu", frames=2)["frames_out"] == 2  # a completed run's is kept
     gc.collect()
     assert [p.name for p in tmp_path.iterdir()] == ["out.mkv"]
