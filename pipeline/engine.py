@@ -51,6 +51,9 @@ GPU_STALL_S = 60.0
 WATCH_GAP_S = 5.0  # polls further apart than this: the process was not running, the wait is not counted
 
 
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
+
+
 class Pipeline(Stages, Tally, Teardown):
     """One run: ``source`` -> ``chain`` on ``backend`` -> ``stage`` -> ``sink``, with ``settings``.
 
@@ -119,8 +122,12 @@ class Pipeline(Stages, Tally, Teardown):
     def stop(self, signum: int | None = None) -> None:
         """Ask for a graceful stop: in-flight frames are drained and the output finalised.
 
-        Safe from a signal handler: it only sets an event the decode stage polls.
+        Safe from a signal handler: it only sets an event the decode stage polls. ``signum``: the signal it
+        stands for (the run's error and exit code say it), a number of :class:`signal.Signals`.
         """
+        if signum is not None and (not isinstance(signum, int) or isinstance(signum, bool) or signum not in _SIGNALS):
+            raise ConfigError(f"Pipeline.stop: signum must be a signal number (signal.SIGTERM) or None, "
+                              f"got {signum!r}")
         self.control.stop(signum)
 
     @property

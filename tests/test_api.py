@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -122,6 +123,20 @@ def test_the_applications_own_stop_says_so():
     with pytest.raises(pipeline.Interrupted, match="stopped by Pipeline.stop()") as e:
         run.run()
     assert e.value.exit_code == 130
+
+
+def test_stop_takes_a_signal_number_and_says_so_of_anything_else():
+    """99999, 'TERM' or 2.5 were taken and failed the run at its end (ValueError, TypeError), its output
+    written."""
+    run = pipeline.Pipeline.from_config(pipeline.RunConfig(input="<frames>", output="null", device="cpu"),
+                                        source=pipeline.ArraySource([RGB] * 4))
+    for wrong in (99999, "TERM", 2.5, True, -1):
+        with pytest.raises(pipeline.ConfigError, match="signum must be a signal number"):
+            run.stop(wrong)
+    run.stop(signal.SIGTERM)
+    with pytest.raises(pipeline.Interrupted, match="SIGTERM") as e:
+        run.run()
+    assert e.value.exit_code == 143
 
 
 @pytest.mark.parametrize("leave", ["break", "raise"])
