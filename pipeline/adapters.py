@@ -62,10 +62,14 @@ class ArraySource:
         rate = (fps if isinstance(fps, Fraction) else Fraction(float(fps))).limit_denominator(1001000)
         self._time_base = 1 / rate
         self._taken = False
-        if not isinstance(frames, Iterable) or isinstance(frames, (str, bytes)):
-            raise ConfigError(f"Invalid frames ({type(frames).__name__}). Supported values are an iterable of "
+        refusal = ConfigError(f"Invalid frames ({type(frames).__name__}). Supported values are an iterable of "
                               "arrays (a list, a generator); a single frame is [array].")
-        source = itertools.cycle(frames) if repeat is not None else iter(frames)
+        if not isinstance(frames, Iterable) or isinstance(frames, (str, bytes)):
+            raise refusal
+        try:
+            source = itertools.cycle(frames) if repeat is not None else iter(frames)
+        except TypeError:  # iterable by its type, not in fact: a 0-d NumPy array
+            raise refusal from None
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
         try:
             self._first = next(self._frames, None)

@@ -290,7 +290,7 @@ class Processor:
                              f"{_said(e)}", stage=name) from e
         # What the frame goes on with is the array the stage was given, written in place: a new one bound to
         # frame.planes would be dropped unseen, and a view changed to another shape or dtype misread.
-        if frame.planes is not planes or planes.shape != shape or planes.dtype != dtype:
+        if getattr(frame, "planes", None) is not planes or planes.shape != shape or planes.dtype != dtype:
             name = self._stage_name()
             raise StageError(f"stage {name!r} at frame {meta.index}: frame.planes must be written in place "
                              f"({shape} {dtype}: frame.planes[...] = ...), not replaced or reshaped", stage=name)

@@ -447,6 +447,7 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
     (lambda: pipeline.ArraySource([np.zeros(1000, np.uint8)], layout="i420", size=(9, 8)), pipeline.ConfigError,
      "needs an even width and height (4:2:0), not 9x8"),
     (lambda: pipeline.ArraySource(5), pipeline.ConfigError, "Invalid frames (int)"),
+    (lambda: pipeline.run(np.array(5), "null", device="cpu"), pipeline.ConfigError, "Invalid frames (ndarray)"),
     (lambda: pipeline.run_many([RGB], "null", device="cpu"), pipeline.ConfigError,  # not its 200 lines of digits
      "run_many: <ndarray of shape (8, 8, 3) uint8> among the sources is not a path"),
     (lambda: pipeline.ArraySource([RGB], fps=np.float32), pipeline.ConfigError, "Invalid fps (<class 'numpy.float32'>)"),

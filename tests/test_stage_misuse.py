@@ -22,9 +22,14 @@ def _reshapes(frame):
     frame.planes.shape = (frame.planes.shape[0], -1)
 
 
+def _deletes(frame):
+    del frame.planes  # the check after the stage read it: AttributeError, not the stage's error
+
+
 @pytest.mark.filterwarnings("ignore:Setting the (dtype|shape):DeprecationWarning")  # NumPy 2.5: the misuse itself
 @pytest.mark.parametrize("device", all_devices())
-@pytest.mark.parametrize("stage", [_rebinds, _retypes, _reshapes], ids=["rebinds", "retypes", "reshapes"])
+@pytest.mark.parametrize("stage", [_rebinds, _retypes, _reshapes, _deletes],
+                         ids=["rebinds", "retypes", "reshapes", "deletes"])
 def test_a_stage_that_replaces_or_reshapes_the_frame_is_a_stage_error(device, clip, tmp_path, stage):
     out = tmp_path / "out.mkv"
     with pytest.raises(pipeline.StageError, match=f"{stage.__name__}.*frame 0") as e:
