@@ -47,6 +47,10 @@ class ArraySource:
     audio = None
     decode_errors = corrupt_frames = retimed_frames = 0
     live = False
+    # Its frames come from the application's code, which may wait (a camera, a queue) and cannot be
+    # interrupted: they are read on a thread of their own (pipeline.live.Feed), so that a stop, a break
+    # out of frames() or a Ctrl-C never waits on that code.
+    read_apart = True
 
     def __init__(self, frames: Iterable[np.ndarray], *, fps: float = 30.0, layout: str = "rgb24",
                  size: tuple[int, int] | None = None, colour: Colour | None = None, name: str = "<frames>",
@@ -117,6 +121,10 @@ class ArraySource:
                                  f"{type(e).__name__}: {e}") from e
             yield DecodedFrame(ArrayFrame(array), FrameMeta(index, index, self._time_base))
             index += 1
+
+    def entries(self) -> Iterator[Any]:
+        """Every frame (the reader thread counts ``frames=N`` itself)."""
+        return self.items()
 
     def copy_into(self, frame: ArrayFrame, dst: np.ndarray) -> None:
         array, fmt = frame.array, self.info.format

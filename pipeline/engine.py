@@ -249,7 +249,8 @@ class Pipeline(Stages, Tally, Teardown):
         self.q_submitted = Channel(flight, self.abort)
         # A pipe is read on a thread of its own too: a read waiting on a silent writer cannot be interrupted,
         # and the decode stage must still see a stop (SIGTERM drains and finalises the frames read so far).
-        if stats.mode != "file" or pipe_fd(self.cfg.input) is not None:
+        # So are frames from the application's code (ArraySource), which may wait as long.
+        if stats.mode != "file" or pipe_fd(self.cfg.input) is not None or getattr(self.source, "read_apart", False):
             from .live import Feed
 
             self._feed = Feed(self.source, size=depth, policy=policy, abort=self.abort,

@@ -544,6 +544,58 @@ except pipeline.PluginError as e:
         result.stderr
 
 
+_WAITING_CAMERA = """
+import _thread, threading, time
+import av, numpy as np
+import pipeline
+
+def threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
+
+def camera(frames, stopped):  # nothing more after its first frames until the application stops it
+    for i in range(frames):
+        yield np.full((48, 64, 3), 40 * i, np.uint8)
+    stopped.wait()
+    yield np.zeros((48, 64, 3), np.uint8)
+"""
+
+
+def test_leaving_frames_of_a_waiting_iterable_does_not_wait_for_it(tmp_path):
+    """The stop waited for the thread inside the application's generator: break hung until it yielded,
+    which it would only do once the application went on past the break."""
+    code = _WAITING_CAMERA + """
+stopped = threading.Event()
+for frame in pipeline.frames(camera(5, stopped), device="cpu"):
+    if frame.index == 2:
+        break
+print(threads())  # the generator's reader, still inside it
+stopped.set()
+deadline = time.monotonic() + 10
+while threads() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(threads())
+"""
+    result = run_python("-c", code, timeout=60)
+    assert result.returncode == 0 and result.stdout.split("\n")[:2] == ["['pipeline-read']", "[]"], result
+
+
+def test_ctrl_c_in_run_of_a_waiting_iterable_keeps_the_frames_done(tmp_path):
+    """Each Ctrl-C only set abort while the run waited for the generator's thread: the call never returned."""
+    out = tmp_path / "out.mp4"
+    code = _WAITING_CAMERA + f"""
+stopped = threading.Event()
+threading.Timer(1.0, _thread.interrupt_main).start()
+try:
+    pipeline.run(camera(2, stopped), {str(out)!r}, device="cpu")
+except KeyboardInterrupt:
+    with av.open({str(out)!r}) as back:
+        print("KeyboardInterrupt", len(list(back.decode(video=0))))
+stopped.set()
+"""
+    result = run_python("-c", code, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "KeyboardInterrupt 2", result
+
+
 def test_a_pipeline_object_runs_once(clip):
     run = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output="null", device="cpu", frames=2))
     assert run.run().frames_out == 2
