@@ -61,9 +61,18 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
     parent = final.parent if str(final.parent) else Path(".")
     linked = "" if final == target else f" (the link points to {final})"
     if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist{linked}")
+        raise OutputError(f"{target}: {_not_a_directory(parent)}{linked}")
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{target}: directory {parent} is not writable{linked}")
+
+
+def _not_a_directory(parent: Path, option: str = "") -> str:
+    """Why an output (``option``'s file, where given) cannot go into ``parent``: it is missing, or something
+    else is at its name."""
+    kind = special_kind(parent) or ("file" if parent.is_file() else None)
+    if kind:
+        return f"{option + ': ' if option else ''}{parent} is a {kind}, not a directory"
+    return f"{option + ' ' if option else ''}directory {parent} does not exist"
 
 
 # Muxers that write a playlist or manifest and segment files beside it, named from the output's: the output
@@ -231,7 +240,7 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     if made_by_run is not None and _same_file(parent, made_by_run):
         return
     if not parent.is_dir():
-        raise OutputError(f"{target}: {option} directory {parent} does not exist")
+        raise OutputError(f"{target}: {_not_a_directory(parent, option)}")
     if special_kind(target) is not None or (in_place and target.exists()):  # written into where it is
         return
     place = real_path(target).parent  # a link's file is written beside the file it points to

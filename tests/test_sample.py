@@ -483,6 +483,7 @@ def test_odd_names_are_written_as_named(tmp_path, name):
     ("fifo.mp4", 4, "FIFO"),
     ("/dev/null", 4, "character device"),
     ("missing/x.mp4", 4, "does not exist"),
+    ("fifo.mp4/x.mp4", 4, "fifo.mp4 is a FIFO, not a directory"),  # was "directory fifo.mp4 does not exist"
     (".", 4, "is a directory"),
     ("a" * 300 + ".mp4", 4, "too long"),
     ("x.nosuchext", 2, "container"),
