@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import numbers
 import sys
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Iterable, Iterator
 
@@ -47,9 +48,10 @@ class ArraySource:
     audio = None
     decode_errors = corrupt_frames = retimed_frames = 0
     live = False
-    # Its frames come from the application's code, which may wait (a camera, a queue) and cannot be
-    # interrupted: they are read on a thread of their own (pipeline.live.Feed), so that a stop, a break
-    # out of frames() or a Ctrl-C never waits on that code.
+    # Frames from the application's code (a generator: a camera, a queue) may be waited for, and that wait
+    # cannot be interrupted: they are read on a thread of their own (pipeline.live.Feed), so that a stop, a
+    # break out of frames() or a Ctrl-C never waits on it. A list or an array is there already: read in the
+    # decode stage itself, without the hop (the bench's gpu scope measures with one).
     read_apart = True
 
     def __init__(self, frames: Iterable[np.ndarray], *, fps: float = 30.0, layout: str = "rgb24",
@@ -74,6 +76,7 @@ class ArraySource:
             source = itertools.cycle(frames) if repeat is not None else iter(frames)
         except TypeError:  # iterable by its type, not in fact: a 0-d NumPy array
             raise refusal from None
+        self.read_apart = not isinstance(frames, (Sequence, np.ndarray))
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
         try:
             self._first = next(self._frames, None)

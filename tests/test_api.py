@@ -579,6 +579,13 @@ print(threads())
     assert result.returncode == 0 and result.stdout.split("\n")[:2] == ["['pipeline-read']", "[]"], result
 
 
+def test_only_frames_from_code_are_read_on_a_thread_of_their_own():
+    """A list or an array cannot wait: read in the decode stage, as the bench's gpu scope measures it."""
+    assert not any(pipeline.ArraySource(frames).read_apart for frames in ([RGB], (RGB,), np.stack([RGB, RGB])))
+    assert pipeline.ArraySource([RGB], repeat=3).read_apart is False
+    assert pipeline.ArraySource(iter([RGB])).read_apart and pipeline.ArraySource(f for f in [RGB]).read_apart
+
+
 def test_ctrl_c_in_run_of_a_waiting_iterable_keeps_the_frames_done(tmp_path):
     """Each Ctrl-C only set abort while the run waited for the generator's thread: the call never returned."""
     out = tmp_path / "out.mp4"
