@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from utils import environment, one_error, partials, run_pipeline
+from utils import environment, one_error, partials, pipeline_command, run_command, run_pipeline
 
 import pipeline
 from pipeline.errors import ConfigError
@@ -148,6 +148,16 @@ def test_a_plugin_failing_to_load_exits_2_naming_it(tmp_path, clip, make, word):
     result = run_pipeline(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin, cwd=tmp_path)
     one_error(result, 2, plugin.name, word)
     assert not (tmp_path / "out.mp4").exists()
+
+
+def test_a_plugin_raising_keyboardinterrupt_where_sigint_is_ignored_fails_to_load(tmp_path, clip):
+    """No Ctrl-C can reach a process that ignores SIGINT (a batch's workers, a job started with `&`): the
+    KeyboardInterrupt is the plugin's own. A batch's worker died of it with a 40-line traceback, exit 1."""
+    plugin = write_plugin(tmp_path, "stops", top="raise KeyboardInterrupt\n")
+    result = run_command(["sh", "-c", 'trap "" INT; exec "$@"', "sh",
+                          *pipeline_command(clip, "-o", tmp_path / "out.mp4", "--plugin", plugin)], cwd=tmp_path)
+    one_error(result, 2, "cannot load plugin", "stops.py: KeyboardInterrupt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stops.py"]
 
 
 @pytest.mark.parametrize("kind", ["directory", "FIFO", "character device"])

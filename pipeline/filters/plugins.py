@@ -12,6 +12,7 @@ import contextlib
 import importlib.machinery
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -45,9 +46,9 @@ def load_plugin(path: str | Path) -> None:
     before = set(FILTERS)
     try:
         _exec(path)
-    except (KeyboardInterrupt, Interrupted):  # the user's stop, not the plugin's failure
-        raise
     except BaseException as e:  # SystemExit too: a plugin does not decide how the run ends
+        if isinstance(e, Interrupted) or (isinstance(e, KeyboardInterrupt) and not _sigint_ignored()):
+            raise  # the user's stop, not the plugin's failure
         for name in set(FILTERS) - before:
             del FILTERS[name]
         if isinstance(e, ConfigError):
@@ -56,6 +57,15 @@ def load_plugin(path: str | Path) -> None:
     _LOADED_PLUGINS.add(resolved)
     for name in set(FILTERS) - before:
         PLUGIN_FILES[name] = resolved
+
+
+def _sigint_ignored() -> bool:
+    """Whether SIGINT is ignored in this process (a batch's workers, a job started in the background): a
+    KeyboardInterrupt there is raised by code, not by a Ctrl-C."""
+    try:
+        return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    except ValueError:  # no signals here
+        return False
 
 
 def _exec(path: Path) -> None:
@@ -69,7 +79,8 @@ def _exec(path: Path) -> None:
 def _describe(error: BaseException) -> str:
     if isinstance(error, SystemExit):
         return f"it called sys.exit({error.code!r})"
-    return f"{type(error).__name__}: {error}"
+    said = str(error)
+    return f"{type(error).__name__}: {said}" if said else type(error).__name__
 
 
 def blamed_plugin(error: BaseException) -> Path | None:
