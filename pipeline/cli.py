@@ -323,14 +323,14 @@ def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool =
         err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
 
 
-def read_files(cfg: RunConfig, config: str | None, load_plugins: bool = True) -> list[tuple[Path, str]]:
+def read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:
     """Files the run reads besides its input, which a report must never truncate: the config file, the
-    plugins, the filters' files (a LUT; ``load_plugins``: a plugin's filters' too, the plugins loaded here)."""
+    plugins, the filters' files (a LUT, a plugin's filter's file: the plugins are loaded here)."""
     from .config_file import find_config
     from .filters.plugins import load_plugin
     from .filters.registry import chain_files
 
-    for plugin in cfg.plugins if load_plugins else ():  # loaded once: the run reuses them
+    for plugin in cfg.plugins:  # loaded once: the run reuses them
         load_plugin(plugin)
     files = [(find_config(config), "the --config file")] if config else []
     files += [(Path(p), "a --plugin file") for p in cfg.plugins]

@@ -32,10 +32,10 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
     else:
         per_stream = None
     configs = configs_for(cfg, inputs, cfg.output, per_stream)
-    # The streams load their plugins, each in its own thread. An entry's own plugins and LUTs are kept
-    # from the statistics file and from every stream's output, as the run's are.
-    read = list(dict.fromkeys([*read_files(cfg, config, load_plugins=False),
-                               *(found for c in configs for found in read_files(c, None, load_plugins=False))]))
+    # The plugins are loaded here, once for every stream: a plugin's filters name the files they read. An
+    # entry's own plugins and LUTs are kept from the statistics file and from every stream's output, as the
+    # run's are.
+    read = list(dict.fromkeys([*read_files(cfg, config), *(found for c in configs for found in read_files(c, None))]))
     check_reads_kept(read, [c.output for c in configs], **{"--stats-json file": cfg.stats_json})
     if cfg.stats_json:  # before any stream starts, as for one run
         check_streams_stats(cfg.stats_json, [(c.input, c.output) for c in configs], cfg.overwrite)

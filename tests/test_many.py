@@ -331,6 +331,45 @@ def test_an_entrys_own_lut_and_plugins_are_kept_from_the_runs_writes(clips, tmp_
     assert {f: f.read_bytes() for f in before} == before and not (tmp_path / "a.mkv").exists()
 
 
+READS_FILE_PLUGIN = """
+import numpy as np
+from pipeline.filters import Filter, Param, register_filter
+
+@register_filter("reads_a_file")
+class ReadsAFile(Filter):
+    help = "copies the frame; its file parameter names a file it reads"
+    params = (Param("file", str, "", is_path=True),)
+
+    def cpu(self, src, dst, scratch):
+        np.copyto(dst, src)
+"""
+
+
+@pytest.mark.parametrize("command", ["several inputs", "streams config", "batch"])
+def test_a_file_a_plugins_filter_reads_is_kept_from_the_writes_of_every_command(clips, tmp_path, command):
+    """One run refused it; several streams and a batch did not load the plugin before their checks and
+    replaced the file (with -y) by the statistics, an output or the batch's JSON."""
+    (tmp_path / "reads.py").write_text(READS_FILE_PLUGIN)
+    data = tmp_path / "data.bin"
+    data.write_text("the user's data\n")
+    chain = ["--plugin", tmp_path / "reads.py", "--filters", f"reads_a_file=file={data}"]
+    (tmp_path / "out").mkdir()
+    if command == "several inputs":
+        proc = run_cli("run", *clips[:2], "-o", f"{tmp_path / 'out'}/", *chain, "--stats-json", data, "-y",
+                       "--device", "cpu", "-q")
+    elif command == "streams config":
+        config = tmp_path / "streams.toml"
+        config.write_text(f'plugins = ["reads.py"]\nfilters = "reads_a_file=file={data}"\n[[streams]]\n'
+                          f'input = "{clips[0]}"\noutput = "out/a.mkv"\n[[streams]]\ninput = "{clips[1]}"\n'
+                          f'output = "{data}"\noutput_format = "matroska"\n')
+        proc = run_cli("run", "--config", config, "-y", "--device", "cpu", "-q")
+    else:
+        proc = run_cli("batch", clips[0], "-o", tmp_path / "out", *chain, "--json", data, "-y", "--device", "cpu",
+                       "--workers", "1", "-q")
+    assert proc.returncode == 2 and "a file the filter chain reads" in proc.stderr, proc.stderr
+    assert data.read_text() == "the user's data\n" and list((tmp_path / "out").iterdir()) == []
+
+
 @pytest.mark.parametrize("entry", ['device = "cpu"', 'stats_json = "x.json"', "pinned_cap_mib = 64"])
 def test_a_setting_of_the_whole_run_in_one_streams_entry_is_refused(clips, tmp_path, entry):
     config = tmp_path / "streams.toml"

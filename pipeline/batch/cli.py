@@ -89,7 +89,8 @@ def main(args: argparse.Namespace, err: Console) -> int:
     sources = expand_inputs(args.inputs, lists)
     outputs = planned_outputs(sources, batch)
     check_lists_kept(lists, outputs)
-    read = read_files(cfg, args.config, load_plugins=False)  # the workers load the plugins
+    read = read_files(cfg, args.config)  # the plugins loaded here too (the workers load their own): their
+    # filters name the files they read, which --json must not replace
     check_reads_kept(read, outputs, **{"--json file": args.results_json})
     if args.results_json:
         out_dir = None if batch.output == "null" else Path(batch.output)
