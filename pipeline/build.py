@@ -179,8 +179,10 @@ def check_one_picture(cfg: RunConfig, target, expected_frames: int | None) -> No
     from .muxers import takes_video
     from .sequence import is_picture, is_sequence
 
+    # The input's own count, not a span's estimate from the rate (-t 0.4 of variable-rate video holds more).
+    said_one = expected_frames == 1 and cfg.start is None and cfg.duration is None and cfg.end is None
     if (not is_picture(target, cfg.output_format) or is_sequence(target, cfg.output_format) or cfg.frames == 1
-            or (cfg.frames is None and expected_frames == 1)):
+            or (cfg.frames is None and said_one)):
         return
     # A codec the muxer refuses (-c png -o x.webp) is the first thing to fix: the sink says so, exit 2.
     if takes_video(cfg.output_format or guessed_muxer(str(target)), cfg.codec):

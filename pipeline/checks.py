@@ -20,9 +20,9 @@ def as_pipeline_error(error: BaseException) -> BaseException:
     before a run reports it (exit 5), not as a bug."""
     if isinstance(error, PipelineError):
         return error
-    if type(error).__module__.startswith(("cupy", "cupy_backends")):  # CuPy's OutOfMemoryError is a MemoryError
-        from .gpu.failures import cuda_error
+    from .gpu.failures import cuda_error, is_cuda_error
 
+    if is_cuda_error(error):  # CuPy's OutOfMemoryError is a MemoryError too
         return cuda_error(error)
     if isinstance(error, MemoryError):
         detail = " ".join(str(error).split()) or "an allocation failed"

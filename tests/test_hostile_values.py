@@ -176,7 +176,10 @@ def test_a_plugin_failing_while_the_chain_is_built_exits_2_naming_it(tmp_path, c
 
 
 @pytest.mark.parametrize("cpu, word", [("raise RuntimeError('kaput')", "kaput"),
-                                       ("raise SystemExit(3)", "sys.exit(3)")], ids=["raises", "exits"])
+                                       ("raise SystemExit(3)", "sys.exit(3)"),
+                                       # the plugin named, not only "out of host memory"
+                                       ("raise MemoryError('no room')", "MemoryError: no room")],
+                         ids=["raises", "exits", "memory"])
 def test_a_plugin_failing_during_the_run_is_named_not_called_a_bug(tmp_path, clip, cpu, word):
     plugin = write_plugin(tmp_path, "flaky", cpu=cpu)
     out = tmp_path / "out.mp4"

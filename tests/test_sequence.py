@@ -150,6 +150,19 @@ def test_an_input_of_one_frame_makes_one_picture_without_frames_1(tmp_path):
         assert back.streams.video[0].codec_context.name == "png" and len(list(back.decode(video=0))) == 1
 
 
+@pytest.mark.parametrize("span", [{"duration": 0.4}, {"start": 1.0}, {"end": 0.4}])
+def test_a_span_estimated_at_one_frame_still_asks_for_frames_1(tmp_path, span):
+    """A span's count is an estimate from the average rate (-t 0.4 of 40 frames in 0.4 s and one at 20 s,
+    2 fps on average, is "1 frame"): taken as the input's own, the muxer failed at the second, mid-run."""
+    from pipeline.build import check_one_picture
+    from pipeline.config import RunConfig
+
+    target = tmp_path / "x.png"
+    check_one_picture(RunConfig(input="in.mp4", codec="png"), target, 1)  # the input's own count: one picture
+    with pytest.raises(ConfigError, match="one picture holds one frame"):
+        check_one_picture(RunConfig(input="in.mp4", codec="png", **span), target, 1)
+
+
 def test_a_chosen_libx264_into_pictures_is_refused_as_any_video_encoder(clip, tmp_path):
     """Only the default gives way to the picture format: -c libx264 was silently replaced by png, while
     -c libx265 was refused; a config file's or preset's libx264 is as chosen as -c's."""

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..checks import as_pipeline_error, check_reachable, special_kind
+from ..checks import check_reachable, special_kind
 from ..errors import ConfigError, Interrupted, PipelineError, PluginError
 from .registry import FILTERS
 
@@ -138,7 +138,9 @@ def _origin(f) -> str | None:
 def plugin_failure(filters: Iterable, error: BaseException, where: str) -> PluginError | None:
     """A PluginError for ``error`` if a plugin's filter is among ``filters`` (fused ones opened up): the
     one whose file raised it, else every plugin filter there. None: no plugin's filter is involved."""
-    if isinstance(error, (PipelineError, KeyboardInterrupt)) or as_pipeline_error(error) is not error:
+    from ..gpu.failures import is_cuda_error
+
+    if isinstance(error, (PipelineError, KeyboardInterrupt)) or is_cuda_error(error):
         return None  # ours, the user's stop, or a CUDA error (a GPUError, whichever code met it)
     # A plugin file's filter is blamed when a plugin's code raised or none did (its step failed); one the
     # application registered only when its own module's code raised.
