@@ -10,17 +10,21 @@ into a host slot, so a run measures the whole memory path without an encoder set
 
 from __future__ import annotations
 
+import functools
 import itertools
 import numbers
+import queue
 import sys
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from .config import is_int, safe_repr
 from .errors import ConfigError, InputError
+from .log import log
 from .video import Colour, FrameMeta, StreamInfo, VideoFormat, check_frame_size
 
 MIN_FPS, MAX_FPS = 0.001, 1000  # frames a second of an array source's timestamps
@@ -49,7 +53,7 @@ class ArraySource:
     decode_errors = corrupt_frames = retimed_frames = 0
     live = False
     # Frames from the application's code (a generator: a camera, a queue) may be waited for, and that wait
-    # cannot be interrupted: they are read on a thread of their own (pipeline.live.Feed), so that a stop, a
+    # cannot be interrupted: each is asked for on a thread of its own (:class:`_Asked`), so that a stop, a
     # break out of frames() or a Ctrl-C never waits on it. A list or an array is there already: read in the
     # decode stage itself, without the hop (the bench's gpu scope measures with one).
     read_apart = True
@@ -106,18 +110,26 @@ class ArraySource:
         check_frame_size(self.path, width, height)
         return width, height
 
-    def items(self, limit: int | None = None) -> Iterator[Any]:
+    def items(self, limit: int | None = None, stop=None, on_thread: Callable[[], None] | None = None) -> Iterator[Any]:
+        """The frames as the engine's entries. ``stop`` (a flag), for a source :attr:`read_apart`: frames are
+        asked for on a thread of their own (``on_thread`` runs first there: the run's GPU made current) and a
+        stop ends the entries while the application's code still waits."""
         from .source import DecodedFrame  # the entry type the engine expects (no codec involved)
 
         if self._taken:  # its iterator is spent: a second run would get the first frame alone
             raise ConfigError(f"{self.path}: an ArraySource gives its frames to one run; make another for the next")
         self._taken = True
         frames = itertools.islice(itertools.chain([self._first], self._frames), limit)
+        if self.read_apart and stop is not None:
+            self._asked = _Asked(frames, stop, on_thread, self._close_frames)
+            take = self._asked
+        else:
+            take = functools.partial(next, frames)
         index = 0
         while True:
             try:
-                array = next(frames)
-            except StopIteration:
+                array = take()
+            except (StopIteration, _Stopped):  # the end, or a stop while the application's code waits
                 return
             except (Exception, SystemExit) as e:  # the application's generator's failure, and where it stopped
                 raise InputError(f"{self.path}: the frame source raised at frame {index}: "
@@ -145,9 +157,78 @@ class ArraySource:
         np.copyto(dst.reshape(fmt.height, fmt.width, 3), array[: fmt.height, : fmt.width])
 
     def close(self) -> None:
+        asked = getattr(self, "_asked", None)
+        if asked is not None:
+            asked.close()  # the thread asking closes the iterator, once the application's code returns
+        else:
+            self._close_frames()
+
+    def _close_frames(self) -> None:
         close = getattr(self._frames, "close", None)
         if close is not None:
             close()
+
+
+class _Stopped(Exception):
+    """The run stopped while a frame was asked for."""
+
+
+class _Asked:
+    """The application's iterator advanced on a thread of its own, one frame when the decode stage asks
+    for one: its code may wait (a camera, a queue) while a stop is not kept waiting. Nothing is read ahead,
+    so a generator that refills one buffer still has each frame copied before it is asked for the next, and
+    no frame is taken that the run does not use (but the one asked for when a stop came)."""
+
+    def __init__(self, frames: Iterator, stop, on_thread: Callable[[], None] | None, close: Callable[[], None]):
+        self._frames, self._stop, self._on_thread, self._close = frames, stop, on_thread, close
+        self._asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        self._waiting = threading.Event()  # set while the application's code has the thread
+        self._thread = threading.Thread(target=self._run, name="pipeline-frames", daemon=True)
+        self._thread.start()
+
+    def __call__(self) -> Any:
+        """The next frame; raises StopIteration at the end, _Stopped on a stop, or the iterator's error."""
+        self._asks.put(True)
+        while True:
+            try:
+                ok, value = self._answers.get(timeout=0.05)
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise _Stopped from None
+                continue
+            if ok:
+                return value
+            raise value
+
+    def close(self) -> None:
+        """The thread ends, closing the iterator: at once where it waits for an ask (joined, so a run leaves
+        no thread), else once the application's code returns."""
+        self._asks.put(False)
+        if not self._waiting.is_set():
+            self._thread.join(1.0)
+
+    def _run(self) -> None:
+        try:
+            if self._on_thread is not None:
+                self._on_thread()
+            while self._asks.get():
+                self._waiting.set()
+                try:
+                    value = next(self._frames)
+                except BaseException as e:  # the end (StopIteration) too: raised where the frame was asked for
+                    self._answers.put((False, e))
+                    return
+                finally:
+                    self._waiting.clear()
+                self._answers.put((True, value))
+        except BaseException as e:  # on_thread failing (the GPU gone): said where the next frame is asked for
+            self._answers.put((False, e))
+        finally:
+            try:
+                self._close()  # here, where the iterator runs: a generator cannot be closed while it runs
+            except Exception as e:  # its own clean-up failing: the run is over, so a line in the log
+                log.warning(f"the frame source's clean-up raised {type(e).__name__}: {e}")
 
 
 def _check_array(name: str, array: Any) -> None:

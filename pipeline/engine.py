@@ -249,8 +249,7 @@ class Pipeline(Stages, Tally, Teardown):
         self.q_submitted = Channel(flight, self.abort)
         # A pipe is read on a thread of its own too: a read waiting on a silent writer cannot be interrupted,
         # and the decode stage must still see a stop (SIGTERM drains and finalises the frames read so far).
-        # So are frames from the application's code (ArraySource), which may wait as long.
-        if stats.mode != "file" or pipe_fd(self.cfg.input) is not None or getattr(self.source, "read_apart", False):
+        if stats.mode != "file" or pipe_fd(self.cfg.input) is not None:
             from .live import Feed
 
             self._feed = Feed(self.source, size=depth, policy=policy, abort=self.abort,

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from .channels import END as _END, Aborted, wait_for
+from .channels import END as _END, Aborted, AnyOf, wait_for
 from .errors import InputError, SourceStalled
 from .video import WorkItem
 
@@ -23,7 +23,13 @@ class Stages:
 
     def _decode_stage(self) -> None:
         feed = self._feed
-        entries = feed.entries(self.stop_event) if feed is not None else self.source.items(self.cfg.frames)
+        if feed is not None:
+            entries = feed.entries(self.stop_event)
+        elif getattr(self.source, "read_apart", False):  # the application's frames, asked for on their own thread
+            entries = self.source.items(self.cfg.frames, stop=AnyOf(self.stop_event, self.abort),
+                                        on_thread=getattr(self.backend, "make_current", None))
+        else:
+            entries = self.source.items(self.cfg.frames)
         copiers = None
         if self.cfg.copy_threads > 1:
             from concurrent.futures import ThreadPoolExecutor

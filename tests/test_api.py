@@ -552,9 +552,12 @@ import pipeline
 def threads():
     return [t.name for t in threading.enumerate() if t.name.startswith("pipeline-")]
 
+waiting = threading.Event()
+
 def camera(frames, stopped):  # nothing more after its first frames until the application stops it
     for i in range(frames):
         yield np.full((48, 64, 3), 40 * i, np.uint8)
+    waiting.set()
     stopped.wait()
     yield np.zeros((48, 64, 3), np.uint8)
 """
@@ -565,8 +568,9 @@ def test_leaving_frames_of_a_waiting_iterable_does_not_wait_for_it(tmp_path):
     which it would only do once the application went on past the break."""
     code = _WAITING_CAMERA + """
 stopped = threading.Event()
-for frame in pipeline.frames(camera(5, stopped), device="cpu"):
+for frame in pipeline.frames(camera(3, stopped), device="cpu"):
     if frame.index == 2:
+        waiting.wait(10)  # the run has asked for the next frame, which the camera does not give
         break
 print(threads())  # the generator's reader, still inside it
 stopped.set()
@@ -576,7 +580,66 @@ while threads() and time.monotonic() < deadline:
 print(threads())
 """
     result = run_python("-c", code, timeout=60)
-    assert result.returncode == 0 and result.stdout.split("\n")[:2] == ["['pipeline-read']", "[]"], result
+    assert result.returncode == 0 and result.stdout.split("\n")[:2] == ["['pipeline-frames']", "[]"], result
+
+
+def test_a_generator_refilling_one_buffer_and_a_stop_take_the_frames_they_took_before():
+    """Frames read ahead on the thread of their own: the refilled buffer was overwritten before its copy
+    (frames 50, 60, ... 90, 90, 90), and the frames read ahead of a stop were dropped unseen, uncounted."""
+    buffer = np.zeros((16, 16, 3), np.uint8)
+
+    def refilled():
+        for i in range(12):
+            buffer[...] = 10 * i
+            yield buffer
+
+    assert [int(f.array[0, 0, 0]) for f in pipeline.frames(refilled(), device="cpu")] == [10 * i for i in range(12)]
+    pulled, holder = [], []
+
+    def stops_its_run():
+        for i in range(40):
+            pulled.append(i)
+            if i == 10:
+                holder[0].stop()
+            yield np.full((16, 16, 3), i, np.uint8)
+
+    run = pipeline.Pipeline.from_config(pipeline.RunConfig(input="<frames>", output="null", device="cpu"),
+                                        source=pipeline.ArraySource(stops_its_run()))
+    holder.append(run)
+    with pytest.raises(pipeline.Interrupted):
+        run.run()
+    assert (len(pulled), run.stats.frames_out) == (11, 10) and pipeline_threads() == []
+
+
+def test_the_frames_thread_runs_the_backends_set_up_and_closes_the_iterator_itself(caplog):
+    """The application's generator ran on the run's GPU in the decode thread: its own thread makes that GPU
+    current first. A generator whose clean-up fails once the run is over is a line in the log, not a
+    thread's traceback."""
+    import threading
+
+    seen = []
+
+    def frames():
+        try:
+            for i in range(3):
+                seen.append(threading.current_thread().name)
+                yield np.full((16, 16, 3), i, np.uint8)
+        finally:
+            raise RuntimeError("the camera would not close")
+
+    source = pipeline.ArraySource(frames())
+    stop = threading.Event()
+    entries = source.items(stop=stop, on_thread=lambda: seen.append("set up"))
+    assert [next(entries).meta.index for _ in range(2)] == [0, 1]
+    stop.set()
+    entries.close()
+    source.close()
+    deadline = time.monotonic() + 10
+    while pipeline_threads() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # The first frame is taken where the source is made (its size is the run's), the others on their thread.
+    assert pipeline_threads() == [] and seen[:2] == ["MainThread", "set up"] and set(seen[2:]) == {"pipeline-frames"}
+    assert "the camera would not close" in caplog.text
 
 
 def test_only_frames_from_code_are_read_on_a_thread_of_their_own():
