@@ -70,7 +70,11 @@ def _refuses(file_values: dict[str, Any]) -> bool:
 def _under_the_flags(entry: dict[str, Any], file_values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
     """A [[streams]] entry's settings, as a config file's are: below the flags given on the command line
     (-n, --frames...), its option tables merged key by key over the file's top-level ones, the flags' over
-    both. Its input and output are its own."""
+    both. Its input and output are its own: an output given on the command line as well is refused (exit 2),
+    since neither could be said to win (-o null would have written the entry's file, -y replacing it)."""
+    if entry.get("output") is not None and flags.get("output") is not None:
+        raise ConfigError(f"-o {flags['output']}: the [[streams]] entry of {entry['input']} names its own output "
+                          f"({entry['output']}); drop -o, or that entry's output")
     kept = {}
     for key, value in entry.items():
         if key in _TABLES:

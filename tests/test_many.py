@@ -370,6 +370,21 @@ def test_a_file_a_plugins_filter_reads_is_kept_from_the_writes_of_every_command(
     assert data.read_text() == "the user's data\n" and list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.parametrize("given", ["null", "DIR/"])
+def test_o_beside_an_entrys_own_output_is_refused(clips, tmp_path, given):
+    """-o null was ignored for an entry with its own output, whose file was written (with -y, replaced)."""
+    theirs = tmp_path / "a.mkv"
+    theirs.write_text("the user's file\n")
+    config = tmp_path / "streams.toml"
+    config.write_text(f'codec = "ffv1"\n[[streams]]\ninput = "{clips[0]}"\noutput = "{theirs}"\n'
+                      f'[[streams]]\ninput = "{clips[1]}"\n')
+    (tmp_path / "out").mkdir()
+    target = "null" if given == "null" else f"{tmp_path / 'out'}/"
+    proc = run_cli("run", "--config", config, "-o", target, "-y", "--device", "cpu", "-q")
+    assert proc.returncode == 2 and "names its own output" in proc.stderr, proc.stderr
+    assert theirs.read_text() == "the user's file\n" and list((tmp_path / "out").iterdir()) == []
+
+
 @pytest.mark.parametrize("entry", ['device = "cpu"', 'stats_json = "x.json"', "pinned_cap_mib = 64"])
 def test_a_setting_of_the_whole_run_in_one_streams_entry_is_refused(clips, tmp_path, entry):
     config = tmp_path / "streams.toml"
