@@ -445,9 +445,17 @@ def _check_table(name: str, table: dict[str, str]) -> None:
                               f"{allowed}")
 
 
+SPAN_LENGTH = ("duration", "end")  # -t and -to: one or the other
+
+
 def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> RunConfig:
-    """Defaults, then the file, then the flags that were given on the command line (not None)."""
+    """Defaults, then the file, then the flags that were given on the command line (not None). A span's
+    length given as a flag (-t or -to) replaces the file's, whichever way the file gave it: the two ways are
+    exclusive, and the user gave one."""
     merged = dict(file_values)
+    if any(flag_values.get(key) is not None for key in SPAN_LENGTH):
+        for key in SPAN_LENGTH:
+            merged.pop(key, None)
     for key, value in flag_values.items():
         if value is None:
             continue

@@ -278,6 +278,20 @@ def _parse(*argv: str) -> RunConfig:
     return config_from_args(build_parser().parse_args(["run", *argv]))
 
 
+@pytest.mark.parametrize("in_file, flag", [("duration = 0.1", ["-to", "0.2"]), ("end = 0.3", ["-t", "0.2"])])
+def test_a_span_length_flag_replaces_the_files_other_one(tmp_path, in_file, flag):
+    """The user gave one of -t and -to, the file the other: "-t/--duration and -to/--end are exclusive",
+    naming no file. The flag wins, as flags do; in a [[streams]] entry too."""
+    config = tmp_path / "span.toml"
+    config.write_text(in_file + "\n")
+    cfg = _parse("in.mp4", "-o", "out.mkv", "--config", str(config), *flag)
+    assert (cfg.duration, cfg.end) == ((0.2, None) if flag[0] == "-t" else (None, 0.2))
+    config.write_text(f'[[streams]]\ninput = "a.mp4"\n{in_file}\n[[streams]]\ninput = "b.mp4"\n')
+    args = build_parser().parse_args(["run", "--config", str(config), "-o", "null", *flag])
+    config_from_args(args)
+    assert all(key not in entry for entry in args.stream_list for key in ("duration", "end"))
+
+
 def test_cli_flags_map_to_config():
     cfg = _parse("in.mp4", "-o", "out.mkv", "-y", "--device", "cpu", "-c", "ffv1", "--encoder-opt", "crf=0",
                  "--encoder-opt", "preset=fast", "--frames", "5", "--ring-size", "3", "--streams", "1",
