@@ -171,6 +171,17 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{prog}: {message}" if prog else message)
 
 
+class _Once(argparse.Action):
+    """An option given at most once: a second one replaced the first without a word (--config denoise
+    --config sharpen ran sharpen alone; presets do not chain)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None and earlier != values:
+            raise ConfigError(f"{option_string} given twice ({earlier}, {values}): give it once")
+        setattr(namespace, self.dest, values)
+
+
 def _device(text: str) -> str:
     try:
         check_device(text)
@@ -226,7 +237,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     if single:
         add_ffmpeg_arguments(p)
     p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
-    p.add_argument("--config", metavar="PRESET|FILE", type=path_name,
+    p.add_argument("--config", metavar="PRESET|FILE", type=path_name, action=_Once,
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
     p.add_argument("--device", type=_device, metavar="auto|cuda|cuda:N|cpu",

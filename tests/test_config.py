@@ -292,6 +292,13 @@ def test_a_span_length_flag_replaces_the_files_other_one(tmp_path, in_file, flag
     assert all(key not in entry for entry in args.stream_list for key in ("duration", "end"))
 
 
+def test_config_given_twice_is_refused_not_replaced():
+    """--config denoise --config sharpen ran sharpen alone, without a word."""
+    with pytest.raises(ConfigError, match=r"--config given twice \(denoise, sharpen\): give it once"):
+        _parse("in.mp4", "-o", "out.mkv", "--config", "denoise", "--config", "sharpen")
+    assert _parse("in.mp4", "-o", "out.mkv", "--config", "denoise", "--config", "denoise").filters
+
+
 def test_cli_flags_map_to_config():
     cfg = _parse("in.mp4", "-o", "out.mkv", "-y", "--device", "cpu", "-c", "ffv1", "--encoder-opt", "crf=0",
                  "--encoder-opt", "preset=fast", "--frames", "5", "--ring-size", "3", "--streams", "1",
