@@ -80,6 +80,9 @@ def main(args: argparse.Namespace, err: Console) -> int:
     _stop_set_up_at_once()
     run_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in _BATCH_DESTS})
     cfg = config_from_args(run_args)
+    if cfg.output is not None:  # only a config file sets it here: it would be ignored without a word
+        raise ConfigError(f"{args.config}: output = {cfg.output}: a batch writes DIR/<stem><suffix><ext> (-o DIR); "
+                          "remove it from the config")
     if run_args.stream_list:  # a many-stream run's inputs: the batch's are its own arguments
         raise ConfigError(f"{args.config}: [[streams]] are for `pipeline run --config`; a batch takes its inputs "
                           "as arguments or @LIST files")

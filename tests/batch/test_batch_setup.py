@@ -350,6 +350,14 @@ def test_a_config_with_streams_is_refused_not_half_used(clips, tmp_path, capsys)
     assert "[[streams]] are for `pipeline run --config`" in message
 
 
+def test_a_configs_output_is_refused_not_ignored(clips, tmp_path, capsys):
+    """The batch wrote DIR/<stem>_processed<ext> and said nothing of the output the config names."""
+    config = tmp_path / "one.toml"
+    config.write_text('output = "wanted.mkv"\n')
+    message = refused(capsys, 2, str(clips / "clip0.mkv"), "-o", str(tmp_path / "out"), "--config", str(config))
+    assert "a batch writes DIR/<stem><suffix><ext> (-o DIR)" in message and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("suffix", ["_%03d", "_processed"])
 def test_pictures_as_a_batchs_outputs_are_refused_before_any_work(clips, tmp_path, capsys, suffix):
     """-f image2 made each output pictures: the frames were written, then the resume marker could not vouch
