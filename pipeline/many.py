@@ -296,8 +296,9 @@ def _stop_then_join(threads: list[Worker], control, pipelines: list, cause: Base
 
 
 def configs_for(base: RunConfig, inputs: list[str], output: str | None,
-                per_stream: list[dict[str, Any]] | None = None) -> list[RunConfig]:
-    """One config per input: the base settings, each stream's own overrides, its output."""
+                per_stream: list[dict[str, Any]] | None = None, config: str | None = None) -> list[RunConfig]:
+    """One config per input: the base settings, each stream's own overrides, its output. ``config``: the
+    file the [[streams]] entries come from, named with the entry in a refusal of one's values."""
     # Names chosen for the others step aside from the outputs given explicitly.
     taken = {os.path.basename(o) for o in (s.get("output") for s in per_stream or []) if o}
     configs = []
@@ -308,7 +309,12 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
             raise ConfigError(f"stream {i + 1} ({source}) has no output: give it output = \"...\" in its "
                               "[[streams]] entry, or -o DIR/ or -o null for every stream")
         out = out or output_for(source, output, i, taken)
-        configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
+        try:
+            configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
+        except ConfigError as e:
+            if per_stream is None or config is None:
+                raise
+            raise ConfigError(f"{config}: [[streams]] entry {i + 1}: {e}") from None
     if output not in (None, "null") and not os.path.isdir(output):
         from .errors import OutputError
 

@@ -31,7 +31,7 @@ def cmd_run_many(cfg: RunConfig, inputs: list[str] | None, stream_list: list[dic
         per_stream = [{k: v for k, v in entry.items() if k != "input"} for entry in stream_list]
     else:
         per_stream = None
-    configs = configs_for(cfg, inputs, cfg.output, per_stream)
+    configs = configs_for(cfg, inputs, cfg.output, per_stream, config)
     # The plugins are loaded here, once for every stream: a plugin's filters name the files they read. An
     # entry's own plugins and LUTs are kept from the statistics file and from every stream's output, as the
     # run's are.

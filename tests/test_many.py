@@ -370,6 +370,16 @@ def test_a_file_a_plugins_filter_reads_is_kept_from_the_writes_of_every_command(
     assert data.read_text() == "the user's data\n" and list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.parametrize("value, said", [("ring_size = 100000", "Invalid ring_size (100000)"),
+                                         ('encoder_opts = { crf = "nan" }', "Invalid encoder_opts value crf='nan'")])
+def test_an_entrys_refused_value_names_the_file_and_the_entry(clips, tmp_path, value, said):
+    """The line said what was wrong but not where: neither the file nor the entry."""
+    config = tmp_path / "streams.toml"
+    config.write_text(f'[[streams]]\ninput = "{clips[0]}"\n[[streams]]\ninput = "{clips[1]}"\n{value}\n')
+    proc = run_cli("run", "--config", config, "-o", "null", "--device", "cpu", "-q")
+    assert proc.returncode == 2 and f"{config}: [[streams]] entry 2: {said}" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("given", ["null", "DIR/"])
 def test_o_beside_an_entrys_own_output_is_refused(clips, tmp_path, given):
     """-o null was ignored for an entry with its own output, whose file was written (with -y, replaced)."""
