@@ -137,10 +137,6 @@ class ArraySource:
             yield DecodedFrame(ArrayFrame(array), FrameMeta(index, index, self._time_base))
             index += 1
 
-    def entries(self) -> Iterator[Any]:
-        """Every frame (the reader thread counts ``frames=N`` itself)."""
-        return self.items()
-
     def copy_into(self, frame: ArrayFrame, dst: np.ndarray) -> None:
         array, fmt = frame.array, self.info.format
         _check_array(self.path, array)
