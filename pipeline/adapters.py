@@ -52,11 +52,6 @@ class ArraySource:
     audio = None
     decode_errors = corrupt_frames = retimed_frames = 0
     live = False
-    # Frames from the application's code (a generator: a camera, a queue) may be waited for, and that wait
-    # cannot be interrupted: each is asked for on a thread of its own (:class:`_Asked`), so that a stop, a
-    # break out of frames() or a Ctrl-C never waits on it. A list or an array is there already: read in the
-    # decode stage itself, without the hop (the bench's gpu scope measures with one).
-    read_apart = True
 
     def __init__(self, frames: Iterable[np.ndarray], *, fps: float = 30.0, layout: str = "rgb24",
                  size: tuple[int, int] | None = None, colour: Colour | None = None, name: str = "<frames>",
@@ -80,6 +75,10 @@ class ArraySource:
             source = itertools.cycle(frames) if repeat is not None else iter(frames)
         except TypeError:  # iterable by its type, not in fact: a 0-d NumPy array
             raise refusal from None
+        # Frames from the application's code (a generator: a camera, a queue) may be waited for, and that
+        # wait cannot be interrupted: each is asked for on a thread of its own (:class:`_Asked`), so that a
+        # stop, a break out of frames() or a Ctrl-C never waits on it. A list or an array is there already:
+        # read in the decode stage itself, without the hop (the bench's gpu scope measures with one).
         self.read_apart = not isinstance(frames, (Sequence, np.ndarray))
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
         try:

@@ -482,14 +482,11 @@ class Sink:
             self._encoder_said.close()
         if self.staged is not None:  # first: closing flushes the encoder, which may hang on a stuck GPU
             self.staged.discard()
-        try:
-            self.container.close()
-        except Exception:
-            pass  # the file is gone already; a close error adds nothing
+        _close_quietly(self.container)
 
 
 def _close_quietly(container) -> None:
-    with contextlib.suppress(Exception):  # closed already (a finished or aborted sink's): nothing to do
+    with contextlib.suppress(Exception):  # closed already, or its file gone: a close error adds nothing
         container.close()
 
 
