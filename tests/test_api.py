@@ -563,12 +563,13 @@ def camera(frames, stopped):  # nothing more after its first frames until the ap
 """
 
 
-def test_leaving_frames_of_a_waiting_iterable_does_not_wait_for_it(tmp_path):
+@pytest.mark.parametrize("device", all_devices())
+def test_leaving_frames_of_a_waiting_iterable_does_not_wait_for_it(device):
     """The stop waited for the thread inside the application's generator: break hung until it yielded,
     which it would only do once the application went on past the break."""
-    code = _WAITING_CAMERA + """
+    code = _WAITING_CAMERA + f"""
 stopped = threading.Event()
-for frame in pipeline.frames(camera(3, stopped), device="cpu"):
+for frame in pipeline.frames(camera(3, stopped), device={device!r}):
     if frame.index == 2:
         waiting.wait(10)  # the run has asked for the next frame, which the camera does not give
         break
@@ -642,6 +643,26 @@ def test_the_frames_thread_runs_the_backends_set_up_and_closes_the_iterator_itse
     assert "the camera would not close" in caplog.text
 
 
+@pytest.mark.gpu
+def test_a_generator_of_device_arrays_runs_on_the_runs_gpu_in_its_own_thread():
+    """The generator's own thread starts with no GPU made current: arrays it makes there, and the run's
+    copies of them, must still be on the run's GPU."""
+    import threading
+
+    import cupy
+
+    seen = []
+
+    def frames():
+        for i in range(6):
+            seen.append((threading.current_thread().name, cupy.cuda.Device().id))
+            yield cupy.full((32, 48, 3), 30 * i + 7, cupy.uint8)
+
+    got = [int(as_numpy(f.array)[5, 5, 0]) for f in pipeline.frames(frames(), device="cuda", filters="invert")]
+    assert got == [255 - (30 * i + 7) for i in range(6)]
+    assert {name for name, _ in seen[1:]} == {"pipeline-frames"} and {gpu for _, gpu in seen} == {0}
+
+
 def test_only_frames_from_code_are_read_on_a_thread_of_their_own():
     """A list or an array cannot wait: read in the decode stage, as the bench's gpu scope measures it."""
     assert not any(pipeline.ArraySource(frames).read_apart for frames in ([RGB], (RGB,), np.stack([RGB, RGB])))
@@ -649,14 +670,15 @@ def test_only_frames_from_code_are_read_on_a_thread_of_their_own():
     assert pipeline.ArraySource(iter([RGB])).read_apart and pipeline.ArraySource(f for f in [RGB]).read_apart
 
 
-def test_ctrl_c_in_run_of_a_waiting_iterable_keeps_the_frames_done(tmp_path):
+@pytest.mark.parametrize("device", all_devices())
+def test_ctrl_c_in_run_of_a_waiting_iterable_keeps_the_frames_done(tmp_path, device):
     """Each Ctrl-C only set abort while the run waited for the generator's thread: the call never returned."""
     out = tmp_path / "out.mp4"
     code = _WAITING_CAMERA + f"""
 stopped = threading.Event()
 threading.Timer(1.0, _thread.interrupt_main).start()
 try:
-    pipeline.run(camera(2, stopped), {str(out)!r}, device="cpu")
+    pipeline.run(camera(2, stopped), {str(out)!r}, device={device!r})
 except KeyboardInterrupt:
     with av.open({str(out)!r}) as back:
         print("KeyboardInterrupt", len(list(back.decode(video=0))))
