@@ -34,6 +34,9 @@ def find_config(name: str | Path) -> Path:
     """``--config``: a preset's name (``denoise``), or a path (it has a ``/`` or ends in ``.toml``)."""
     text = str(name)
     if isinstance(name, Path) or text.endswith(".toml") or "/" in text or os.sep in text:
+        if text.endswith(("/", os.sep)) and not os.path.isdir(text):
+            # Path drops the slash, which asks for a directory: the file before it would be read instead.
+            raise ConfigError(f"config file: cannot read {text}: Not a directory")
         return Path(name)
     path = PRESETS_DIR / f"{text}.toml"
     if not path.is_file():

@@ -613,3 +613,12 @@ def test_a_config_files_value_out_of_range_names_the_file(tmp_path):
     proc = run_cli("run", ROOT / "samples" / "sample.mp4", "-o", "null", "--config", config, "--ring-size", "4",
                    "--frames", "1", "-q")
     assert proc.returncode == 0, proc.stderr  # the command line's value stands in for the file's
+
+
+def test_a_config_name_ending_in_a_slash_is_not_the_file_before_it(tmp_path):
+    """``c.toml/`` asks for a directory, as the system reads it; the file c.toml was read instead."""
+    config = _toml(tmp_path, "ring-size = 4\n")
+    with pytest.raises(ConfigError, match=r"run\.toml/: Not a directory$"):
+        load_toml(f"{config}/")
+    with pytest.raises(ConfigError, match="is a directory, not a file"):
+        load_toml(f"{tmp_path}/")
