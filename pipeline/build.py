@@ -219,11 +219,13 @@ def output_choice(cfg: RunConfig, info, null: bool) -> tuple[str, str | None]:
     """(the output layout, the encoder's pixel format): where the output's bit depth is decided. ``--pix-fmt``
     if given, else the input's depth where the encoder takes it, else 8 bits with a notice; ``-o null``
     keeps the input's depth."""
-    from .encoders import output_format, video_encoder
+    from .encoders import format_depth, output_format, video_encoder
 
-    if null:
+    if null:  # nothing is encoded, but a name FFmpeg does not know is still a mistake
         if cfg.codec:
-            video_encoder(cfg.codec)  # nothing is encoded, but a name FFmpeg does not know is still a mistake
+            video_encoder(cfg.codec)
+        if cfg.pix_fmt:
+            format_depth(cfg.pix_fmt)
         return ("i420p10" if info.format.depth > 8 else "i420"), None
 
     pix_fmt, layout, notice = output_format(video_encoder(cfg.codec), cfg.pix_fmt, info.format.depth)

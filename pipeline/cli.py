@@ -51,6 +51,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         flags["plugins"] = tuple(flags["plugins"])
     if args.stream_list:
         args.stream_list = [_under_the_flags(entry, file_values, flags) for entry in args.stream_list]
+    # The file's values the command line left standing: a later check refusing one names the file.
+    args.from_config = frozenset(k for k in file_values if flags.get(k) is None)
     try:
         return build_config(file_values, flags)
     except ConfigError as e:
@@ -199,17 +201,12 @@ def _one_line(error: BaseException) -> str:
 def _dispatch(args: argparse.Namespace, err: Console, process_ends: bool = False) -> int:
     if args.command == "run":
         cfg = config_from_args(args)
-        create_cuda_context_early(cfg.device)  # while the pipeline's modules import
-        if args.inputs or args.stream_list:
-            from .many_cli import cmd_run_many
-
-            if args.progress:  # it would be left unwritten, the reader waiting on nothing
-                raise ConfigError(f"-progress {args.progress}: reports one run; several streams run here "
-                                  "(--stats-json has each stream's figures)")
-
-            return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers, process_ends,
-                                config=args.config)
-        return cmd_run(cfg, err, progress=args.progress, config=args.config, process_ends=process_ends)
+        try:
+            return _run_command(args, cfg, err, process_ends)
+        except ConfigError as e:
+            if e.setting in args.from_config:  # a value checked once the run is built: say where it came from
+                raise ConfigError(f"{args.config}: {e}") from None
+            raise
     if args.command == "bench":
         from .bench import bench
 
@@ -328,6 +325,20 @@ def write_stats(stats, path: str, err: Console, failing: bool, overwrite: bool =
         if not failing:
             raise
         err.print(f"pipeline: warning: {e}", markup=False, soft_wrap=True)
+
+
+def _run_command(args: argparse.Namespace, cfg: RunConfig, err: Console, process_ends: bool) -> int:
+    create_cuda_context_early(cfg.device)  # while the pipeline's modules import
+    if args.inputs or args.stream_list:
+        from .many_cli import cmd_run_many
+
+        if args.progress:  # it would be left unwritten, the reader waiting on nothing
+            raise ConfigError(f"-progress {args.progress}: reports one run; several streams run here "
+                              "(--stats-json has each stream's figures)")
+
+        return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers, process_ends,
+                            config=args.config)
+    return cmd_run(cfg, err, progress=args.progress, config=args.config, process_ends=process_ends)
 
 
 def read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:

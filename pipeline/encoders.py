@@ -79,15 +79,16 @@ def video_encoder(name: str) -> av.Codec:
     encoder (``-c aac``: the audio codec is chosen with --audio)."""
     if name == "copy":
         raise ConfigError("-c copy: every frame is decoded, filtered and encoded again, so there is no stream "
-                          "copy (ffmpeg's -c copy); -c names the video encoder (libx264, libx265, ...)")
+                          "copy (ffmpeg's -c copy); -c names the video encoder (libx264, libx265, ...)",
+                          setting="codec")
     try:
         codec = av.Codec(name, "w")
     except (ValueError, av.error.FFmpegError):
         raise ConfigError(f"unknown encoder {name!r}: PyAV's FFmpeg has no such encoder "
-                          "(`ffmpeg -encoders` lists them)") from None
+                          "(`ffmpeg -encoders` lists them)", setting="codec") from None
     if codec.type != "video":
         raise ConfigError(f"-c {name}: {name} is an {codec.type} encoder; -c takes a video encoder "
-                          "(libx264, libx265, ...), and --audio chooses what happens to the audio")
+                          "(libx264, libx265, ...), and --audio chooses what happens to the audio", setting="codec")
     return codec
 
 
@@ -111,7 +112,8 @@ def format_depth(name: str) -> int:
     try:
         fmt = av.VideoFormat(name)
     except (ValueError, av.error.FFmpegError):
-        raise ConfigError(f"unknown pixel format {name!r} (`ffmpeg -pix_fmts` lists them)") from None
+        raise ConfigError(f"unknown pixel format {name!r} (`ffmpeg -pix_fmts` lists them)",
+                          setting="pix_fmt") from None
     return max((c.bits for c in fmt.components), default=8)
 
 
@@ -137,12 +139,12 @@ def output_format(codec: av.Codec, requested: str | None, depth: int) -> tuple[s
         format_depth(requested)
         if names and requested not in names:
             raise ConfigError(f"--pix-fmt {requested}: the {codec.name} encoder does not take it; it takes "
-                              f"{', '.join(names)}")
+                              f"{', '.join(names)}", setting="pix_fmt")
         if av.VideoFormat(requested).has_palette:  # swscale makes no palette (ffmpeg's palettegen filter does)
             others = ", ".join(n for n in names if n != requested)
             raise ConfigError(f"--pix-fmt {requested}: palette frames cannot be made from video here; "
                               + (f"the {codec.name} encoder also takes {others}" if others else
-                                 "choose another pixel format"))
+                                 "choose another pixel format"), setting="pix_fmt")
         chosen = requested
     elif codec.name in RGB_FIRST and (rgb := _rgb_format(names, depth)):
         chosen = rgb

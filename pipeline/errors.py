@@ -30,9 +30,15 @@ def no_threads(what: str) -> PipelineError:
 
 
 class ConfigError(PipelineError, ValueError):
-    """Bad command line, config file or filter chain."""
+    """Bad command line, config file or filter chain. ``setting``: the :class:`~pipeline.config.RunConfig`
+    field whose value was refused, where a check made after the config was read knows it (so the command
+    line can name the config file the value came from)."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, *args, setting: str | None = None):
+        super().__init__(*args)
+        self.setting = setting
 
 
 class InputError(PipelineError):

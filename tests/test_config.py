@@ -622,3 +622,22 @@ def test_a_config_name_ending_in_a_slash_is_not_the_file_before_it(tmp_path):
         load_toml(f"{config}/")
     with pytest.raises(ConfigError, match="is a directory, not a file"):
         load_toml(f"{tmp_path}/")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('codec = "nosuch"', "unknown encoder 'nosuch'"),
+    ('pix_fmt = "nosuch"', "unknown pixel format 'nosuch'"),
+    ('filters = "nosuch"', "bad filter 'nosuch'"),
+])
+def test_a_config_files_value_refused_once_the_run_is_built_names_the_file(tmp_path, text, message):
+    """The encoder, the pixel format and the filter chain are checked after the file is read: the line
+    named the value but not the file it was in. A flag's own value is not the file's."""
+    from utils import ROOT, run_cli
+
+    config = _toml(tmp_path, text + "\n")
+    sample = ROOT / "samples" / "sample.mp4"
+    proc = run_cli("run", sample, "-o", "null", "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 2 and f"error: {config}: {message}" in proc.stderr, proc.stderr
+    flag = {"codec": "-c", "pix_fmt": "--pix-fmt", "filters": "-vf"}[text.partition(" ")[0]]
+    proc = run_cli("run", sample, "-o", "null", "--device", "cpu", "-q", flag, "nosuch")
+    assert proc.returncode == 2 and "error: " + message in proc.stderr and str(config) not in proc.stderr

@@ -203,9 +203,10 @@ def parse_chain(text: str) -> list[Filter]:
         try:
             chain.append(_parse_filter(token))
         except ConfigError as e:
-            raise ConfigError(f"bad filter {token!r} at column {match.start() + 1} of {text!r}: {e}") from None
+            raise ConfigError(f"bad filter {token!r} at column {match.start() + 1} of {text!r}: {e}",
+                              setting="filters") from None
     if text and text.strip() and not chain:
-        raise ConfigError(f"empty filter chain {text!r}")
+        raise ConfigError(f"empty filter chain {text!r}", setting="filters")
     return chain
 
 
