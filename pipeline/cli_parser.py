@@ -18,7 +18,7 @@ from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, M
                      MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device)
 from .config_file import preset_names
 from .errors import ConfigError
-from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, path_name
+from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, path_name
 from .log import LEVELS
 from .numbers import integer, number
 from .memory.registry import STRATEGIES
@@ -140,9 +140,11 @@ class _Parser(argparse.ArgumentParser):
     intermixed = False  # `run`: its positionals (input, output) anywhere among the options, as ffmpeg takes them
 
     def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        if "--encoder-opt" in self._option_string_actions:  # run and batch
+            check_ffmpeg_only_options(args)
         if not self.intermixed:
             return super().parse_known_args(args, namespace)
-        args = list(sys.argv[1:] if args is None else args)
         # argparse's intermixed parsing loses what follows "--" (names that start with "-"): taken here.
         tail = args[args.index("--") + 1:] if "--" in args else []
         args = args[:len(args) - len(tail) - 1] if "--" in args else args
@@ -252,7 +254,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "-c:v", "--codec", type=path_name, help=f"video encoder, any PyAV has (default: {d.codec}, or the "
+    p.add_argument("-c", "-c:v", "-vcodec", "-codec:v", "--codec", type=path_name, help=f"video encoder, any PyAV has (default: {d.codec}, or the "
                    "container's own where it takes no H.264: libvpx-vp9 for .webm); one that cannot take the frames "
                    "exits 2 saying why")
     p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT", type=path_name,

@@ -42,6 +42,29 @@ def path_name(text: str) -> str:
     return text
 
 
+# ffmpeg's options that have no spelling of their own here. argparse would read ``-crf 20`` as ``-c rf`` and take
+# the 20 for the output (``-c:a aac`` likewise): each is named with what does the same here.
+_ENCODER_OPTIONS = {"-crf": "crf", "-preset": "preset", "-tune": "tune", "-profile": "profile",
+                    "-profile:v": "profile", "-level": "level", "-g": "g", "-bf": "bf", "-b:v": "b", "-maxrate":
+                    "maxrate", "-bufsize": "bufsize", "-qp": "qp", "-x264-params": "x264-params",
+                    "-x265-params": "x265-params"}
+_AUDIO_OPTIONS = ("-c:a", "-acodec", "-codec:a", "-b:a")
+
+
+def check_ffmpeg_only_options(args: list[str]) -> None:
+    """ConfigError (exit 2) for an ffmpeg encoder or audio option, saying how it is given here."""
+    for i, token in enumerate(args):
+        if token == "--":  # names follow
+            return
+        if token in _ENCODER_OPTIONS:
+            value = args[i + 1] if i + 1 < len(args) else "VALUE"
+            raise ConfigError(f"{token}: encoder options are given as --encoder-opt KEY=VALUE: "
+                              f"--encoder-opt {_ENCODER_OPTIONS[token]}={value}")
+        if token in _AUDIO_OPTIONS:
+            raise ConfigError(f"{token}: the audio is copied where the container takes its codec, else encoded to "
+                              "the container's usual one; --audio copy|encode|none chooses (-an: none)")
+
+
 def add_overwrite_arguments(p) -> None:
     """``-y`` replaces an existing output, ``-n`` never does (exit 2, as without either): one or the other."""
     group = p.add_mutually_exclusive_group()

@@ -55,6 +55,8 @@ def test_parse_time_refuses_the_rest(text):
     (["-vf", "hflip"], ["--filters", "hflip"]),
     (["-c:v", "ffv1"], ["--codec", "ffv1"]),
     (["-c", "ffv1"], ["--codec", "ffv1"]),
+    (["-vcodec", "ffv1"], ["--codec", "ffv1"]),
+    (["-codec:v", "ffv1"], ["--codec", "ffv1"]),
     (["-f", "matroska"], ["--format", "matroska"]),
     (["-ss", "1.5"], ["--start", "1.5"]),
     (["-t", "00:02"], ["--duration", "2"]),
@@ -118,6 +120,27 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
     assert main(["run", *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.parametrize("command", ["run", "batch"])
+@pytest.mark.parametrize("argv, words", [
+    (["-crf", "20"], "-crf: encoder options are given as --encoder-opt KEY=VALUE: --encoder-opt crf=20"),
+    (["-b:v", "2M"], "--encoder-opt b=2M"),
+    (["-preset", "fast"], "--encoder-opt preset=fast"),
+    (["-c:a", "aac"], "-c:a: the audio is copied where the container takes its codec"),
+    (["-acodec", "aac"], "--audio copy|encode|none chooses"),
+])
+def test_ffmpegs_encoder_and_audio_options_say_how_they_are_given_here(command, argv, words, capsys, tmp_path):
+    """-crf 20 was read as -c rf and 20 as the output: "two outputs: 20 and -o ...", or a run that
+    wrote 20 with an encoder named rf."""
+    assert main([command, "a.mp4", "-o", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ffmpeg_options_after_a_double_dash_are_names():
+    assert _parse("-o", "o.mkv", "--", "-crf").input == "-crf"
 
 
 # -- each alias as a subprocess ----------------------------------------------------------------------
