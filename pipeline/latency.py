@@ -163,10 +163,12 @@ class LatencyLog:
         return self.columns[name].values()
 
     def series(self) -> dict[str, list]:
-        """The per-frame series for --stats-json: ms since the run started (null where unknown)."""
+        """The per-frame series for --stats-json: ms since the run started (null where unknown), in frame order
+        (frames are recorded as their packets come, which an encoder that reorders gives out of order)."""
+        order = np.argsort(self.column("index"), kind="stable")
         out: dict[str, list] = {}
         for name in COLUMNS:
-            values = self.column(name)
+            values = self.column(name)[order]
             if name == "index":
                 out[name] = [int(v) for v in values]
             else:

@@ -55,3 +55,16 @@ def test_stats_json_of_several_inputs_is_documented(tmp_path):
     missing = sorted(keys - documented)
     assert not missing, f"keys missing from {DOC.name}: {missing}"
     assert stats["schema_version"] == 1 and stats["totals"]["streams"] == 2
+
+
+def test_per_frame_rows_are_in_frame_order_where_the_encoder_reorders(tmp_path):
+    """Rows were recorded as packets came: with B-frames, index 0, 4, 2, 1, 3, ..."""
+    clip = make_clip(tmp_path / "in.mp4", width=96, height=64, frames=24, audio=False)
+    stats_path = tmp_path / "stats.json"
+    cfg = build_config({}, {"input": str(clip), "output": str(tmp_path / "out.mp4"), "device": "cpu",
+                            "stats_json": str(stats_path)})
+    Pipeline.from_config(cfg).run().write_json(stats_path)
+    rows = read_json(stats_path)["per_frame"]
+    assert rows["index"] == list(range(24))
+    assert rows["pts_s"] == sorted(rows["pts_s"]) and len(set(rows["pts_s"])) == 24
+    assert rows["decoded"] == sorted(rows["decoded"])
