@@ -254,9 +254,9 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "-c:v", "-vcodec", "-codec:v", "--codec", type=path_name, help=f"video encoder, any PyAV has (default: {d.codec}, or the "
-                   "container's own where it takes no H.264: libvpx-vp9 for .webm); one that cannot take the frames "
-                   "exits 2 saying why")
+    p.add_argument("-c", "-c:v", "-vcodec", "-codec:v", "--codec", type=path_name,
+                   help=f"video encoder, any PyAV has (default: {d.codec}, or the container's own where it takes no "
+                        "H.264: libvpx-vp9 for .webm); one that cannot take the frames exits 2 saying why")
     p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT", type=path_name,
                    help="the encoder's pixel format: yuv420p, yuv420p10le, or another it takes (default: the "
                         "input's bit depth where the encoder takes it, else 8 bits with a notice)")
