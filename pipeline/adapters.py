@@ -227,8 +227,11 @@ class _Asked:
 
 
 def _check_array(name: str, array: Any) -> None:
-    if not isinstance(array, np.ndarray):  # copied with NumPy into a host slot: a CuPy array is .get() first
-        raise InputError(f"{name}: frames must be NumPy arrays, got {type(array).__name__}")
+    if not isinstance(array, np.ndarray):  # copied with NumPy into a host slot
+        kind = type(array)
+        where = "" if kind.__module__ == "builtins" else f"{kind.__module__.partition('.')[0]}."
+        hint = " (.get() gives a CuPy array's NumPy copy)" if where == "cupy." else ""
+        raise InputError(f"{name}: frames must be NumPy arrays, got {where}{kind.__name__}{hint}")
 
 
 class NullSink:

@@ -644,9 +644,9 @@ def test_the_frames_thread_runs_the_backends_set_up_and_closes_the_iterator_itse
 
 
 @pytest.mark.gpu
-def test_a_generator_of_device_arrays_runs_on_the_runs_gpu_in_its_own_thread():
-    """The generator's own thread starts with no GPU made current: arrays it makes there, and the run's
-    copies of them, must still be on the run's GPU."""
+def test_a_generator_using_cupy_runs_on_the_runs_gpu_in_its_own_thread():
+    """The generator's own thread starts with no GPU made current: it is made current there before the
+    application's code runs. Frames are NumPy arrays; a CuPy one is refused naming its module."""
     import threading
 
     import cupy
@@ -656,11 +656,13 @@ def test_a_generator_of_device_arrays_runs_on_the_runs_gpu_in_its_own_thread():
     def frames():
         for i in range(6):
             seen.append((threading.current_thread().name, cupy.cuda.Device().id))
-            yield cupy.full((32, 48, 3), 30 * i + 7, cupy.uint8)
+            yield cupy.full((32, 48, 3), 30 * i + 7, cupy.uint8).get()  # made on the GPU, as a camera's SDK might
 
     got = [int(as_numpy(f.array)[5, 5, 0]) for f in pipeline.frames(frames(), device="cuda", filters="invert")]
     assert got == [255 - (30 * i + 7) for i in range(6)]
     assert {name for name, _ in seen[1:]} == {"pipeline-frames"} and {gpu for _, gpu in seen} == {0}
+    with pytest.raises(pipeline.InputError, match=r"got cupy\.ndarray \(\.get\(\) gives"):
+        list(pipeline.frames([cupy.zeros((32, 48, 3), cupy.uint8)], device="cuda"))
 
 
 def test_only_frames_from_code_are_read_on_a_thread_of_their_own():
