@@ -141,6 +141,27 @@ def test_one_picture_is_its_formats_and_takes_one_frame(clip, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["thumb.png"]
 
 
+def test_a_picture_whose_encoder_is_not_chosen_here_needs_c_and_takes_one_frame(clip, tmp_path):
+    """x.pbm was not taken for a picture: every frame went to the image2 muxer, which failed at the second
+    (exit 4 after the run); of one frame it wrote a JPEG (the muxer's default) under the name."""
+    one_error(run_pipeline(clip, "-o", "x.pbm", "--frames", "1", cwd=tmp_path), 2, ".pbm pictures are written "
+              "with the encoder -c names")
+    one_error(run_pipeline(clip, "-o", "x.pbm", "-c", "pbm", cwd=tmp_path), 2, "one picture holds one frame")
+    assert os.listdir(tmp_path) == []
+    result = run_pipeline(clip, "-o", "x.pbm", "-c", "pbm", "--frames", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "x.pbm").read_bytes()[:2] == b"P4"  # binary PBM
+    assert is_sequence(Path("f%03d.pbm")) and is_sequence(Path("f%03d.XWD"))
+
+
+def test_a_sample_into_such_a_picture_needs_its_encoder_too(tmp_path):
+    from utils import run_cli
+
+    one_error(run_cli("sample", "-o", tmp_path / "u.pbm", "--frames", "1", "--size", "64x64"), 2, "-c names")
+    result = run_cli("sample", "-o", tmp_path / "u.pbm", "--frames", "1", "--size", "64x64", "--codec", "pbm")
+    assert result.returncode == 0 and (tmp_path / "u.pbm").read_bytes()[:2] == b"P4", result.stderr
+
+
 def test_an_input_of_one_frame_makes_one_picture_without_frames_1(tmp_path):
     """ffmpeg -i one_frame.mp4 x.png writes it; it was refused, asking for --frames 1."""
     one = make_sample.make_clip(tmp_path / "one.mp4", width=96, height=64, frames=1, fps=30, seed=11, audio=True)
