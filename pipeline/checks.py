@@ -38,6 +38,9 @@ def check_output(source: str | None, target: Path | str, overwrite: bool, output
     if output_format == "fifo":  # through PyAV it writes nothing (an empty file, or a run that never ends)
         raise ConfigError(f"{target}: the fifo muxer (a queue in front of another muxer) is not supported; the "
                           "run queues its output itself: name the muxer behind it (-f matroska, mpegts, flv)")
+    if output_format == "uncodedframecrc":  # it takes frames before encoding, which PyAV never hands a muxer
+        raise ConfigError(f"{target}: the uncodedframecrc muxer takes frames before encoding, which are not given "
+                          "to a muxer here; -f framecrc checksums the encoded frames")
     if isinstance(target, str):  # a stream URL or a pipe; but file:// writes a local file directly
         if pipe_fd(target, 1) is not None:
             check_single_file(target, output_format)
@@ -94,11 +97,31 @@ def check_single_file(target: Path | str, output_format: str | None) -> None:
         if output_format in MULTI_FILE_MUXERS:
             raise ConfigError(f"{target}: the {output_format} muxer writes several files, a pipe carries one "
                               "stream (-f mpegts or -f matroska do)")
+        if output_format == "image2":
+            raise ConfigError(f"{target}: the image2 muxer writes files by their names, a pipe carries one "
+                              "stream (-f image2pipe does)")
+        _check_writes_what_it_is_given(target, output_format)
         return
     muxer = output_format or _MULTI_FILE_SUFFIXES.get(target.suffix.lower())
     if muxer in MULTI_FILE_MUXERS:
         raise ConfigError(f"{target}: the {muxer} muxer writes several files; pipeline writes one file, put in "
                           "place whole (write .mp4, .mkv or .ts and segment it with ffmpeg, or stream to a URL)")
+    if output_format != "image2":  # pictures: the sequence's staging names them (pipeline.sequence)
+        _check_writes_what_it_is_given(target, output_format)
+
+
+def _check_writes_what_it_is_given(target: Path | str, muxer: str | None) -> None:
+    """A muxer that opens its output itself (FFmpeg's AVFMT_NOFILE: a device, a network session) ignores the
+    file or pipe it is given: it would open the temporary file's name, or "<none>" for a pipe."""
+    import av
+
+    try:
+        opens_itself = muxer is not None and av.ContainerFormat(muxer, "w").no_file
+    except ValueError:  # unknown: the sink names it
+        return
+    if opens_itself:
+        raise ConfigError(f"{target}: the {muxer} muxer opens its own output (a device or a network session), not "
+                          "a file or a pipe; write a file, a pipe (-o - -f mpegts) or a URL")
 
 
 def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:

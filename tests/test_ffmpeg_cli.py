@@ -401,12 +401,28 @@ def test_clock_is_ffmpegs_out_time():
     (["-c", "copy"], "-c copy: every frame is decoded, filtered and encoded again, so there is no stream copy"),
     (["-f", "v4l2"], "-f v4l2 writes to a device, not a file or a stream"),
     (["-f", "fbdev"], "-f fbdev writes to a device, not a file or a stream"),
+    (["-f", "video4linux2"], "the video4linux2 muxer opens its own output"),
+    (["-f", "sap"], "the sap muxer opens its own output"),
+    (["-f", "rtsp"], "the rtsp muxer opens its own output"),
+    (["-f", "uncodedframecrc"], "-f framecrc checksums the encoded frames"),
 ])
 def test_ffmpeg_habits_the_pipeline_has_no_part_for_are_said_as_such(clip, tmp_path, args, said):
     """-c copy was an "unknown encoder 'copy'", and -f v4l2 failed at the open naming the temporary file."""
     out = tmp_path / "out.mkv"
     line = one_error(run_pipeline(clip, "-o", out, *args, cwd=tmp_path), 2, said)
     assert ".partial" not in line and not out.exists() and partials(tmp_path) == []
+
+
+@pytest.mark.parametrize("args, said", [
+    (["-f", "image2"], "the image2 muxer writes files by their names, a pipe carries one stream (-f image2pipe"),
+    (["-f", "video4linux2"], "the video4linux2 muxer opens its own output"),
+    (["-f", "uncodedframecrc"], "-f framecrc checksums the encoded frames"),
+])
+def test_a_muxer_that_cannot_write_into_the_pipe_is_refused_before_the_run(clip, tmp_path, args, said):
+    """-o - -f image2 wrote its picture into a file named "<none>" in the current directory, stdout empty."""
+    result = run_command(pipeline_command(clip, "-o", "-", *args), cwd=tmp_path)
+    line = one_error(result, 2, said)
+    assert "<none>" not in line and result.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("command", ["filters", "presets", "sample", "warmup", "probe", "batch", "bench", "run"])
