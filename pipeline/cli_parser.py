@@ -18,7 +18,8 @@ from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, M
                      MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device)
 from .config_file import preset_names
 from .errors import ConfigError
-from .ffmpeg_args import add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, path_name
+from .ffmpeg_args import (add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, path_name,
+                          text_value)
 from .log import LEVELS
 from .numbers import integer, number
 from .memory.registry import STRATEGIES
@@ -196,7 +197,9 @@ def _kv(text: str) -> tuple[str, str]:
     key, eq, value = text.partition("=")
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
+    if value:
+        text_value(value)
+    return text_value(key), value
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -254,10 +257,10 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--alloc", choices=tuple(STRATEGIES), help=f"memory allocation strategy (default: {d.alloc})")
     p.add_argument("--naive-alloc", dest="alloc", action="store_const", const="naive",
                    help="per-frame cudaMalloc/cudaFree and pageable host memory (same as --alloc naive)")
-    p.add_argument("-c", "-c:v", "-vcodec", "-codec:v", "--codec", type=path_name,
+    p.add_argument("-c", "-c:v", "-vcodec", "-codec:v", "--codec", type=text_value,
                    help=f"video encoder, any PyAV has (default: {d.codec}, or the container's own where it takes no "
                         "H.264: libvpx-vp9 for .webm); one that cannot take the frames exits 2 saying why")
-    p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT", type=path_name,
+    p.add_argument("-pix_fmt", "--pix-fmt", dest="pix_fmt", metavar="FORMAT", type=text_value,
                    help="the encoder's pixel format: yuv420p, yuv420p10le, or another it takes (default: the "
                         "input's bit depth where the encoder takes it, else 8 bits with a notice)")
     p.add_argument("--encoder-opt", dest="encoder_opts", action="append", type=_kv, metavar="KEY=VALUE",
@@ -298,11 +301,12 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
 
 
 def _add_realtime_arguments(p, d: RunConfig, single: bool) -> None:
-    p.add_argument("--input-format", metavar="NAME", help="demuxer or capture device (v4l2, mpegts, ...)")
+    p.add_argument("--input-format", metavar="NAME", type=text_value,
+                   help="demuxer or capture device (v4l2, mpegts, ...)")
     p.add_argument("--input-opt", dest="input_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="demuxer/protocol option passed to FFmpeg when opening, repeatable "
                         "(e.g. video_size=1280x720, fflags=nobuffer)")
-    p.add_argument("-f", "--format", dest="output_format", metavar="NAME",
+    p.add_argument("-f", "--format", dest="output_format", metavar="NAME", type=text_value,
                    help="output muxer (e.g. mpegts, flv); default: from the output name, or the URL scheme")
     p.add_argument("--output-opt", dest="output_opts", action="append", type=_kv, metavar="KEY=VALUE",
                    help="muxer option for the output, repeatable (e.g. movflags=+faststart); one the muxer "
@@ -389,8 +393,8 @@ def _add_sample(sub, name: str, help_text: str) -> None:
     sa.add_argument("--fps", type=_frame_rate, help="frame rate: a number, N/D (30000/1001) or ffmpeg's names "
                     "(ntsc, pal, film, ntsc-film) (default: the clip's)")
     sa.add_argument("--size", type=_size, metavar="WxH", help="frame size (default: the clip's)")
-    sa.add_argument("--codec", type=path_name, help="video encoder (default: the clip's)")
-    sa.add_argument("--pix-fmt", type=path_name, help="pixel format (default: yuv420p, or the encoder's first where it takes "
+    sa.add_argument("--codec", type=text_value, help="video encoder (default: the clip's)")
+    sa.add_argument("--pix-fmt", type=text_value, help="pixel format (default: yuv420p, or the encoder's first where it takes "
                     "none such: rgb8 for gif)")
     sa.add_argument("--crf", type=integer, help="libx264 quality, 0 (lossless) to 51 (default: the clip's)")
     sa.add_argument("-g", "--gop", type=integer, metavar="N",

@@ -65,6 +65,17 @@ def check_ffmpeg_only_options(args: list[str]) -> None:
                               "the container's usual one; --audio copy|encode|none chooses (-an: none)")
 
 
+def text_value(text: str) -> str:
+    """A name or value FFmpeg takes as text (an encoder, a muxer, an option's value): never empty, and UTF-8.
+    Bytes that are not (the shell's ``$'\\xff'``) reached FFmpeg as an encoding error naming no option."""
+    path_name(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{repr(os.fsencode(text))[1:]} is not UTF-8 text") from None
+    return text
+
+
 def add_overwrite_arguments(p) -> None:
     """``-y`` replaces an existing output, ``-n`` never does (exit 2, as without either): one or the other."""
     group = p.add_mutually_exclusive_group()

@@ -425,6 +425,18 @@ def test_a_muxer_that_cannot_write_into_the_pipe_is_refused_before_the_run(clip,
     assert "<none>" not in line and result.stdout == "" and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv", [["run", "in.mp4", "-c", "g\udcff"], ["run", "in.mp4", "-f", "g\udcff"],
+                                  ["run", "in.mp4", "--encoder-opt", "crf=\udcff"],
+                                  ["run", "in.mp4", "--input-opt", "\udcff=1"], ["sample", "--codec", "g\udcff"],
+                                  ["batch", "in.mp4", "--output-opt", "brand=\udcff"]])
+def test_an_option_value_that_is_not_utf8_is_a_usage_error_naming_it(argv, capsys):
+    """Bytes that are not UTF-8 ($'\\xff' in a shell) reached FFmpeg: an encoding error naming no option,
+    exit 3 for an --input-opt, or a line blaming the container."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "\\xff' is not UTF-8 text" in err, err
+
+
 @pytest.mark.parametrize("command", ["filters", "presets", "sample", "warmup", "probe", "batch", "bench", "run"])
 def test_every_command_takes_debug_which_its_internal_errors_name(command):
     """An internal error's line says "--debug shows the traceback", but five commands refused --debug."""
