@@ -284,12 +284,16 @@ def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix
         frame.time_base = time_base
         container.mux(vstream.encode(frame))
         if astream is not None:
-            # Keep audio in step with video so the muxer's interleaving
-            # queue stays short.
+            # Keep audio in step with video so the muxer's interleaving queue stays short; a second at a
+            # time, so that a slow frame rate (--fps 1/1001: 1001 s of sound a frame) neither holds its
+            # whole span in memory nor keeps a stop waiting.
             audio_end = round((i + 1) * AUDIO_RATE / rate)
-            if audio_end > audio_done:
-                container.mux(astream.encode(_audio_frame(audio_done, audio_end, seed)))
-                audio_done = audio_end
+            while audio_end > audio_done:
+                if checkpoint is not None:
+                    checkpoint()
+                chunk_end = min(audio_end, audio_done + AUDIO_RATE)
+                container.mux(astream.encode(_audio_frame(audio_done, chunk_end, seed)))
+                audio_done = chunk_end
     container.mux(vstream.encode(None))
     if astream is not None:
         container.mux(astream.encode(None))
@@ -425,7 +429,10 @@ def _open_encoders(container, codec: str, what: str) -> None:
 
 def _open_output(tmp: Path, target: Path):
     try:
-        return av.open(file_url(str(tmp)), "w")  # file: so that a ':' in the name is no protocol
+        # file: so that a ':' in the name is no protocol. The muxer waits for every stream's packets, however
+        # far apart: audio is written as soon as it is made, and a frame seconds long (--fps 1/10) would
+        # otherwise come after audio written past it, which FLV refuses (its packets must go in time order).
+        return av.open(file_url(str(tmp)), "w", container_options={"max_interleave_delta": "0"})
     except ValueError as e:  # no muxer for the name's extension (the temporary name keeps it)
         raise ValueError(f"{target}: cannot choose a container from the name ({e}); end it in .mp4, .mkv "
                          "or .nut") from e

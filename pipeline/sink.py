@@ -95,6 +95,20 @@ def _muxer_options(target: Path, time_base: Fraction | None, given: dict[str, st
     return {**options, **{k: v for k, v in given.items() if k != "movflags"}}
 
 
+FRAMES_AHEAD = 120  # frames the audio may be muxed ahead of the video: the run's depth and the encoder's delay
+
+
+def _interleaving(given: dict[str, str], rate, audio: bool) -> dict[str, str]:
+    """The audio is muxed as the input is read, ahead of the video by the frames in flight and those the
+    encoder holds: at a slow rate (one frame in 10 s) that is past FFmpeg's 10 s interleaving limit, and
+    FLV, which takes packets in time order only, failed at the end. The limit is then widened to cover them
+    (the muxer holds the audio meanwhile); a ``max_interleave_delta`` the user gave stands."""
+    if not audio or not rate or "max_interleave_delta" in given:
+        return given
+    ahead_us = int(FRAMES_AHEAD / float(rate) * 1e6)
+    return given if ahead_us <= 10_000_000 else {**given, "max_interleave_delta": str(ahead_us)}
+
+
 def i420_frame(i420: np.ndarray, fmt, zero_copy: bool) -> av.VideoFrame:
     """A yuv420p frame over ``i420`` (wrapped when ``zero_copy``), or copied into a frame of its own when
     PyAV cannot wrap it: ``from_numpy_buffer`` takes the height as a multiple of 4 (rows // 6 * 4), so a
@@ -206,7 +220,8 @@ class Sink:
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
         self.on_packets: Callable[[list[float | None]], None] | None = None
         self._output_opts = dict(output_opts or {})  # named again if the muxer refuses them only at the end
-        self.container = self._open(output_format, output_opts or {}, time_base, timeout)
+        muxer_opts = _interleaving(output_opts or {}, rate, audio is not None and bool(audio.templates))
+        self.container = self._open(output_format, muxer_opts, time_base, timeout)
         if self.staged is not None:  # a sink built and never run or aborted (an API user's) leaves no file
             weakref.finalize(self, self.staged.discard)
         # Nor a descriptor: a started container and its streams refer to each other, a cycle the collector

@@ -637,3 +637,25 @@ def test_fps_takes_ffmpegs_spellings(tmp_path, given, rate):
     assert result.returncode == 0, result.stderr
     with av.open(str(tmp_path / "x.mkv")) as container:
         assert str(container.streams.video[0].guessed_rate) == rate
+
+
+def test_a_slow_frame_rate_makes_its_audio_a_second_at_a_time_and_in_time_order(tmp_path, monkeypatch):
+    """At --fps 1/1001 each frame's 1001 s of sound was made as one frame (2.3 GB for one 64x64 frame), and
+    a stop waited for it; into FLV, audio written past a frame seconds long failed the clip at its end."""
+    sizes, stops = [], []
+    tone = sample._tone
+
+    def counted(start, stop, seed):
+        sizes.append(stop - start)
+        return tone(start, stop, seed)
+
+    monkeypatch.setattr(sample, "_tone", counted)
+    path = sample.make_clip(tmp_path / "slow.flv", width=64, height=64, frames=3, fps=Fraction(1, 10),
+                            checkpoint=lambda: stops.append(1))
+    assert max(sizes) == sample.AUDIO_RATE and sum(sizes) == 30 * sample.AUDIO_RATE and len(stops) >= 30 + 3
+    with av.open(str(path)) as back:
+        assert len(list(back.decode(video=0))) == 3
+    result = run_pipeline(path, "-o", tmp_path / "out.flv", cwd=tmp_path)  # the run's muxer waits as long
+    assert result.returncode == 0, result.stderr
+    with av.open(str(tmp_path / "out.flv")) as back:
+        assert len(list(back.decode(video=0))) == 3 and back.streams.audio
