@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checks import check_output
-from .config import is_url
+from .config import is_pipe_name, is_url
 from .errors import ConfigError, Interrupted, stop_signals
 from .outfile import final_path, open_directory, temp_path_for
 from .sample import _as_rate, clip_errors, make_clip, usual_pix_fmt
@@ -55,6 +55,9 @@ def _output_path(args, preset: Preset, codec: str) -> Path:
     if args.output is not None:
         if is_url(args.output):  # Path would fold udp://host into a local udp:/host
             raise ConfigError(f"{args.output}: sample writes a file, not a URL")
+        if is_pipe_name(args.output):  # a clip is written under a temporary name, then put in place
+            raise ConfigError(f"{args.output}: sample writes a file, not a pipe (pipeline run CLIP -o - -f mpegts "
+                              "streams one)")
         return Path(args.output)
     path = Path(preset.path)
     if codec != preset.codec and codec in CODEC_SUFFIX:

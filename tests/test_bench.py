@@ -79,6 +79,14 @@ def test_bench_input_that_is_not_a_regular_file_exits_3_with_one_line(tmp_path, 
     assert not (tmp_path / "x.json").exists()
 
 
+@pytest.mark.parametrize("name", ["-", "pipe:0"])
+def test_bench_of_a_pipe_says_it_needs_a_regular_file(tmp_path, name):
+    """"-: no such file": the name was looked for as a file."""
+    proc = run_cli("bench", name, "--json", tmp_path / "x.json", timeout=60)
+    assert proc.returncode == 3 and proc.stderr == (f"pipeline: error: {name}: a pipe; pipeline bench reads its "
+                                                    "input several times and needs a regular file\n"), proc.stderr
+
+
 def test_bad_strategy_is_a_usage_error():
     proc = run_cli("bench", "x.mp4", "--strategies", "pool,bogus")
     assert proc.returncode == 2 and "bogus" in proc.stderr

@@ -659,3 +659,11 @@ def test_a_slow_frame_rate_makes_its_audio_a_second_at_a_time_and_in_time_order(
     assert result.returncode == 0, result.stderr
     with av.open(str(tmp_path / "out.flv")) as back:
         assert len(list(back.decode(video=0))) == 3 and back.streams.audio
+
+
+@pytest.mark.parametrize("name", ["-", "pipe:1"])
+def test_a_sample_into_a_pipe_says_it_writes_files(tmp_path, name):
+    """"cannot choose a container from the name": the name was taken for a file's."""
+    proc = run_command(cli_command("sample", "-o", name, "--frames", "2"), cwd=tmp_path)
+    assert proc.returncode == 2 and f"{name}: sample writes a file, not a pipe" in proc.stderr, proc.stderr
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from ..config import DEFAULT_FILTERS, RunConfig
+from ..config import DEFAULT_FILTERS, RunConfig, is_pipe_name
 from ..memory.registry import STRATEGIES
 from ..checks import check_report_path, report_on_stdout, special_kind
 from ..errors import ConfigError, GPUError, InputError
@@ -131,6 +131,8 @@ def _check_input(path: str) -> None:
     would block the first reader and be empty for the next)."""
     from ..opening import check_local
 
+    if is_pipe_name(path):
+        raise InputError(f"{path}: a pipe; pipeline bench reads its input several times and needs a regular file")
     check_local(path)
     kind = special_kind(path)
     if kind is not None:
