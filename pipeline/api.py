@@ -158,7 +158,9 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     """
     from .build import make_backend, make_chain
     from .engine import Pipeline
+    from .startup import Phases
 
+    phases = Phases()  # the iterator's figures start here, set-up included, as run()'s do
     source = _as_location(source)
     cfg = settings(source, None, filters, device, alloc, options)
     if cfg.stats_json:
@@ -168,8 +170,11 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
                           "frames() writes none (run() does)")
     check_decoders(decoders)
     chain = make_chain(cfg.filters, cfg.plugins)
-    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
-    return FrameIterator(Pipeline(open_source(source, cfg, backend, decoders), None, chain, backend, cfg))
+    with phases("cuda_context" if cfg.device != "cpu" else "backend"):
+        backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    with phases("decoder_open"):
+        opened = open_source(source, cfg, backend, decoders)
+    return FrameIterator(Pipeline(opened, None, chain, backend, cfg, phases=phases))
 
 
 def run(source, output, *, filters: str | None = None, stage: Callable[[StageFrame], None] | None = None,

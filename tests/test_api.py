@@ -224,6 +224,28 @@ def test_pooled_frames_allocate_nothing_per_frame_cpu(clip):
     assert counts[4]["host_bytes"] == counts[FRAMES]["host_bytes"] == pipeline.RunConfig().ring_size * W * H * 3 // 2
 
 
+@pytest.mark.parametrize("device", all_devices())
+def test_frames_figures_count_their_set_up_as_runs_do(clip, device, monkeypatch):
+    """frames() made its backend and opened its input before its figures started: its fps and time to the
+    first frame left out the CUDA context and the decoder's open that run()'s include, and startup_ms
+    named neither."""
+    import pipeline.api as api
+
+    opened = api.open_source
+
+    def slow_open(*args, **kwargs):
+        time.sleep(0.3)  # an open that takes long: its time must be in the figures
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(api, "open_source", slow_open)
+    frames = pipeline.frames(clip, device=device, frames=4)
+    assert sum(1 for _ in frames) == 4
+    stats = frames.stats.to_dict(per_frame=False)
+    backend = "cuda_context" if device == "cuda" else "backend"
+    assert {backend, "decoder_open"} <= set(stats["startup_ms"]) and stats["startup_ms"]["decoder_open"] >= 300
+    assert stats["time_to_first_frame_ms"] >= 300 and stats["wall_s"] >= 0.3
+
+
 @pytest.mark.gpu
 def test_pooled_frames_allocate_nothing_per_frame_cuda(clip):
     import cupy
