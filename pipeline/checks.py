@@ -111,15 +111,11 @@ def check_single_file(target: Path | str, output_format: str | None) -> None:
 
 
 def _check_writes_what_it_is_given(target: Path | str, muxer: str | None) -> None:
-    """A muxer that opens its output itself (FFmpeg's AVFMT_NOFILE: a device, a network session) ignores the
-    file or pipe it is given: it would open the temporary file's name, or "<none>" for a pipe."""
-    import av
+    """A muxer that opens its output itself (a device, a network session) ignores the file or pipe it is
+    given: it would open the temporary file's name, or "<none>" for a pipe."""
+    from .muxers import opens_its_own_output
 
-    try:
-        opens_itself = muxer is not None and av.ContainerFormat(muxer, "w").no_file
-    except ValueError:  # unknown: the sink names it
-        return
-    if opens_itself:
+    if muxer is not None and opens_its_own_output(muxer):
         raise ConfigError(f"{target}: the {muxer} muxer opens its own output (a device or a network session), not "
                           "a file or a pipe; write a file, a pipe (-o - -f mpegts) or a URL")
 

@@ -143,7 +143,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
         if "--encoder-opt" in self._option_string_actions:  # run and batch
-            check_ffmpeg_only_options(args)
+            check_ffmpeg_only_options(args, self._option_string_actions)
         if not self.intermixed:
             return super().parse_known_args(args, namespace)
         # argparse's intermixed parsing loses what follows "--" (names that start with "-"): taken here.

@@ -34,9 +34,13 @@ def find_config(name: str | Path) -> Path:
     """``--config``: a preset's name (``denoise``), or a path (it has a ``/`` or ends in ``.toml``)."""
     text = str(name)
     if isinstance(name, Path) or text.endswith(".toml") or "/" in text or os.sep in text:
-        if text.endswith(("/", os.sep)) and not os.path.isdir(text):
-            # Path drops the slash, which asks for a directory: the file before it would be read instead.
-            raise ConfigError(f"config file: cannot read {text}: Not a directory")
+        if text.endswith(("/", os.sep)):  # Path drops the slash, which asks for a directory: not the file before it
+            try:
+                os.stat(text)  # a directory's name: read_text says what it is
+            except FileNotFoundError:
+                raise ConfigError(f"config file: file not found: {text}") from None
+            except OSError as e:
+                raise ConfigError(f"config file: cannot read {text}: {e.strerror}") from None
         return Path(name)
     path = PRESETS_DIR / f"{text}.toml"
     if not path.is_file():

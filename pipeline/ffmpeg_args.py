@@ -44,25 +44,35 @@ def path_name(text: str) -> str:
 
 # ffmpeg's options that have no spelling of their own here. argparse would read ``-crf 20`` as ``-c rf`` and take
 # the 20 for the output (``-c:a aac`` likewise): each is named with what does the same here.
-_ENCODER_OPTIONS = {"-crf": "crf", "-preset": "preset", "-tune": "tune", "-profile": "profile",
-                    "-profile:v": "profile", "-level": "level", "-g": "g", "-bf": "bf", "-b:v": "b", "-maxrate":
-                    "maxrate", "-bufsize": "bufsize", "-qp": "qp", "-x264-params": "x264-params",
-                    "-x265-params": "x265-params"}
+# (A stream specifier is dropped: -crf:v 20 is -crf 20.)
+_ENCODER_OPTIONS = {"-crf": "crf", "-cq": "cq", "-preset": "preset", "-tune": "tune", "-profile": "profile",
+                    "-level": "level", "-g": "g", "-bf": "bf", "-b": "b", "-maxrate": "maxrate", "-bufsize": "bufsize",
+                    "-qp": "qp", "-qmin": "qmin", "-qmax": "qmax", "-rc": "rc", "-cpu-used": "cpu-used",
+                    "-deadline": "deadline", "-x264-params": "x264-params", "-x265-params": "x265-params"}
 _AUDIO_OPTIONS = ("-c:a", "-acodec", "-codec:a", "-b:a")
 
 
-def check_ffmpeg_only_options(args: list[str]) -> None:
-    """ConfigError (exit 2) for an ffmpeg encoder or audio option, saying how it is given here."""
+def check_ffmpeg_only_options(args: list[str], known) -> None:
+    """ConfigError (exit 2) for an ffmpeg encoder or audio option, saying how it is given here, and for any
+    other word after ``-c`` that is not an option (``known``: the parser's), which argparse reads as -c's
+    value glued on."""
     for i, token in enumerate(args):
         if token == "--":  # names follow
             return
-        if token in _ENCODER_OPTIONS:
-            value = args[i + 1] if i + 1 < len(args) else "VALUE"
-            raise ConfigError(f"{token}: encoder options are given as --encoder-opt KEY=VALUE: "
-                              f"--encoder-opt {_ENCODER_OPTIONS[token]}={value}")
+        if token in known or not token.startswith("-") or token.startswith("--"):
+            continue
         if token in _AUDIO_OPTIONS:
             raise ConfigError(f"{token}: the audio is copied where the container takes its codec, else encoded to "
-                              "the container's usual one; --audio copy|encode|none chooses (-an: none)")
+                              "the container's usual one at its default rate; --audio copy|encode|none chooses "
+                              "(-an: none)")
+        name = _ENCODER_OPTIONS.get(token.split(":")[0])
+        if name is not None:
+            given = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "VALUE"
+            raise ConfigError(f"{token}: encoder options are given as --encoder-opt KEY=VALUE: "
+                              f"--encoder-opt {name}={given}")
+        if token.startswith("-c") and len(token) > 2:
+            raise ConfigError(f"{token}: not an option here; -c names the encoder (-c libx264), --encoder-opt "
+                              "KEY=VALUE gives it an option")
 
 
 def text_value(text: str) -> str:

@@ -145,6 +145,15 @@ def default_video_encoder(muxer: str, encoder: str) -> str | None:
         return None
 
 
+def opens_its_own_output(muxer: str) -> bool:
+    """FFmpeg's AVFMT_NOFILE: the muxer opens its output itself (a device, a network session, files by
+    name) and ignores the file or pipe it is given. False for a name FFmpeg does not know (the sink says so)."""
+    try:
+        return av.ContainerFormat(muxer, "w").no_file
+    except ValueError:
+        return False
+
+
 def takes_video(muxer: str | None, encoder: str) -> bool:
     """Whether the muxer named ``muxer`` takes a video stream from ``encoder``; True where this cannot be
     told here (no such muxer or encoder: the run says so in its own words)."""

@@ -288,9 +288,11 @@ def _encode_all(container, vstream, astream, *, width, height, frames, rate, pix
             # time, so that a slow frame rate (--fps 1/1001: 1001 s of sound a frame) neither holds its
             # whole span in memory nor keeps a stop waiting.
             audio_end = round((i + 1) * AUDIO_RATE / rate)
+            chunks = 0
             while audio_end > audio_done:
-                if checkpoint is not None:
+                if checkpoint is not None and chunks:  # the frame's own was just made; again for each further second
                     checkpoint()
+                chunks += 1
                 chunk_end = min(audio_end, audio_done + AUDIO_RATE)
                 container.mux(astream.encode(_audio_frame(audio_done, chunk_end, seed)))
                 audio_done = chunk_end

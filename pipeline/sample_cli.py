@@ -69,9 +69,9 @@ def _muxer_default(out: Path, codec: str, crf: int | None) -> str:
     """The clip's encoder, or the muxer's own where it cannot take that one's video, as ``pipeline run``
     picks (VP9 for ``.webm``, raw video for ``.y4m``, PNG for ``.png``); ``--crf`` is libx264's, refused then."""
     from .muxers import container_encoder
-    from .sequence import picture_encoder
+    from .sequence import ENCODERS
 
-    picture = picture_encoder(out)  # the image2 muxer's own default is mjpeg, whatever the name
+    picture = ENCODERS.get(out.suffix.lower())  # the image2 muxer's own default is mjpeg, whatever the name
     found = ("image2", picture) if picture else container_encoder(str(out), None, codec)
     if found is None:
         return codec

@@ -23,43 +23,34 @@ from .checks import real_path
 from .config import is_default_codec
 from .errors import ConfigError, OutputError
 
-# The picture formats FFmpeg's image2 muxer writes, by extension, and the encoder each takes.
+# The picture formats FFmpeg's image2 muxer writes, by extension, and the encoder each takes (FFmpeg's own
+# table, libavformat/img2.c: the muxer's default is mjpeg whatever the name, where ffmpeg looks the name up).
 ENCODERS = {".png": "png", ".jpg": "mjpeg", ".jpeg": "mjpeg", ".bmp": "bmp", ".tif": "tiff", ".tiff": "tiff",
             ".ppm": "ppm", ".pgm": "pgm", ".pam": "pam", ".tga": "targa", ".dpx": "dpx", ".exr": "exr",
-            ".webp": "libwebp", ".qoi": "qoi", ".j2k": "jpeg2000", ".jp2": "jpeg2000"}
-# The other names FFmpeg's image2 muxer writes as pictures (its default encoder for all of them is mjpeg: a
-# JPEG in x.pbm). No encoder is chosen for them here (1-bit PBM and XBM, Radiance HDR, ...): -c names one.
-OTHER_PICTURES = frozenset(f".{e}" for e in (
-    "avif", "hdr", "im1", "im24", "im8", "j2c", "jls", "jxl", "jxs", "ljpg", "pbm", "pcx", "pfm", "pgmyuv", "phm",
-    "pix", "ras", "rs", "sgi", "sun", "sunras", "vbn", "wbmp", "xbm", "xface", "xwd", "y"))
+            ".webp": "libwebp", ".qoi": "qoi", ".j2k": "jpeg2000", ".jp2": "jpeg2000", ".j2c": "jpeg2000",
+            ".pbm": "pbm", ".pfm": "pfm", ".phm": "phm", ".pgmyuv": "pgmyuv", ".pcx": "pcx", ".sgi": "sgi",
+            ".xbm": "xbm", ".xwd": "xwd", ".xface": "xface", ".wbmp": "wbmp", ".vbn": "vbn", ".hdr": "hdr",
+            ".pix": "alias_pix", ".jls": "jpegls", ".ljpg": "ljpeg", ".jxl": "libjxl", ".jxs": "libsvtjpegxs",
+            ".y": "rawvideo", **dict.fromkeys((".sun", ".ras", ".rs", ".im1", ".im8", ".im24", ".sunras"), "sunrast")}
 _PATTERN = re.compile(r"%(0?)(\d*)d")
 
 
-def _is_picture_name(target: Path) -> bool:
-    suffix = target.suffix.lower()
-    return suffix in ENCODERS or suffix in OTHER_PICTURES
-
-
-def picture_encoder(target: Path) -> str | None:
-    """The encoder a picture's name calls for (``png`` for x.png); None for a name that is no picture.
-    ConfigError for a picture whose encoder is not chosen here: the muxer would write a JPEG under its name."""
-    suffix = target.suffix.lower()
-    if suffix in OTHER_PICTURES:
-        raise ConfigError(f"{target}: {suffix} pictures are written with the encoder -c names (FFmpeg's for the "
-                          f"format); without -c a picture is one of {', '.join(sorted(ENCODERS))}")
-    return ENCODERS.get(suffix)
+def _is_picture(target: Path, output_format: str | None) -> bool:
+    """Written by the image2 muxer: named with -f, or chosen by FFmpeg from the name (-f matroska x.png is a
+    Matroska file)."""
+    return output_format == "image2" if output_format else target.suffix.lower() in ENCODERS
 
 
 def is_sequence(target: Path | str, output_format: str | None = None) -> bool:
     """A local output named with one frame-number pattern, as a picture (or with ``--format image2``)."""
     if not isinstance(target, Path) or "%%" in target.name:  # a literal % is not worth the ambiguity
         return False
-    return len(_PATTERN.findall(target.name)) == 1 and (output_format == "image2" or _is_picture_name(target))
+    return len(_PATTERN.findall(target.name)) == 1 and _is_picture(target, output_format)
 
 
 def is_picture(target: Path | str, output_format: str | None = None) -> bool:
     """A local output the image2 muxer writes: a sequence, or one picture (``-o thumb.png --frames 1``)."""
-    return isinstance(target, Path) and (output_format == "image2" or _is_picture_name(target))
+    return isinstance(target, Path) and _is_picture(target, output_format)
 
 
 def check_single_picture(target: Path, final: Path, output_format: str | None) -> None:
@@ -76,7 +67,7 @@ def check_single_picture(target: Path, final: Path, output_format: str | None) -
 def encoder_for(target: Path, codec: str) -> str:
     """``codec``, or the picture format's encoder where no one chose one (libx264, the default, is a video
     encoder). A ``-c libx264`` someone gave stays: the image2 muxer then refuses it, as for a file."""
-    return (picture_encoder(target) or codec) if is_default_codec(codec) else codec
+    return ENCODERS.get(target.suffix.lower(), codec) if is_default_codec(codec) else codec
 
 
 def frame_names(target: Path) -> re.Pattern:

@@ -95,14 +95,17 @@ def _muxer_options(target: Path, time_base: Fraction | None, given: dict[str, st
     return {**options, **{k: v for k, v in given.items() if k != "movflags"}}
 
 
-FRAMES_AHEAD = 120  # frames the audio may be muxed ahead of the video: the run's depth and the encoder's delay
+# Frames the audio may be muxed ahead of the video: the run's own (a ring of up to 256 slots, 64 in flight) and
+# the encoder's (x264's lookahead of up to 250 frames, 16 B-frames, a frame thread or more per core).
+FRAMES_AHEAD = 640
 
 
 def _interleaving(given: dict[str, str], rate, audio: bool) -> dict[str, str]:
     """The audio is muxed as the input is read, ahead of the video by the frames in flight and those the
     encoder holds: at a slow rate (one frame in 10 s) that is past FFmpeg's 10 s interleaving limit, and
     FLV, which takes packets in time order only, failed at the end. The limit is then widened to cover them
-    (the muxer holds the audio meanwhile); a ``max_interleave_delta`` the user gave stands."""
+    (the muxer holds the audio meanwhile; a live output's encoder holds no frames, and keeps FFmpeg's limit);
+    a ``max_interleave_delta`` the user gave stands."""
     if not audio or not rate or "max_interleave_delta" in given:
         return given
     ahead_us = int(FRAMES_AHEAD / float(rate) * 1e6)
@@ -220,7 +223,8 @@ class Sink:
         # Called with the timestamps (seconds) of the video packets each encode returned: latency.
         self.on_packets: Callable[[list[float | None]], None] | None = None
         self._output_opts = dict(output_opts or {})  # named again if the muxer refuses them only at the end
-        muxer_opts = _interleaving(output_opts or {}, rate, audio is not None and bool(audio.templates))
+        with_audio = audio is not None and bool(audio.templates)
+        muxer_opts = _interleaving(output_opts or {}, rate, with_audio and not low_latency)
         self.container = self._open(output_format, muxer_opts, time_base, timeout)
         if self.staged is not None:  # a sink built and never run or aborted (an API user's) leaves no file
             weakref.finalize(self, self.staged.discard)

@@ -667,8 +667,9 @@ def test_the_frames_thread_runs_the_backends_set_up_and_closes_the_iterator_itse
 
 @pytest.mark.gpu
 def test_a_generator_using_cupy_runs_on_the_runs_gpu_in_its_own_thread():
-    """The generator's own thread starts with no GPU made current: it is made current there before the
-    application's code runs. Frames are NumPy arrays; a CuPy one is refused naming its module."""
+    """A new thread has no CUDA context current (the driver's current context is NULL): the generator's own
+    thread makes the run's current before the application's code runs there. Frames are NumPy arrays; a
+    CuPy one is refused naming its module."""
     import threading
 
     import cupy
@@ -677,12 +678,15 @@ def test_a_generator_using_cupy_runs_on_the_runs_gpu_in_its_own_thread():
 
     def frames():
         for i in range(6):
-            seen.append((threading.current_thread().name, cupy.cuda.Device().id))
+            # read before any CUDA call of this code's own, which would make a context current itself
+            seen.append((threading.current_thread().name, cupy.cuda.driver.ctxGetCurrent()))
             yield cupy.full((32, 48, 3), 30 * i + 7, cupy.uint8).get()  # made on the GPU, as a camera's SDK might
 
     got = [int(as_numpy(f.array)[5, 5, 0]) for f in pipeline.frames(frames(), device="cuda", filters="invert")]
     assert got == [255 - (30 * i + 7) for i in range(6)]
-    assert {name for name, _ in seen[1:]} == {"pipeline-frames"} and {gpu for _, gpu in seen} == {0}
+    run_context = cupy.cuda.driver.ctxGetCurrent()
+    assert run_context != 0 and {name for name, _ in seen[1:]} == {"pipeline-frames"}
+    assert {context for _, context in seen[1:]} == {run_context}
     with pytest.raises(pipeline.InputError, match=r"got cupy\.ndarray \(\.get\(\) gives"):
         list(pipeline.frames([cupy.zeros((32, 48, 3), cupy.uint8)], device="cuda"))
 

@@ -622,6 +622,8 @@ def test_a_config_name_ending_in_a_slash_is_not_the_file_before_it(tmp_path):
         load_toml(f"{config}/")
     with pytest.raises(ConfigError, match="is a directory, not a file"):
         load_toml(f"{tmp_path}/")
+    with pytest.raises(ConfigError, match=r"file not found: .*nowhere\.toml/$"):
+        load_toml(f"{tmp_path}/nowhere.toml/")
 
 
 @pytest.mark.parametrize("text, message", [

@@ -129,6 +129,10 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
     (["-preset", "fast"], "--encoder-opt preset=fast"),
     (["-c:a", "aac"], "-c:a: the audio is copied where the container takes its codec"),
     (["-acodec", "aac"], "--audio copy|encode|none chooses"),
+    (["-cq", "20"], "--encoder-opt cq=20"),  # read as -c q before: an encoder named q, 20 the output
+    (["-crf:v", "20"], "--encoder-opt crf=20"),
+    (["-crf", "-y"], "--encoder-opt crf=VALUE"),
+    (["-codec", "libx264"], "-codec: not an option here; -c names the encoder"),
 ])
 def test_ffmpegs_encoder_and_audio_options_say_how_they_are_given_here(command, argv, words, capsys, tmp_path):
     """-crf 20 was read as -c rf and 20 as the output: "two outputs: 20 and -o ...", or a run that

@@ -526,3 +526,14 @@ def test_dxv_frames_too_short_to_decode_are_refused(tmp_path, size, code):
         assert result.returncode == 0, result.stderr
         with av.open(str(out)) as container:
             assert len(list(container.decode(video=0))) == 1
+
+
+def test_flv_takes_audio_copied_ahead_of_an_encoder_that_holds_many_frames(tmp_path):
+    """The audio is muxed as it is read, ahead of the video by the frames the encoder holds: 250 of
+    lookahead at 20 fps is 12.5 s, past FFmpeg's 10 s interleaving limit, and FLV (packets in time order
+    only) failed at the end, exit 4."""
+    clip = make_clip(tmp_path / "in.mp4", width=64, height=48, frames=400, fps=20, audio=True)
+    result = run_pipeline(clip, "-o", tmp_path / "out.flv", "--encoder-opt", "rc-lookahead=250", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(tmp_path / "out.flv")) as back:
+        assert len(list(back.decode(video=0))) == 400 and back.streams.audio

@@ -141,24 +141,29 @@ def test_one_picture_is_its_formats_and_takes_one_frame(clip, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["thumb.png"]
 
 
-def test_a_picture_whose_encoder_is_not_chosen_here_needs_c_and_takes_one_frame(clip, tmp_path):
+def test_every_picture_name_of_ffmpegs_gets_its_encoder_and_one_frame(clip, tmp_path):
     """x.pbm was not taken for a picture: every frame went to the image2 muxer, which failed at the second
     (exit 4 after the run); of one frame it wrote a JPEG (the muxer's default) under the name."""
-    one_error(run_pipeline(clip, "-o", "x.pbm", "--frames", "1", cwd=tmp_path), 2, ".pbm pictures are written "
-              "with the encoder -c names")
-    one_error(run_pipeline(clip, "-o", "x.pbm", "-c", "pbm", cwd=tmp_path), 2, "one picture holds one frame")
+    one_error(run_pipeline(clip, "-o", "x.pbm", cwd=tmp_path), 2, "one picture holds one frame")
     assert os.listdir(tmp_path) == []
-    result = run_pipeline(clip, "-o", "x.pbm", "-c", "pbm", "--frames", "1", cwd=tmp_path)
+    result = run_pipeline(clip, "-o", "x.pbm", "--frames", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "x.pbm").read_bytes()[:2] == b"P4"  # binary PBM
-    assert is_sequence(Path("f%03d.pbm")) and is_sequence(Path("f%03d.XWD"))
+    assert is_sequence(Path("f%03d.pbm")) and is_sequence(Path("f%03d.SGI")) and not is_sequence(Path("f%03d.avif"))
 
 
-def test_a_sample_into_such_a_picture_needs_its_encoder_too(tmp_path):
+@pytest.mark.parametrize("name, fmt", [("m.pcx", "matroska"), ("m.png", "matroska")])
+def test_a_muxer_named_with_f_is_not_overridden_by_a_picture_name(clip, tmp_path, name, fmt):
+    result = run_pipeline(clip, "-o", name, "-f", fmt, "-c", "ffv1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with av.open(str(tmp_path / name)) as back:
+        assert fmt in back.format.name and len(list(back.decode(video=0))) > 1
+
+
+def test_a_sample_into_such_a_picture_is_of_its_format(tmp_path):
     from utils import run_cli
 
-    one_error(run_cli("sample", "-o", tmp_path / "u.pbm", "--frames", "1", "--size", "64x64"), 2, "-c names")
-    result = run_cli("sample", "-o", tmp_path / "u.pbm", "--frames", "1", "--size", "64x64", "--codec", "pbm")
+    result = run_cli("sample", "-o", tmp_path / "u.pbm", "--frames", "1", "--size", "64x64")
     assert result.returncode == 0 and (tmp_path / "u.pbm").read_bytes()[:2] == b"P4", result.stderr
 
 
