@@ -408,7 +408,7 @@ def check_streams(streams: list[tuple[str, str | None]]) -> None:
     """Streams side by side (``pipeline run IN1 IN2 ...``, ``[[streams]]``), as (input, output) pairs:
     before any starts, no stream writes what another reads (its input, or a frame linked to it) or writes,
     and no two read one pipe (stdin) or write one."""
-    from .sequence import is_frame_of
+    from .sequence import is_frame_of, overlaps
 
     _check_pipes([source for source, _ in streams], 0, "read")
     _check_pipes([output for _, output in streams], 1, "write")
@@ -427,6 +427,6 @@ def check_streams(streams: list[tuple[str, str | None]]) -> None:
                 if src is not None and (_same_file(path, src) or is_frame_of(src, path)):
                     raise ConfigError(f"{output}: the output of stream {i + 1} is the input of stream {j + 1} "
                                       f"({source}); choose another output")
-                if i < j and any(_same_file(path, theirs) for theirs in written[j]):
+                if i < j and any(_same_file(path, theirs) or overlaps(path, theirs) for theirs in written[j]):
                     raise ConfigError(f"{output}: streams {i + 1} and {j + 1} write the same file; choose "
                                       "another output")

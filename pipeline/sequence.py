@@ -98,6 +98,28 @@ def is_frame_of(path: Path, target: Path) -> bool:
         return False
 
 
+# Frame numbers whose names two patterns could share: each of a pattern's widths is reached at a power of ten.
+_PROBES = (*range(1, 10), *(10 ** k + d for k in range(1, 13) for d in (0, 1)))
+
+
+def overlaps(a: Path, b: Path) -> bool:
+    """Two outputs one of whose files is the other's: a sequence and one of its frames, or two sequences of
+    one directory whose frame names meet (f%d.png and f%02d.png both write f10.png)."""
+    if is_sequence(a) and not is_sequence(b):
+        return is_frame_of(b, a)
+    if is_sequence(b) and not is_sequence(a):
+        return is_frame_of(a, b)
+    if not is_sequence(a):
+        return False
+    try:
+        if real_path(a.parent) != real_path(b.parent):
+            return False
+    except OSError:
+        return False
+    theirs = frame_names(b)
+    return any(theirs.fullmatch(frame_name(a, n)) for n in _PROBES)
+
+
 def muxer_path(path: Path) -> str:
     """``path`` as the image2 muxer must be given it: it expands every ``%`` of the whole path, so all but
     the frame number's are doubled."""

@@ -555,6 +555,23 @@ def test_a_fifo_read_by_two_streams_is_refused_a_file_is_not(clips, tmp_path):
     check_streams([(str(clips[0]), "null"), (str(clips[0]), "null"), ("/dev/null", "null")])
 
 
+@pytest.mark.parametrize("first, second", [("f%d.png", "f%1d.png"), ("f%d.png", "f5.png"),
+                                           ("f%d.png", "f%02d.png"), ("f1%d.png", "f%d.png")])
+def test_two_streams_whose_outputs_share_a_file_are_refused_before_either_runs(clips, tmp_path, first, second):
+    """Only the same name was looked for: f%d.png and f%1d.png (or f5.png) wrote one set of files, one
+    stream's frames replacing the other's with -y (exit 0); f%d and f%02d failed at the end, the first
+    stream's work lost, with "appeared during the run"."""
+    config = tmp_path / "two.toml"
+    config.write_text("".join(f'[[streams]]\ninput = "{clip}"\noutput = "{name}"\n'
+                              for clip, name in zip(clips, (first, second))))
+    result = run_cli("run", "--config", config, "--device", "cpu", "-y", "-q")
+    assert result.returncode == 2 and "streams 1 and 2 write the same file" in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["two.toml"]
+    from pipeline.checks import check_streams
+
+    check_streams([(str(clips[0]), str(tmp_path / "f%d.png")), (str(clips[1]), str(tmp_path / "g%d.png"))])
+
+
 def test_a_streams_own_error_comes_before_its_devices_as_in_pipeline_run(tmp_path):
     """A missing input fails with exit 3 whether or not its GPU can be used, as `pipeline run` says it:
     each stream is checked and opened beside its backend's making, not after it."""
