@@ -108,9 +108,11 @@ class RunConfig:
         _check_types(self)
         _check_finite(self)
         _check_text(self)
-        for name in ("input_format", "output_format", "codec", "pix_fmt"):  # -f "$FMT" with FMT unset
+        # -f "$FMT" with FMT unset; an empty output or report name would have meant the default, or none
+        for name in ("input_format", "output_format", "codec", "pix_fmt", "output", "stats_json"):
             if getattr(self, name) == "":
-                raise ConfigError(f"{name} is an empty name (an unset shell variable?); leave it out for the default")
+                hint = "none" if name == "stats_json" else "the default"
+                raise ConfigError(f"{name} is an empty name (an unset shell variable?); leave it out for {hint}")
         for name in ("input_format", "output_format"):  # FFmpeg matches format names in any case: -f HLS is hls
             if getattr(self, name):
                 object.__setattr__(self, name, getattr(self, name).lower())

@@ -90,7 +90,7 @@ class Pipeline(Stages, Tally, Teardown):
         self.latency = self.stats.latency = LatencyLog(self.stats.started, budget_ms=self.cfg.latency_budget)
         self._error: BaseException | None = None
         self._error_lock = threading.Lock()
-        self._started = False
+        self._started = self._closed = False
         self._input_error: SourceStalled | None = None  # a live source lost: the frames done are kept
         self._stalled: GPUStalled | None = None  # the watchdog found a frame stuck on the GPU
         self._watch: tuple[int | None, float, float] = (None, 0.0, 0.0)  # frame awaited, since, last poll
@@ -112,6 +112,9 @@ class Pipeline(Stages, Tally, Teardown):
         :func:`~pipeline.build.build_parts` takes besides (``source``, ``wrap_backend``, ``decoders``)."""
         from .build import build_parts
 
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError(f"Invalid config ({type(cfg).__name__}). Supported values are RunConfig objects "
+                              "(pipeline.RunConfig(input=..., output=...)).")
         control = control or RunControl()
         parts = build_parts(cfg, stage, control, **build)
         return cls(parts.source, parts.sink, parts.chain, parts.backend, cfg, stage=stage, control=control,
@@ -196,12 +199,15 @@ class Pipeline(Stages, Tally, Teardown):
 
     def close(self) -> None:
         """Give the parts back without running (a run closes them itself)."""
+        self._closed = True
         self._close_source()
         if self.sink is not None:
             self.sink.abort()
         self._give_memory_back()
 
     def _prepare(self) -> None:
+        if self._closed:  # its source closed: the run would have found no frames, a bad input's error
+            raise ConfigError("this Pipeline is closed; build another to run")
         if self._started:  # its source is spent and its memory given back: a second run would hang or lie
             raise ConfigError("a Pipeline runs once (run() or frames()); build another for the next run")
         self._started = True

@@ -724,6 +724,22 @@ def test_a_pipeline_object_runs_once(clip):
     assert pipeline_threads() == []
 
 
+def test_a_closed_pipeline_a_config_not_a_runconfig_and_empty_names_are_config_errors(clip, tmp_path):
+    """A closed Pipeline's run said "no frames decoded" (a bad input, exit 3); from_config(None) was an
+    AttributeError; RunConfig(output="") wrote the default file, stats_json="" meant no report."""
+    closed = pipeline.Pipeline.from_config(pipeline.RunConfig(input=str(clip), output="null", device="cpu"))
+    closed.close()
+    with pytest.raises(pipeline.ConfigError, match="this Pipeline is closed"):
+        closed.run()
+    for cfg in (None, {"input": str(clip)}):
+        with pytest.raises(pipeline.ConfigError, match="Supported values are RunConfig objects"):
+            pipeline.Pipeline.from_config(cfg)
+    for name, hint in (("output", "the default"), ("stats_json", "none")):
+        with pytest.raises(pipeline.ConfigError, match=f"{name} is an empty name .*leave it out for {hint}"):
+            pipeline.RunConfig(input=str(clip), **{name: ""})
+    assert pipeline_threads() == [] and list(tmp_path.iterdir()) == []
+
+
 def test_frames_of_a_pipeline_with_an_output_are_refused_and_a_pipeline_never_run_leaves_no_file(clip, tmp_path):
     """Its frames go to its sink: a caller pulling them would wait forever for frames the sink holds."""
     import gc
