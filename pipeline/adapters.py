@@ -81,11 +81,12 @@ class ArraySource:
         # read in the decode stage itself, without the hop (the bench's gpu scope measures with one).
         self.read_apart = not isinstance(frames, (Sequence, np.ndarray))
         self._frames = itertools.islice(source, repeat) if repeat is not None else source
+        empty = object()  # a None frame is a wrong frame, not the end
         try:
-            self._first = next(self._frames, None)
+            self._first = next(self._frames, empty)
         except (Exception, SystemExit) as e:  # SystemExit too, as a stage's: the run's error, not the process's end
             raise InputError(f"{name}: the frame source raised at frame 0: {type(e).__name__}: {e}") from e
-        if self._first is None:
+        if self._first is empty:
             raise InputError(f"{name}: no frames")
         width, height = self._size(self._first, size)
         fmt = VideoFormat(width - width % 2, height - height % 2, colour or Colour("bt709", False, 1, 1, 1, 1))

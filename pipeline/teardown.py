@@ -128,7 +128,10 @@ class Teardown:
                 error.args = (f"{error}; {target} holds the {done} frames done",)
             raise error
         if stopped:
-            kept = f"{target} holds the {done} frames done" if keep else "no output written"
+            if sink is None:  # frames(): the frames went to the caller, there is no output to speak of
+                kept = f"{done} frames processed"
+            else:
+                kept = f"{target} holds the {done} frames done" if keep else "no output written"
             raise self.control.stop_error(kept)
         if not keep:
             raise InputError(f"{self.source.info.name}: no frames decoded; no output written")

@@ -125,6 +125,16 @@ def test_the_applications_own_stop_says_so():
     assert e.value.exit_code == 130
 
 
+def test_frames_stopped_by_the_application_speak_of_no_output(clip):
+    """frames() writes nothing, but its stop said "the output holds the N frames done"."""
+    frames = pipeline.frames(clip, device="cpu")
+    with pytest.raises(pipeline.Interrupted, match=r"stopped by Pipeline\.stop\(\); \d+ frames processed$"):
+        for frame in frames:
+            if frame.index == 1:
+                frames._pipeline.stop()
+    assert pipeline_threads() == []
+
+
 def test_stop_takes_a_signal_number_and_says_so_of_anything_else():
     """99999, 'TERM' or 2.5 were taken and failed the run at its end (ValueError, TypeError), its output
     written."""
@@ -451,6 +461,7 @@ RGB = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
     (lambda: pipeline.run_many(None), pipeline.ConfigError, "run_many takes a list of sources, not None"),
     (lambda: pipeline.run_many(["a.mp4"], None), pipeline.ConfigError, "run_many takes files or URLs"),
     (lambda: pipeline.run([1, 2], "null", device="cpu"), pipeline.InputError, "frames must be NumPy arrays, got int"),
+    (lambda: pipeline.run([None], "null", device="cpu"), pipeline.InputError, "frames must be NumPy arrays, got NoneT"),
     (lambda: pipeline.frames({"a": 1}, device="cpu"), pipeline.InputError, "NumPy arrays, got str"),
     (lambda: pipeline.ArraySource([np.zeros((4, 4, 3), np.uint8)], fps="30"), pipeline.ConfigError,
      "Invalid fps ('30')"),
