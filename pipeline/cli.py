@@ -18,7 +18,7 @@ from rich.console import Console
 
 from .checks import as_pipeline_error, check_reads_kept, report_on_stdout
 from .cli_parser import SAMPLES, add_run_arguments, build_parser, command_of
-from .config import _TABLES, SPAN_LENGTH, RunConfig, build_config
+from .config import _TABLES, RunConfig, build_config, under_the_span_flags
 from .config_file import STREAM_LIST, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
                      PipelineError, SignalEchoes, stop_signals)
@@ -78,10 +78,7 @@ def _under_the_flags(entry: dict[str, Any], file_values: dict[str, Any], flags: 
         raise ConfigError(f"-o {flags['output']}: the [[streams]] entry of {entry['input']} names its own output "
                           f"({entry['output']}); drop -o, or that entry's output")
     kept = {}
-    span_given = any(flags.get(key) is not None for key in SPAN_LENGTH)
-    for key, value in entry.items():
-        if span_given and key in SPAN_LENGTH:  # -t or -to replaces the entry's, as the file's
-            continue
+    for key, value in under_the_span_flags(entry, flags).items():
         if key in _TABLES:
             kept[key] = {**file_values.get(key, {}), **value, **(flags.get(key) or {})}
         elif key in ("input", "output") or flags.get(key) is None:

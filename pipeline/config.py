@@ -450,14 +450,18 @@ def _check_table(name: str, table: dict[str, str]) -> None:
 SPAN_LENGTH = ("duration", "end")  # -t and -to: one or the other
 
 
+def under_the_span_flags(values: dict[str, Any], flag_values: dict[str, Any]) -> dict[str, Any]:
+    """A config file's (or [[streams]] entry's) ``values`` without their span's length where a flag gives
+    one (-t or -to): it replaces the file's, whichever way the file gave it, the two ways being exclusive."""
+    if not any(flag_values.get(key) is not None for key in SPAN_LENGTH):
+        return values
+    return {k: v for k, v in values.items() if k not in SPAN_LENGTH}
+
+
 def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> RunConfig:
-    """Defaults, then the file, then the flags that were given on the command line (not None). A span's
-    length given as a flag (-t or -to) replaces the file's, whichever way the file gave it: the two ways are
-    exclusive, and the user gave one."""
-    merged = dict(file_values)
-    if any(flag_values.get(key) is not None for key in SPAN_LENGTH):
-        for key in SPAN_LENGTH:
-            merged.pop(key, None)
+    """Defaults, then the file (see :func:`under_the_span_flags`), then the flags that were given on the
+    command line (not None)."""
+    merged = under_the_span_flags(file_values, flag_values)
     for key, value in flag_values.items():
         if value is None:
             continue
