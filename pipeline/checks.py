@@ -97,9 +97,6 @@ def check_single_file(target: Path | str, output_format: str | None) -> None:
         if output_format in MULTI_FILE_MUXERS:
             raise ConfigError(f"{target}: the {output_format} muxer writes several files, a pipe carries one "
                               "stream (-f mpegts or -f matroska do)")
-        if output_format == "image2":
-            raise ConfigError(f"{target}: the image2 muxer writes files by their names, a pipe carries one "
-                              "stream (-f image2pipe does)")
         _check_writes_what_it_is_given(target, output_format)
         return
     muxer = output_format or _MULTI_FILE_SUFFIXES.get(target.suffix.lower())
@@ -115,9 +112,13 @@ def _check_writes_what_it_is_given(target: Path | str, muxer: str | None) -> Non
     given: it would open the temporary file's name, or "<none>" for a pipe."""
     from .muxers import opens_its_own_output
 
-    if muxer is not None and opens_its_own_output(muxer):
-        raise ConfigError(f"{target}: the {muxer} muxer opens its own output (a device or a network session), not "
-                          "a file or a pipe; write a file, a pipe (-o - -f mpegts) or a URL")
+    if muxer is None or not opens_its_own_output(muxer):
+        return
+    if muxer == "image2":  # into a pipe (a local picture's files are named by its staging)
+        raise ConfigError(f"{target}: the image2 muxer writes files by their names, a pipe carries one stream "
+                          "(-f image2pipe does)")
+    raise ConfigError(f"{target}: the {muxer} muxer opens its own output (a device or a network session), not "
+                      "a file or a pipe; write a file, a pipe (-o - -f mpegts) or a URL")
 
 
 def _check_replaced(source: str | None, target: Path, overwrite: bool) -> None:
