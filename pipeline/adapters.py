@@ -67,6 +67,7 @@ class ArraySource:
         rate = (fps if isinstance(fps, Fraction) else Fraction(float(fps))).limit_denominator(1001000)
         self._time_base = 1 / rate
         self._taken = False
+        self._asked: _Asked | None = None  # the thread asking for the frames, where they are read apart
         refusal = ConfigError(f"Invalid frames ({type(frames).__name__}). Supported values are an iterable of "
                               "arrays (a list, a generator); a single frame is [array].")
         if not isinstance(frames, Iterable) or isinstance(frames, (str, bytes)):
@@ -153,9 +154,8 @@ class ArraySource:
         np.copyto(dst.reshape(fmt.height, fmt.width, 3), array[: fmt.height, : fmt.width])
 
     def close(self) -> None:
-        asked = getattr(self, "_asked", None)
-        if asked is not None:
-            asked.close()  # the thread asking closes the iterator, once the application's code returns
+        if self._asked is not None:
+            self._asked.close()  # the thread asking closes the iterator, once the application's code returns
         else:
             self._close_frames()
 
