@@ -108,6 +108,8 @@ class RunConfig:
         _check_types(self)
         _check_finite(self)
         _check_text(self)
+        for name in ("input", "output"):  # a file:// URL of this machine is that file: staged, never clobbered
+            object.__setattr__(self, name, _file_url_as_path(getattr(self, name)))
         # -f "$FMT" with FMT unset; an empty output or report name would have meant the default, or none
         for name in ("input_format", "output_format", "codec", "pix_fmt", "output", "stats_json"):
             if getattr(self, name) == "":
@@ -254,6 +256,14 @@ def _check_pipes(source: str | None, output: str | None, output_format: str | No
     if pipe_fd(output, 1) is not None and not output_format:
         raise ConfigError(f"{output}: writing to a pipe needs an output format, there is no file name to take it "
                           "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")
+
+
+def _file_url_as_path(name: str | None) -> str | None:
+    """The local path of a ``file://`` URL on this machine, so that an output so named is written as any file is
+    (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given."""
+    if name and name[:7].lower() == "file://" and (path := local_path(name)) is not None:
+        return str(path)
+    return name
 
 
 def file_url(path: str) -> str:

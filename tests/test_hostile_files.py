@@ -597,6 +597,19 @@ def test_a_file_url_input_is_the_input_for_every_check(tmp_path, clip, how):
     assert src.read_bytes() == clip.read_bytes()
 
 
+def test_a_file_url_output_is_written_as_its_file_is(tmp_path, clip):
+    """-o file:///path takes its muxer from its extension and replaces a file only with -y, as -o /path does
+    (it asked for -f, and with one it replaced the file, exit 0)."""
+    src, out = tmp_path / "in.mp4", tmp_path / "a b.mp4"
+    src.write_bytes(clip.read_bytes())
+    out.write_bytes(b"kept")
+    one_error(run_pipeline(src.name, "-o", out.as_uri(), "--frames", "2", cwd=tmp_path), 2, "already exists")
+    assert out.read_bytes() == b"kept"
+    result = run_pipeline(src.name, "-o", out.as_uri(), "--frames", "2", "-y", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(video_frames(out)) == 2 and partials(tmp_path) == []
+
+
 @pytest.mark.parametrize("how", ["output", "stats", "progress"])
 def test_a_file_behind_stdin_is_the_input(tmp_path, clip, how):
     src = tmp_path / "in.mp4"
