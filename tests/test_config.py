@@ -155,6 +155,15 @@ def test_a_config_files_inputs_and_outputs_are_relative_to_it_as_its_plugins_are
     assert piped == {"input": str(base / "d.mp4"), "output": "-"}
 
 
+def test_a_config_reached_through_a_link_is_relative_to_the_link_as_named(tmp_path):
+    """As the README says: the folder of the file as named, so a link to a shared config reads its neighbours."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "job").mkdir()
+    real = _toml(tmp_path / "shared", 'output = "out.mkv"\n')
+    (tmp_path / "job" / "link.toml").symlink_to(real)
+    assert load_toml(tmp_path / "job" / "link.toml") == {"output": str(tmp_path / "job" / "out.mkv")}
+
+
 @pytest.mark.parametrize("text", ['output = ""\n', 'stats_json = ""\n', 'plugins = ["a.py", ""]\n',
                                   '[[streams]]\ninput = "a.mp4"\noutput = ""\n', '[[streams]]\ninput = ""\n'],
                          ids=["output", "stats_json", "plugin", "entry-output", "entry-input"])
