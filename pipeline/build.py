@@ -404,7 +404,7 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
     """The sink, and the run's memory allocated meanwhile (cudaHostAlloc of the ring takes milliseconds
     per slot at 4K: as long as opening an encoder)."""
     from .convert import DEVICE_LAYOUTS
-    from .engine import plan_for
+    from .engine import output_info, plan_for
 
     layout, pix_fmt = output_choice(cfg, source.info, null)
     plan = plan_for(source, chain, backend, layout, stage)
@@ -424,7 +424,7 @@ def _sink_and_memory(cfg, chain, stage, source, backend, null: bool, target, pha
             if control is not None:
                 control.before_output()
             with phases("encoder_open"):
-                sink = open_sink(cfg, target, source.info.with_format(plan.out_format), source.audio, low_latency,
+                sink = open_sink(cfg, target, output_info(source, plan), source.audio, low_latency,
                                  pix_fmt)
     except BaseException:
         _close_result(future)

@@ -188,6 +188,20 @@ def _inverse(rate: Fraction) -> Fraction:
 
 
 # Encoders that take frames FFmpeg's own decoder then cannot read: DXV of 4 rows or fewer ("Invalid data").
+# Matroska and WebM write a pixel aspect ratio only where the bitstream codes it (PyAV cannot give the muxer
+# its own): of the codecs they carry, these (measured: each encoder's output read back).
+SAR_IN_BITSTREAM = frozenset({"h264", "hevc", "mpeg4", "mpeg1video"})
+
+
+def aspect_lost(muxer: str, codec: av.Codec, sar: Fraction) -> str | None:
+    """Why an output of ``muxer`` and ``codec`` will not keep the pixel aspect ratio ``sar``; None if it will."""
+    if sar == 1 or muxer not in ("matroska", "webm") or codec.canonical_name in SAR_IN_BITSTREAM:
+        return None
+    return (f"the pixel aspect ratio {sar.numerator}:{sar.denominator} is not written ({codec.name} does not code "
+            f"it, and {muxer} takes it from the bitstream); it plays with square pixels: an .mp4 or .mov output "
+            "keeps it")
+
+
 MIN_HEIGHT = {"dxv": 6}
 
 

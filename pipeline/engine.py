@@ -44,7 +44,7 @@ from .stages import Stages
 from .stats import RunStats
 from .tally import Tally
 from .teardown import Teardown, release_in_slot
-from .video import WorkItem
+from .video import StreamInfo, WorkItem
 
 # A frame's GPU work takes milliseconds; waiting this long for one means a CUDA call that never returns.
 GPU_STALL_S = 60.0
@@ -432,6 +432,14 @@ def plan_for(source, chain, backend, out_layout: str, stage) -> FramePlan:
     with plugin_errors_are_config_errors():  # a plugin's output_size or scratch_shapes may fail here
         return FramePlan.build(source.info.format, chain, in_layout=source.layout, out_layout=out_layout,
                                fold=backend.ops.folds_pointwise, stage=stage is not None)
+
+
+def output_info(source, plan: FramePlan) -> StreamInfo:
+    """What the sink writes: the plan's output format, and the input's pixel aspect ratio through the chain."""
+    from .filters.plugins import plugin_errors_are_config_errors
+
+    with plugin_errors_are_config_errors():  # a plugin's output_sar may fail
+        return source.info.processed(plan.out_format, plan.output_sar(source.info.sar))
 
 
 def _slot_dropper(ring, stats: RunStats) -> Callable[[WorkItem], None]:

@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Callable
 
 import numpy as np
@@ -23,7 +24,7 @@ from .convert import DEVICE_LAYOUTS, converter, layout_depth, layout_nbytes, lay
 from .errors import ConfigError, StageError
 from .memory.device_pool import BufferSpec, frame_bytes
 from .memory.registry import MemoryRequest
-from .video import MAX_SIDE, VideoFormat, WorkItem
+from .video import MAX_SIDE, VideoFormat, WorkItem, pixel_aspect
 
 
 def _checked_size(f, width: int, height: int) -> tuple[int, int]:
@@ -109,6 +110,17 @@ class FramePlan:
     @property
     def frame_bytes(self) -> int:
         return frame_bytes(list(self.specs))
+
+    def output_sar(self, sar: Fraction | None) -> Fraction | None:
+        """The output's pixel aspect ratio: the input's through each filter's geometry; unknown stays unknown
+        (FFmpeg's scale keeps an unset one unset), and so does one a plugin makes no ratio of."""
+        w, h = self.in_format.width, self.in_format.height
+        for f in self.chain:
+            if sar is None:
+                break
+            sar = pixel_aspect(f.output_sar(sar, w, h))
+            w, h = f.output_size(w, h)
+        return sar
 
     @property
     def state_bytes(self) -> int:

@@ -40,7 +40,7 @@ from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encode
                     unused_muxer_options, watch)
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
-from .encoders import (encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
+from .encoders import (aspect_lost, encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
                        repair_short_x265_dts, size_refusal, video_encoder)
 from .encoders import time_base as encoder_time_base
 from .encoder_frames import EncoderFrames
@@ -237,6 +237,10 @@ class Sink:
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
+            if info.sar is not None:  # in the bitstream where the codec codes it (H.264's VUI), else the container's
+                self.video.codec_context.sample_aspect_ratio = info.sar
+                if (why := aspect_lost(self.container.format.name, self.video.codec_context.codec, info.sar)):
+                    log.info(f"{target}: {why}")
             templates = audio.templates if audio else ()
             if self.pipe:
                 check_pipe_audio(target, self.container.format.name, templates)

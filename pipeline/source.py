@@ -50,7 +50,7 @@ from .log import log
 from .opening import open_file, open_input
 from .seek import NO_TIMESTAMPS, seek_before
 from .span import Span
-from .video import StreamInfo, VideoFormat, check_frame_size
+from .video import StreamInfo, VideoFormat, check_frame_size, pixel_aspect
 
 # How much of a live stream FFmpeg analyses before the first frame (its defaults: 5 s and 5 MB). The
 # stream is read from its start anyway, and frames that arrive during the probe come out in a burst that
@@ -262,7 +262,7 @@ class Source(DecodeLoop):
     @property
     def info(self) -> StreamInfo:
         return StreamInfo(self.format, self.frame_rate, self.video.time_base, None if self.live else self.expected_frames,
-                          self.display_matrix, self.live, self.path, self.hdr)
+                          self.display_matrix, self.live, self.path, self.hdr, self.sar)
 
     @property
     def audio(self) -> AudioTracks:
@@ -302,6 +302,8 @@ class Source(DecodeLoop):
         if note := interlaced(self.path, first, self.video.codec_context.field_order):
             self.notice(note)
         self.hdr = read_hdr(first)
+        # The container's ratio, else the bitstream's, as FFmpeg guesses it (the decoder has seen a frame).
+        self.sar = pixel_aspect(self.video.sample_aspect_ratio)
         if self.hdr:
             log.debug(f"{self.path}: HDR metadata: {self.hdr.describe()}")
         return input_format(self.path, first, self.layout, self.notice), display_matrix(first)

@@ -182,6 +182,22 @@ class VideoFormat:
         return dataclasses.replace(self, depth=depth)
 
 
+MAX_SAR_TERM = 65535  # what codecs code a pixel aspect ratio in (H.264's VUI: 16 bits each)
+
+
+def pixel_aspect(value: Any) -> Fraction | None:
+    """A sample (pixel) aspect ratio as a codec can code it, or None: unknown (0/1, FFmpeg's "unset"), not a
+    positive ratio, or one no picture has (beyond 1:256 either way, a damaged header)."""
+    try:
+        sar = Fraction(value.numerator, value.denominator)
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    if not Fraction(1, 256) <= sar <= 256:
+        return None
+    sar = sar.limit_denominator(MAX_SAR_TERM)
+    return sar if sar.numerator <= MAX_SAR_TERM else 1 / (1 / sar).limit_denominator(MAX_SAR_TERM)
+
+
 @dataclass(frozen=True)
 class StreamInfo:
     """What a sink needs to know of the video it writes, without any codec object.
@@ -197,9 +213,11 @@ class StreamInfo:
     live: bool = False
     name: str = ""
     hdr: HdrMetadata | None = None  # mastering display and content light level, written where the encoder can
+    sar: Fraction | None = None  # pixel aspect ratio (anamorphic video: not 1:1); None: unknown, written as such
 
-    def with_format(self, fmt: VideoFormat) -> StreamInfo:
-        return dataclasses.replace(self, format=fmt)
+    def processed(self, fmt: VideoFormat, sar: Fraction | None) -> StreamInfo:
+        """The stream the filter chain makes of this one: its frames' format and pixel aspect ratio."""
+        return dataclasses.replace(self, format=fmt, sar=sar)
 
 
 @dataclass

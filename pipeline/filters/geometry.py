@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -180,6 +181,11 @@ class Scale(Filter):
         h = self.h if self.h != -1 else even_round(self.w * height / width)
         return w, h
 
+    def output_sar(self, sar, width, height):
+        """The picture keeps its shape, as FFmpeg's scale keeps it: stretched pixels make up for the sizes."""
+        w, h = self.output_size(width, height)
+        return sar * Fraction(h * width, w * height)
+
     def scratch_shapes(self, width, height):
         return [(3, height, self.output_size(width, height)[0])]
 
@@ -295,6 +301,9 @@ class Transpose(Filter):
 
     def output_size(self, width, height):
         return height, width
+
+    def output_sar(self, sar, width, height):
+        return 1 / sar  # a pixel twice as wide as tall is, turned, twice as tall as wide
 
     def cpu(self, src, dst, scratch):
         dst[:] = np.rot90(src, k=-1 if self.dir == "clock" else 1, axes=(1, 2))

@@ -11,6 +11,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
@@ -117,6 +118,11 @@ class Filter:
 
     def output_size(self, width: int, height: int) -> tuple[int, int]:
         return width, height
+
+    def output_sar(self, sar: Fraction, width: int, height: int) -> Fraction:
+        """The pixel aspect ratio of this filter's output from its input's (``width`` x ``height`` pixels of
+        ``sar``): kept, unless the filter stretches or turns the picture (scale, transpose)."""
+        return sar
 
     def scratch_shapes(self, width: int, height: int) -> list[tuple[int, ...]]:
         """float32 temporaries this filter needs per frame (taken from the frame's pooled buffers)."""
