@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Sequence
 import av
 
 from .errors import DecoderRefused, InputError, SourceStalled
-from .ingest import SURFACE_LAYOUT, refuse_deep_surfaces
+from .ingest import SURFACE_LAYOUT, OtherColour, refuse_deep_surfaces
 from .log import log
 from .span import SKIP, STOP
 from .video import FrameMeta
@@ -89,6 +89,8 @@ class DecodeLoop:
     span_ended = False  # a frame at or after -t/-to's end came: the span, not the input, ended the frames
     _replay: Sequence[av.Packet] = ()  # packets the demux gives first (pipeline.seek)
     last_skipped: Fraction | None = None  # the time (seconds) of the last frame before -ss's start
+    _device_colour: OtherColour | None = None  # device frames: tags that change mid-stream, said once
+    _colour_said = False
 
     def _decode(self) -> Iterator[DecodedFrame | AudioPacket]:
         video = self.video  # this connection's stream: a reopen replaces self.video
@@ -328,6 +330,15 @@ class DecodeLoop:
             raise InputError(f"{self.path}: frame {self._index} is {frame.width}x{frame.height} "
                              f"({kind}) after {fmt.width}x{fmt.height} {self.layout} frames; with --decode nvdec "
                              "the size and format cannot change mid-stream (--decode cpu converts such input)")
+        if self._colour_said:
+            return
+        if self._device_colour is None:
+            self._device_colour = OtherColour(fmt.colour)
+        if (other := self._device_colour(frame)) is not None:
+            self._colour_said = True
+            self.warn(f"{self.path}: frame {self._index} is in {other.name} after frames in {fmt.colour.name}; "
+                      "with --decode nvdec such frames are read as the first ones were (--decode cpu converts "
+                      "them)")
 
 
 class _BestEffort:

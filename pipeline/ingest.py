@@ -106,10 +106,7 @@ def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[
         colour = Colour.for_rgb(h - h % 2, frame.color_primaries, frame.color_trc, w - w % 2)
         notice(f"{path}: {pix.name} input leaves the filters as YUV 4:2:0, converted with {colour.name} and tagged so")
     else:
-        colour_range = frame.color_range
-        if pix.name.startswith("yuvj") and colour_range == 0:
-            colour_range = AVCOL_RANGE_JPEG
-        colour = Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, h, w)
+        colour = yuv_colour(frame)
         if (approximated := approximated_matrix(frame.colorspace, frame.color_primaries)) is not None:
             notice(f"{path}: {approximated} ({colour.name.split(' ')[0]}); the output keeps the input's tags")
         if frame.colorspace == AVCOL_SPC_BT2020_CL:
@@ -119,6 +116,16 @@ def input_format(path: str, frame: av.VideoFrame, layout: str, notice: Callable[
     if depth_of(pix) > 10 and depth == 10:
         notice(f"{path}: {pix.name} is kept to 10 bits")
     return VideoFormat(w - w % 2, h - h % 2, colour, depth)
+
+
+def yuv_colour(frame: av.VideoFrame) -> Colour:
+    """The matrix and range a YUV frame's tags declare (yuvj formats are full range untagged), untagged HD
+    read as BT.709."""
+    colour_range = frame.color_range
+    if _sw_format(frame).name.startswith("yuvj") and colour_range == 0:
+        colour_range = AVCOL_RANGE_JPEG
+    return Colour.from_tags(frame.colorspace, colour_range, frame.color_primaries, frame.color_trc, frame.height,
+                            frame.width)
 
 
 def _sw_format(frame: av.VideoFrame) -> av.VideoFormat:
@@ -150,20 +157,43 @@ def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
     return values if len(values) == 9 else None
 
 
+class OtherColour:
+    """The colour of a YUV frame whose tags are not the run's (a splice of BT.601 and BT.709, or of limited and
+    full range), read as the first frame's were; None where they agree, and for RGB frames (no matrix). Worked
+    out when the tags change only: a frame's cost is reading them."""
+
+    def __init__(self, run: Colour):
+        self.run = (run.matrix, run.full_range)
+        self._tags: tuple | None = None
+        self._other: Colour | None = None
+
+    def __call__(self, frame: av.VideoFrame) -> Colour | None:
+        tags = (frame.colorspace, frame.color_range, frame.color_primaries, frame.width, frame.height,
+                frame.format.name)
+        if tags != self._tags:
+            self._tags, self._other = tags, None
+            if not is_rgb_like(_sw_format(frame)):
+                colour = yuv_colour(frame)
+                self._other = colour if (colour.matrix, colour.full_range) != self.run else None
+        return self._other
+
+
 class SlotWriter:
-    """Copies decoded frames into host slots of one layout, converting (swscale) a format or size the
-    kernels do not take; the first conversion is noticed once."""
+    """Copies decoded frames into host slots of one layout, converting (swscale) a format, size or colour the
+    kernels do not take; the first conversion of each kind is noticed once."""
 
     def __init__(self, path: str, layout: str, fmt: VideoFormat, notice: Callable[[str], None]):
         self.path, self.layout, self.fmt, self.notice = path, layout, fmt, notice
         self._reformatter = VideoReformatter()  # keeps its swscale context across frames
-        self._noticed = False
+        self._noticed = self._noticed_colour = False
+        self._other_colour = OtherColour(fmt.colour) if layout != "rgb24" else lambda frame: None
 
     def __call__(self, frame: av.VideoFrame, dst: np.ndarray) -> None:
         fmt, layout = self.fmt, self.layout
         same_size = (frame.width & ~1, frame.height & ~1) == (fmt.width, fmt.height)
-        if frame.format.name not in NATIVE[layout] or not same_size:
-            frame = self._convert(frame, same_size)
+        other = self._other_colour(frame)
+        if other is not None or frame.format.name not in NATIVE[layout] or not same_size:
+            frame = self._convert(frame, same_size, other)
         if layout == "rgb24":
             rows, cols = fmt.height, fmt.width * 3
             plane = frame.planes[0]
@@ -178,9 +208,13 @@ class SlotWriter:
             src = np.frombuffer(plane, dtype).reshape(-1, plane.line_size // np.dtype(dtype).itemsize)
             np.copyto(target, src[:rows, :cols])
 
-    def _convert(self, frame: av.VideoFrame, same_size: bool) -> av.VideoFrame:
+    def _convert(self, frame: av.VideoFrame, same_size: bool, other: Colour | None = None) -> av.VideoFrame:
         fmt, target = self.fmt, TARGET_FORMAT[self.layout]
-        if not self._noticed:
+        if other is not None and not self._noticed_colour:
+            self.notice(f"{self.path}: frames in {other.name} after frames in {fmt.colour.name}: converted "
+                        "to the first frames' colour, which the output is tagged with")
+            self._noticed_colour = True
+        if (other is None or frame.format.name not in NATIVE[self.layout] or not same_size) and not self._noticed:
             self.notice(f"{self.path}: converting {frame.format.name} {frame.width}x{frame.height} "
                         f"to {target} {fmt.width}x{fmt.height}")
             self._noticed = True
@@ -194,13 +228,21 @@ class SlotWriter:
         colour = {}
         if target != "rgb24" and is_rgb_like(frame.format):  # RGB into YUV: the matrix the output is tagged with
             full = fmt.colour.full_range or limited_grey
-            colour = {"dst_colorspace": SWS_MATRIX[fmt.colour.matrix],
-                      "dst_color_range": ColorRange.JPEG if full else ColorRange.MPEG}
+            colour = _sws_colour("dst", fmt.colour.matrix, full)
+        elif other is not None:  # YUV of another matrix or range into the run's
+            colour = {**_sws_colour("src", other.matrix, other.full_range),
+                      **_sws_colour("dst", fmt.colour.matrix, fmt.colour.full_range)}
         converted = self._reformatter.reformat(frame, width=width, height=height, format=target, **colour)
         if target == "rgb24" and limited_grey:
             samples = np.frombuffer(converted.planes[0], np.uint8)
             np.take(_EXPAND_LIMITED, samples, out=samples)  # in place: no array per frame
         return converted
+
+
+def _sws_colour(end: str, matrix: str, full_range: bool) -> dict:
+    """swscale's matrix and range arguments of one end (``src`` or ``dst``) of a conversion."""
+    return {f"{end}_colorspace": SWS_MATRIX[matrix],
+            f"{end}_color_range": ColorRange.JPEG if full_range else ColorRange.MPEG}
 
 
 # Limited-range 8-bit codes (16..235) to full range (0..255), clipped as a decoder's conversion clips.

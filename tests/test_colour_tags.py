@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from utils import all_devices
 
 from pipeline.video import Colour, VideoFormat
 
@@ -435,3 +436,74 @@ def test_a_lossless_encoder_into_matroska_keeps_full_range_codes(tmp_path):
     assert result.returncode == 0, result.stderr
     cc, frame = _first_frame(tmp_path / "out.mkv")
     assert cc.color_range == 2 and np.unique(frame.to_ndarray()[:48]).tolist() == [250]
+
+
+def _spliced_h264(path, *segments):
+    """Raw H.264 segments back to back, each with its own colour tags in its own SPS (a broadcast splice), of
+    one known picture, coded losslessly: what a decoder gives back is the picture's YUV in those tags."""
+    import io
+
+    import av
+    import numpy as np
+
+    h, w = 96, 128
+    y, x = np.mgrid[0:h, 0:w]
+    rgb = np.stack([30 + 190 * x // w, 30 + 190 * y // h, 220 - 170 * x // w], -1).astype(np.uint8)
+    data = b""
+    for tags in segments:
+        buffer = io.BytesIO()
+        with av.open(buffer, "w", format="h264") as out:
+            stream = out.add_stream("libx264", rate=25, options={"qp": "0"})
+            stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+            for name, value in tags.items():
+                setattr(stream.codec_context, name, value)
+            for i in range(3):
+                frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(
+                    format="yuv420p", dst_colorspace=tags["colorspace"], dst_color_range=tags["color_range"])
+                frame.pts = i
+                for name, value in tags.items():
+                    setattr(frame, name, value)
+                out.mux(stream.encode(frame))
+            out.mux(stream.encode(None))
+        data += buffer.getvalue()
+    path.write_bytes(data)
+    return path, rgb
+
+
+BT601 = dict(colorspace=6, color_range=1, color_primaries=6, color_trc=6)
+BT709 = dict(colorspace=1, color_range=1, color_primaries=1, color_trc=1)
+BT709_FULL = dict(BT709, color_range=2)
+
+
+@pytest.mark.parametrize("device", all_devices())
+@pytest.mark.parametrize("first, then", [(BT601, BT709), (BT709, BT709_FULL), (BT709_FULL, BT601)],
+                         ids=["601-then-709", "limited-then-full", "full-601-after"])
+def test_frames_whose_colour_changes_mid_stream_are_converted_to_the_runs(tmp_path, first, then, device):
+    """Each frame read with its own tags: every output frame, read with the output's, is the picture (they were
+    read with the first frame's: 17 to 32 codes off after the splice, and nothing said)."""
+    import numpy as np
+    from utils import run_pipeline, video_frames
+
+    src, rgb = _spliced_h264(tmp_path / "splice.h264", first, then)
+    out = tmp_path / "out.mkv"
+    result = run_pipeline(src, "-o", out, "-vf", "", "-c", "ffv1", "--decode", "cpu", device=device, cwd=tmp_path,
+                          quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "converted to the first frames' colour" in result.stderr
+    frames = video_frames(out)
+    assert len(frames) == 6 and {(f.colorspace, f.color_range) for f in frames} == {(first["colorspace"],
+                                                                                     first["color_range"])}
+    errors = [int(np.abs(f.to_ndarray(format="rgb24").astype(int) - rgb).max()) for f in frames]
+    assert max(errors) <= 10, errors  # 4:2:0 chroma, and a spliced frame rounded twice (YUV to YUV)
+
+
+@pytest.mark.gpu
+def test_nvdec_says_frames_whose_colour_changes_mid_stream_are_read_as_the_first(tmp_path):
+    from utils import run_pipeline
+
+    src, _ = _spliced_h264(tmp_path / "splice.h264", BT709, BT709_FULL)
+    result = run_pipeline(src, "-o", tmp_path / "out.mkv", "--decode", "nvdec", device="cuda", cwd=tmp_path,
+                          quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "frame 3 is in BT.709 full range after frames in BT.709 limited range" in result.stderr
+    assert result.stderr.count("--decode cpu converts them") == 1
