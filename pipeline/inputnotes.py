@@ -20,6 +20,19 @@ def other_video_streams(path: str, videos, chosen) -> str | None:
             f"not in the output: {others}")
 
 
+_KINDS = {"subtitle": ("subtitle stream", "subtitle streams"), "attachment": ("attachment", "attachments")}
+
+
+def streams_left_out(path: str, streams) -> str | None:
+    """Subtitles and attachments (a subtitle's fonts) are not written: the output holds video and audio. Data
+    streams (a camera's timecode track) are not said: ffmpeg leaves them out too."""
+    counts = {kind: sum(1 for s in streams if s.type == kind) for kind in _KINDS}
+    parts = [f"{n} {_KINDS[kind][n > 1]}" for kind, n in counts.items() if n]
+    if not parts:
+        return None
+    return f"{path}: not in the output: {', '.join(parts)} (the output holds video and audio only)"
+
+
 def _describe(stream) -> str:
     cc = stream.codec_context
     name = cc.name if cc is not None else "unknown codec"

@@ -46,7 +46,10 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
         check_local(path)
     if input_format is not None:
         _check_format(input_format)
-    kwargs = {"timeout": (timeout, timeout)} if timeout else {}
+    # Tags not in UTF-8 (a title in Latin-1) would fail the open in PyAV: read with U+FFFD for those bytes.
+    kwargs: dict = {"metadata_errors": "replace"}
+    if timeout:
+        kwargs["timeout"] = (timeout, timeout)
     if hwaccel is not None:
         kwargs["hwaccel"] = hwaccel
     if hwaccel is not None and local and headers_only and _declares_its_streams(path):

@@ -237,6 +237,8 @@ class Sink:
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
+            self.container.metadata.update(info.tags)
+            self.video.metadata.update(info.video_tags)
             if info.sar is not None:  # in the bitstream where the codec codes it (H.264's VUI), else the container's
                 self.video.codec_context.sample_aspect_ratio = info.sar
                 if (why := aspect_lost(self.container.format.name, self.video.codec_context.codec, info.sar)):

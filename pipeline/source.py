@@ -45,11 +45,12 @@ from .decode import (MAX_GAP_S, AudioPacket, DecodedFrame, DecodeLoop, FrameRetu
 from .errors import ConfigError, InputError, no_threads
 from .ingest import (SlotWriter, display_matrix, host_layout, input_format, read_hdr, refuse_deep_surfaces,
                      surface_layout)
-from .inputnotes import interlaced, other_video_streams
+from .inputnotes import interlaced, other_video_streams, streams_left_out
 from .log import log
 from .opening import open_file, open_input
 from .seek import NO_TIMESTAMPS, seek_before
 from .span import Span
+from .tags import tags_of
 from .video import StreamInfo, VideoFormat, check_frame_size, pixel_aspect
 
 # How much of a live stream FFmpeg analyses before the first frame (its defaults: 5 s and 5 MB). The
@@ -152,8 +153,11 @@ class Source(DecodeLoop):
         video = videos[0]
         if video.codec_context is None:
             raise InputError(f"{self.path}: no decoder for the video stream (unknown or unsupported codec)")
-        if (note := other_video_streams(self.path, list(videos), video)) and self._held is not None:
-            self.notice(note)  # once: not again at each reconnection
+        if self._held is not None:  # once: not again at each reconnection
+            for note in (other_video_streams(self.path, list(videos), video),
+                         streams_left_out(self.path, self.container.streams)):
+                if note:
+                    self.notice(note)
         # Frame threads hold back frames (latency a camera cannot afford), hardware decoding needs none
         # (the GPU decodes, the CPU only parses), and with --strict a decoder error must be the packet's
         # own, not a later one's.
@@ -262,7 +266,7 @@ class Source(DecodeLoop):
     @property
     def info(self) -> StreamInfo:
         return StreamInfo(self.format, self.frame_rate, self.video.time_base, None if self.live else self.expected_frames,
-                          self.display_matrix, self.live, self.path, self.hdr, self.sar)
+                          self.display_matrix, self.live, self.path, self.hdr, self.sar, self.tags, self.video_tags)
 
     @property
     def audio(self) -> AudioTracks:
@@ -304,6 +308,7 @@ class Source(DecodeLoop):
         self.hdr = read_hdr(first)
         # The container's ratio, else the bitstream's, as FFmpeg guesses it (the decoder has seen a frame).
         self.sar = pixel_aspect(self.video.sample_aspect_ratio)
+        self.tags, self.video_tags = tags_of(self.container), tags_of(self.video)
         if self.hdr:
             log.debug(f"{self.path}: HDR metadata: {self.hdr.describe()}")
         return input_format(self.path, first, self.layout, self.notice), display_matrix(first)

@@ -214,6 +214,8 @@ class StreamInfo:
     name: str = ""
     hdr: HdrMetadata | None = None  # mastering display and content light level, written where the encoder can
     sar: Fraction | None = None  # pixel aspect ratio (anamorphic video: not 1:1); None: unknown, written as such
+    tags: tuple[tuple[str, str], ...] = ()  # the file's metadata (pipeline.tags), kept on the output
+    video_tags: tuple[tuple[str, str], ...] = ()  # the video stream's (language, title...)
 
     def processed(self, fmt: VideoFormat, sar: Fraction | None) -> StreamInfo:
         """The stream the filter chain makes of this one: its frames' format and pixel aspect ratio."""

@@ -213,7 +213,7 @@ def _pipe(produce: Callable[[Callable[[Any], bool]], None], consume: Callable[[I
 def _open_input(path):
     check_local(str(path))
     try:
-        container = av.open(str(path), "r")
+        container = av.open(str(path), "r", metadata_errors="replace")  # tags not in UTF-8 do not matter here
     except (av.error.FFmpegError, OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open as video: {' '.join(str(e).split())}") from e
     if not container.streams.video:

@@ -1,0 +1,79 @@
+"""The input's metadata on the output, as ffmpeg keeps it: the file's title, each stream's language, so that
+two audio tracks can still be told apart; what is left out (subtitles, attachments) is said."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+from utils import partials, run_pipeline
+
+
+def _tagged(path, *, title="My Film", subtitles=False):
+    with av.open(str(path), "w") as c:
+        c.metadata["title"] = title
+        c.metadata["encoder"] = "an old muxer"
+        v = c.add_stream("ffv1", rate=25)
+        v.width, v.height, v.pix_fmt = 64, 48, "yuv420p"
+        v.metadata.update({"language": "ger", "title": "Main", "encoder": "an old encoder"})
+        tracks = []
+        for lang in ("eng", "fra"):
+            a = c.add_stream("aac", rate=48000)
+            a.layout = "mono"
+            a.metadata["language"] = lang
+            tracks.append(a)
+        if subtitles:
+            c.add_stream("ass")
+            c.add_attachment("font.ttf", "application/x-truetype-font", b"\0" * 100)
+        for a in tracks:
+            for i in range(10):
+                f = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+                f.sample_rate, f.pts = 48000, i * 1024
+                c.mux(a.encode(f))
+            c.mux(a.encode(None))
+        rng = np.random.default_rng(0)
+        for i in range(5):
+            rgb = rng.integers(0, 256, (48, 64, 3), np.uint8)
+            f = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            f.pts = i
+            c.mux(v.encode(f))
+        c.mux(v.encode(None))
+    return path
+
+
+def _tags(path):
+    with av.open(str(path)) as c:
+        return dict(c.metadata), [(s.type, dict(s.metadata)) for s in c.streams]
+
+
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_the_files_and_streams_tags_are_kept(tmp_path, suffix):
+    src, out = _tagged(tmp_path / "in.mkv"), tmp_path / f"out{suffix}"
+    result = run_pipeline(src, "-o", out, "-vf", "invert", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    file_tags, streams = _tags(out)
+    assert file_tags["title"] == "My Film" and file_tags.get("encoder") != "an old muxer"
+    assert [(kind, tags.get("language")) for kind, tags in streams] == [("video", "ger"), ("audio", "eng"),
+                                                                        ("audio", "fra")]
+    if suffix == ".mkv":  # MP4 has no stream titles (nor has ffmpeg's output there)
+        assert streams[0][1]["title"] == "Main"
+    assert all("an old encoder" not in tags.values() for _, tags in streams)  # the encoder is this run's
+
+
+def test_subtitles_and_attachments_left_out_are_said(tmp_path):
+    src, out = _tagged(tmp_path / "in.mkv", subtitles=True), tmp_path / "out.mkv"
+    result = run_pipeline(src, "-o", out, cwd=tmp_path, quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "not in the output: 1 subtitle stream, 1 attachment" in result.stderr
+    assert [kind for kind, _ in _tags(out)[1]] == ["video", "audio", "audio"]
+
+
+def test_a_title_not_in_utf8_is_kept_with_its_bytes_replaced(tmp_path):
+    """PyAV failed the open on such a tag (exit 3, "cannot open: 'utf-8' codec can't decode"); ffmpeg takes it."""
+    good = _tagged(tmp_path / "good.mkv", title="QQQQQQQQ")
+    src = tmp_path / "latin1.mkv"
+    src.write_bytes(good.read_bytes().replace(b"QQQQQQQQ", b"Caf\xe9 QQQ"))
+    out = tmp_path / "out.mkv"
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert _tags(out)[0]["title"] == "Caf\ufffd QQQ" and partials(tmp_path) == []
