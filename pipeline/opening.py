@@ -79,7 +79,7 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
             key = refused.group(1)
             raise ConfigError(f"Invalid --input-opt {key}={options[key]}: the demuxer refused the value "
                               f"({e.strerror or 'out of range or malformed'})") from e
-        raise InputError(f"{path}: cannot open as video: {e}") from e
+        raise InputError(f"{path}: cannot open as video: {_reason(e)}") from e
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open: {e}") from e
     _check_input_options(container, path, input_format, options, local)
@@ -90,6 +90,14 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
         container.close()
         raise InputError(f"{path}: is a still image ({container.format.name}), not a video")
     return container
+
+
+def _reason(error: av.error.FFmpegError) -> str:
+    """FFmpeg's words for a failed open: what its demuxer logged, then the error code's text, which alone can
+    mislead (a y4m header of 100000x100000 is "Device or resource busy"); not the name FFmpeg was given."""
+    said = error.strerror or str(error)
+    logged = error.log[2].strip() if error.log and error.log[2] else ""
+    return f"{logged} ({said})" if logged and logged != said else said
 
 
 def _open(path: str, input_format: str | None, local: bool, options: dict[str, str], kwargs: dict):

@@ -75,3 +75,17 @@ def test_fuzz_quick(tmp_path, seeds, seed):
 @pytest.mark.parametrize("seed", range(QUICK, QUICK + SLOW))
 def test_fuzz_many(tmp_path, seeds, seed):
     check_case(tmp_path, seeds, seed)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"YUV4MPEG2 W100000 H100000 F25:1 C420jpeg\nFRAME\n" + b"x" * 100, "Picture size 100000x100000 is invalid"),
+    (b"\0\0\0\x18ftypisom" + b"x" * 200, "moov atom not found"),
+], ids=["y4m-huge-size", "mp4-no-index"])
+def test_an_input_that_cannot_be_opened_says_what_ffmpeg_found(tmp_path, content, words):
+    """FFmpeg's own words first: the error code alone misled ("Device or resource busy" for the size)."""
+    from utils import one_error
+
+    src = tmp_path / ("in.y4m" if content.startswith(b"YUV4") else "in.mp4")
+    src.write_bytes(content)
+    line = one_error(run_pipeline(src, "-o", tmp_path / "out.mkv", cwd=tmp_path), 3, "cannot open as video", words)
+    assert "Errno" not in line and "file:" not in line
