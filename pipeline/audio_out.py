@@ -16,7 +16,7 @@ import av
 from .errors import ConfigError, OutputError
 from .log import log
 from .muxers import audio_rate, carries_audio, codec_name, listed_as
-from .tags import tags_of
+from .tags import fitting, tags_of
 
 # The usual audio codec of a muxer, by its name; Matroska keeps the input's. Others: the muxer's default.
 USUAL = {"webm": "libopus", "mp4": "aac", "mov": "aac", "ipod": "aac", "3gp": "aac", "3g2": "aac"}
@@ -66,7 +66,7 @@ class AudioOut:
                 out.notices.append(out.encoded[template.index].notice(template))
         for template in templates:  # each stream's language and title, as ffmpeg keeps them
             added = out.copied.get(template.index) or out.encoded[template.index].stream
-            added.metadata.update(tags_of(template))
+            added.metadata.update(fitting(tags_of(template), container.format.name, str(target)))
         return out
 
     def write(self, packet: av.Packet) -> bool:

@@ -106,10 +106,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        _check_finite(self)
-        _check_text(self)
         for name in ("input", "output"):  # a file:// URL of this machine is that file: staged, never clobbered
             object.__setattr__(self, name, _file_url_as_path(getattr(self, name)))
+        _check_finite(self)
+        _check_text(self)  # after: %00 in a URL is a NUL in its file's name
         # -f "$FMT" with FMT unset; an empty output or report name would have meant the default, or none
         for name in ("input_format", "output_format", "codec", "pix_fmt", "output", "stats_json"):
             if getattr(self, name) == "":
@@ -260,10 +260,16 @@ def _check_pipes(source: str | None, output: str | None, output_format: str | No
 
 def _file_url_as_path(name: str | None) -> str | None:
     """The local path of a ``file://`` URL on this machine, so that an output so named is written as any file is
-    (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given."""
-    if name and name[:7].lower() == "file://" and (path := local_path(name)) is not None:
-        return str(path)
-    return name
+    (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given.
+    A query or fragment is refused: FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``."""
+    if not (name and name[:7].lower() == "file://") or (path := local_path(name)) is None:
+        return name
+    parts = urllib.parse.urlsplit(name)
+    if parts.query or parts.fragment or "?" in name or "#" in name:
+        raise ConfigError(f"{name}: a file URL with '?' or '#' is ambiguous; give the path itself (or %3F, %23)")
+    if not parts.path:
+        raise ConfigError(f"{name}: names no file")
+    return str(path)
 
 
 def file_url(path: str) -> str:

@@ -321,7 +321,8 @@ class DecodeLoop:
 
     def _check_device_frame(self, frame: av.VideoFrame) -> None:
         """Device frames are read in place at the first frame's size and layout: another size or surface
-        format cannot be converted on the way (the CPU decoder's path does that)."""
+        format cannot be converted on the way (the CPU decoder's path does that). Nor another colour, which is
+        read as the first frame's, with a warning once."""
         fmt = self.format
         sw = getattr(frame, "sw_format", None)
         kind = f"{frame.format.name}" + (f"/{sw.name}" if sw is not None else "")

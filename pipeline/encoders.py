@@ -187,21 +187,24 @@ def _inverse(rate: Fraction) -> Fraction:
     return (1 / Fraction(rate)).limit_denominator(0xFFFF)
 
 
-# Encoders that take frames FFmpeg's own decoder then cannot read: DXV of 4 rows or fewer ("Invalid data").
-# Matroska and WebM write a pixel aspect ratio only where the bitstream codes it (PyAV cannot give the muxer
-# its own): of the codecs they carry, these (measured: each encoder's output read back).
-SAR_IN_BITSTREAM = frozenset({"h264", "hevc", "mpeg4", "mpeg1video"})
+# A pixel aspect ratio travels in the bitstream of these codecs (MPEG-2 as the nearest of its display ratios,
+# JPEG and PNG in their density fields), and in the headers of these muxers, which take it from the encoder's;
+# the others (Matroska, WebM, AVI, NUT, FLV, MPEG-TS) write only what the bitstream codes: PyAV cannot give
+# them the stream's own. Measured: each encoder's and muxer's output read back.
+SAR_IN_BITSTREAM = frozenset({"h264", "hevc", "mpeg4", "mpeg1video", "mpeg2video", "mjpeg", "png"})
+SAR_IN_HEADER = frozenset({"mp4", "mov", "ipod", "3gp", "3g2", "psp", "ismv", "f4v", "mxf", "mxf_d10",
+                           "mxf_opatom", "asf", "asf_stream"})
 
 
 def aspect_lost(muxer: str, codec: av.Codec, sar: Fraction) -> str | None:
     """Why an output of ``muxer`` and ``codec`` will not keep the pixel aspect ratio ``sar``; None if it will."""
-    if sar == 1 or muxer not in ("matroska", "webm") or codec.canonical_name in SAR_IN_BITSTREAM:
+    if sar == 1 or muxer in SAR_IN_HEADER or codec.canonical_name in SAR_IN_BITSTREAM:
         return None
-    return (f"the pixel aspect ratio {sar.numerator}:{sar.denominator} is not written ({codec.name} does not code "
-            f"it, and {muxer} takes it from the bitstream); it plays with square pixels: an .mp4 or .mov output "
-            "keeps it")
+    return (f"the pixel aspect ratio {sar.numerator}:{sar.denominator} is not written (neither {codec.name} nor "
+            f"{muxer} codes it); it plays with square pixels: an .mp4 or .mov output keeps it")
 
 
+# Encoders that take frames FFmpeg's own decoder then cannot read: DXV of 4 rows or fewer ("Invalid data").
 MIN_HEIGHT = {"dxv": 6}
 
 

@@ -51,6 +51,7 @@ from .muxers import COMMON, carries_video, codec_name, containers_for, raw_forma
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
+from .tags import fitting
 from .video import FrameMeta, StreamInfo
 
 MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
@@ -237,11 +238,12 @@ class Sink:
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
-            self.container.metadata.update(info.tags)
-            self.video.metadata.update(info.video_tags)
+            muxer = self.container.format.name
+            self.container.metadata.update(fitting(info.tags, muxer, target))
+            self.video.metadata.update(fitting(info.video_tags, muxer, target))
             if info.sar is not None:  # in the bitstream where the codec codes it (H.264's VUI), else the container's
                 self.video.codec_context.sample_aspect_ratio = info.sar
-                if (why := aspect_lost(self.container.format.name, self.video.codec_context.codec, info.sar)):
+                if (why := aspect_lost(muxer, self.video.codec_context.codec, info.sar)):
                     log.info(f"{target}: {why}")
             templates = audio.templates if audio else ()
             if self.pipe:

@@ -610,6 +610,18 @@ def test_a_file_url_output_is_written_as_its_file_is(tmp_path, clip):
     assert len(video_frames(out)) == 2 and partials(tmp_path) == []
 
 
+@pytest.mark.parametrize("url, words", [
+    ("file:///tmp/a%00b.mp4", "NUL character"), ("file:///tmp/take#1.mp4", "ambiguous"),
+    ("file:///tmp/a.mp4?", "ambiguous"), ("file://", "names no file"),
+])
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_file_urls_that_name_no_one_file_are_refused(tmp_path, clip, url, words, side):
+    """#1.mp4 was dropped as a fragment (another file written, or read) and %00 was an internal error, exit 1."""
+    args = (url, "-o", "out.mp4") if side == "input" else (clip, "-o", url)
+    one_error(run_pipeline(*args, cwd=tmp_path), 2, words)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("how", ["output", "stats", "progress"])
 def test_a_file_behind_stdin_is_the_input(tmp_path, clip, how):
     src = tmp_path / "in.mp4"
