@@ -7,9 +7,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import av
-import numpy as np
 import pytest
-from utils import all_devices, run_pipeline
+from utils import all_devices, mux_noise, run_pipeline
 
 from pipeline.filters import parse_chain
 from pipeline.processor import FramePlan
@@ -19,18 +18,12 @@ DVD = Fraction(32, 27)  # 720x480 shown at 16:9
 
 
 def _clip(path, sar, codec="libx264", width=720, height=480):
-    rng = np.random.default_rng(1)
     with av.open(str(path), "w") as c:
         s = c.add_stream(codec, rate=25)
         s.width, s.height, s.pix_fmt = width, height, "yuv420p"
         if sar is not None:
             s.codec_context.sample_aspect_ratio = sar
-        for i in range(3):
-            rgb = rng.integers(0, 256, (height, width, 3), np.uint8)
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
-            frame.pts = i
-            c.mux(s.encode(frame))
-        c.mux(s.encode(None))
+        mux_noise(c, s, 3, seed=1)
     return path
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import av
 import numpy as np
 import pytest
-from utils import partials, run_pipeline
+from utils import mux_noise, partials, run_pipeline
 
 
 def _tagged(path, *, title="My Film", subtitles=False):
@@ -31,13 +31,7 @@ def _tagged(path, *, title="My Film", subtitles=False):
                 f.sample_rate, f.pts = 48000, i * 1024
                 c.mux(a.encode(f))
             c.mux(a.encode(None))
-        rng = np.random.default_rng(0)
-        for i in range(5):
-            rgb = rng.integers(0, 256, (48, 64, 3), np.uint8)
-            f = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
-            f.pts = i
-            c.mux(v.encode(f))
-        c.mux(v.encode(None))
+        mux_noise(c, v, 5)
     return path
 
 

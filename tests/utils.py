@@ -324,6 +324,17 @@ COLOURS = [Colour(matrix=m, full_range=r) for m in ("bt601", "bt709", "bt2020") 
 COLOUR_IDS = [f"{c.matrix}-{'full' if c.full_range else 'limited'}" for c in COLOURS]
 
 
+def mux_noise(container, stream, count: int, seed: int = 0) -> None:
+    """``count`` frames of random RGB into ``stream`` (its own size, as yuv420p), then the encoder's rest."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        rgb = rng.integers(0, 256, (stream.height, stream.width, 3), np.uint8)
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+        frame.pts = i
+        container.mux(stream.encode(frame))
+    container.mux(stream.encode(None))
+
+
 def noise_rgb(w: int, h: int, seed: int = 0) -> np.ndarray:
     """Planar float RGB, uniform noise in [0, 1)."""
     return np.random.default_rng(seed).random((3, h, w), dtype=np.float32)
