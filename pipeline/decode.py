@@ -20,7 +20,7 @@ import av
 from .errors import DecoderRefused, InputError, SourceStalled
 from .ingest import SURFACE_LAYOUT, OtherColour, refuse_deep_surfaces
 from .log import log
-from .span import SKIP, STOP
+from .span import SKIP, STOP, zero_shift
 from .video import FrameMeta
 
 # A gap between two frames longer than this is a discontinuity (a timestamp wrap or damage), not a
@@ -151,11 +151,9 @@ class DecodeLoop:
 
     def _audio_in_span(self, packet: av.Packet) -> bool:
         """An audio packet within -ss/-t/-to, its timestamps moved as the video's are."""
-        if self._trim is None:
-            return True
-        if not self._trim.packet(packet.pts, packet.time_base):
+        if self._trim is not None and not self._trim.packet(packet.pts, packet.time_base):
             return False
-        shift = self._trim.offset(packet.time_base)
+        shift = self._shift(packet.time_base)
         if shift:
             if packet.pts is not None:
                 packet.pts -= shift
@@ -303,8 +301,15 @@ class DecodeLoop:
                             f"moved to {pts} to keep timestamps increasing")
             self.retimed_frames += 1
         time_base = frame.time_base or self.video.time_base
-        shift = self._trim.offset(time_base) if self._trim is not None else 0  # -ss: the output starts at 0
-        return FrameMeta(index, pts - shift, time_base, decode_s=decode_s)
+        return FrameMeta(index, pts - self._shift(time_base), time_base, decode_s=decode_s)
+
+    def _shift(self, time_base: Fraction | None) -> int:
+        """Ticks subtracted from a timestamp of ``time_base``: the output starts at 0 (pipeline.span)."""
+        shift = self._shifts.get(time_base)
+        if shift is None:
+            zero = self._trim.begin if self._trim is not None and self._trim.begin is not None else self._origin
+            shift = self._shifts[time_base] = zero_shift(zero, time_base)
+        return shift
 
     def _check_complete(self, decoded: int) -> None:
         expected = self.expected_frames

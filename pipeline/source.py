@@ -129,6 +129,7 @@ class Source(DecodeLoop):
             # give unless the raw demuxer was told one (--input-opt framerate=50).
             self._headers_rate = bool(self.container.format.flags & NO_TIMESTAMPS) and "framerate" not in self.options
             self._trim = span.bind(self._origin) if span is not None else None
+            self._shifts: dict[Fraction, int] = {}  # per time base: where the output's timestamps start
             self._seek_to_start()
             if decode_sessions > 1 and hwaccel is not None:
                 self._open_sessions(decode_sessions, make_current or (lambda: None))

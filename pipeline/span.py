@@ -7,8 +7,8 @@ before the end: the source seeks to the keyframe before the start where the inpu
 from there and drops the frames before the start, so the first frame kept is exact, not the keyframe.
 
 With a start (``-ss``), the output's timestamps begin at 0 at the start, as ``ffmpeg -ss X -i IN``
-writes them: a frame at the input's start + X + d is written at d. Without one, timestamps are kept
-as they are (only ``-t``/``-to``: the output is the input's beginning, unchanged).
+writes them: a frame at the input's start + X + d is written at d. Without one, they begin at 0 at the
+input's start (:func:`zero_shift`), as ffmpeg writes them without ``-copyts``.
 
 Audio is copied packet by packet, so it is cut to the packet: a packet is kept when it starts within
 the span (an AAC packet is 21 ms at 48 kHz).
@@ -90,12 +90,6 @@ class Trim:
             return True
         return (self.begin is None or t >= self.begin) and (self.stop is None or t < self.stop)
 
-    def offset(self, time_base: Fraction | None) -> int:
-        """Ticks of ``time_base`` subtracted from every kept timestamp (the output starts at 0 at ``-ss``)."""
-        if self.begin is None or not time_base:
-            return 0
-        return math.floor(self.begin / time_base)
-
     def seek_target(self, origin: Fraction) -> Fraction | None:
         """Where to seek (seconds), or None when decoding from the beginning is as quick."""
         if self.begin is None or self.begin - SEEK_MARGIN <= origin:
@@ -109,6 +103,17 @@ class Trim:
         first = 0 if self.begin is None else math.ceil((self.begin - origin) * rate)
         last = frames if self.stop is None else min(frames, math.ceil((self.stop - origin) * rate))
         return max(0, last - first) or None
+
+
+def zero_shift(zero: Fraction, time_base: Fraction | None) -> int:
+    """Ticks of ``time_base`` subtracted from every timestamp kept, so that the output starts at 0 at ``zero``
+    seconds of the input: its start (its first timestamp), or ``-ss``'s. A recording whose clock read 10 h
+    when it began is not written 10 h late (an MP4 would open with 10 h of nothing), and one whose clock
+    wraps (MPEG-TS's 33 bits), whose first part FFmpeg gives negative times, is not cut (an MP4's edit
+    list hid that part)."""
+    if not zero or not time_base:
+        return 0
+    return math.floor(zero / time_base)
 
 
 def _seconds(pts: int | None, time_base: Fraction | None) -> Fraction | None:

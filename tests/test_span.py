@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from utils import count_audio_packets, pipeline_command, read_json, run_command, run_pipeline, video_times
 
-from pipeline.span import KEEP, SKIP, STOP, Span
+from pipeline.span import KEEP, SKIP, STOP, Span, zero_shift
 from pipeline.sample import make_clip
 
 FPS, FRAMES, GOP = 30, 60, 10
@@ -63,7 +63,7 @@ def test_trim_decides_at_the_exact_boundaries():
     tb = Fraction(1, 30)
     trim = Span.from_seconds(start=0.5, duration=1).bind(Fraction(0))
     assert [trim.frame(pts, tb) for pts in (14, 15, 44, 45)] == [SKIP, KEEP, KEEP, STOP]
-    assert trim.offset(tb) == 15 and trim.offset(Fraction(1, 48000)) == 24000
+    assert zero_shift(trim.begin, tb) == 15 and zero_shift(trim.begin, Fraction(1, 48000)) == 24000
     assert trim.frame(None, tb) == KEEP
     assert trim.packet(23999, Fraction(1, 48000)) is False and trim.packet(24000, Fraction(1, 48000)) is True
 
@@ -71,13 +71,16 @@ def test_trim_decides_at_the_exact_boundaries():
 def test_trim_counts_from_the_inputs_start():
     trim = Span.from_seconds(start=1, end=2).bind(Fraction(14, 10))  # MPEG-TS starts at 1.4 s
     assert trim.begin == Fraction(24, 10) and trim.stop == Fraction(34, 10)
-    assert trim.offset(Fraction(1, 90000)) == 216000
+    assert zero_shift(trim.begin, Fraction(1, 90000)) == 216000
 
 
-def test_only_a_start_moves_timestamps():
+def test_without_a_start_the_output_starts_where_the_input_does():
     trim = Span.from_seconds(duration=1).bind(Fraction(0))
-    assert trim.offset(Fraction(1, 30)) == 0 and trim.begin is None
+    assert trim.begin is None and zero_shift(Fraction(0), Fraction(1, 30)) == 0
     assert trim.packet(-1024, Fraction(1, 48000))  # the AAC priming packet before 0 stays
+    assert zero_shift(Fraction(36000), Fraction(1, 90000)) == 36000 * 90000  # a recording 10 h into its clock
+    assert zero_shift(Fraction(-3, 2), Fraction(1, 90000)) == -135000  # a clock that wraps: moved forward
+    assert zero_shift(Fraction(1, 3), Fraction(1, 1000)) == 333  # never past the first frame
 
 
 def test_seek_only_where_it_saves_decoding():
@@ -270,6 +273,44 @@ def test_span_through_the_api(clip, tmp_path):
     stats = pipeline.run(str(clip), str(tmp_path / "api.mp4"), filters="", device="cpu", start=0.5, duration=0.5)
     assert stats["frames_out"] == 15
     assert times(tmp_path / "api.mp4")[0] == 0
+
+
+def _ts_from(path, t0: float, seconds: int = 3):
+    """MPEG-TS whose clock reads ``t0`` s at its first frame: MPEG-2 at 25 fps, MP2 audio from the same time."""
+    with av.open(str(path), "w", format="mpegts") as c:
+        v = c.add_stream("mpeg2video", rate=25)
+        v.width, v.height, v.pix_fmt = 160, 96, "yuv420p"
+        a = c.add_stream("mp2", rate=48000)
+        a.layout = "stereo"
+        first = round(t0 * 25)
+        for i in range(seconds * 25):
+            frame = av.VideoFrame.from_ndarray(np.full((96, 160, 3), 40 + i, np.uint8), format="rgb24")
+            frame.pts, frame.time_base = first + i, Fraction(1, 25)
+            c.mux(v.encode(frame.reformat(format="yuv420p")))
+        c.mux(v.encode(None))
+        for i in range(seconds * 48000 // 1152):
+            frame = av.AudioFrame.from_ndarray(np.zeros((2, 1152), np.int16), format="s16p", layout="stereo")
+            frame.sample_rate, frame.time_base = 48000, Fraction(1, 48000)
+            frame.pts = first * 1920 + i * 1152
+            c.mux(a.encode(frame))
+        c.mux(a.encode(None))
+    return path
+
+
+@pytest.mark.parametrize("t0", [36000.0, 2**33 / 90000 - 1.5], ids=["10h-into-its-clock", "clock-wraps"])
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_a_recording_starts_at_0_whatever_its_clock_read(tmp_path, t0, suffix):
+    """As ffmpeg writes it: an MP4 of a recording that began 10 h into its clock opened with 10 h of nothing,
+    and one whose clock wrapped lost everything before the wrap to its edit list (37 of 75 frames)."""
+    src, out = _ts_from(tmp_path / "rec.ts", t0), tmp_path / f"out{suffix}"
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    times = video_times(out)
+    assert len(times) == 75 and times[0] < Fraction(1, 10)  # the audio may start a few ms before the video
+    with av.open(str(out)) as c:
+        assert abs(c.duration / 1e6 - 3) < 0.1
+        audio_start = next(c.demux(audio=0)).pts * c.streams.audio[0].time_base
+    assert abs(audio_start - times[0]) < Fraction(1, 20)  # in sync, as in the input
 
 
 # -- the checked seek (pipeline.seek) on a container that says where it lands ---------------------------
