@@ -182,7 +182,8 @@ def carries_audio(muxer: str, codec: str, rate: int) -> bool:
     """Whether the muxer named ``muxer`` carries audio in ``codec`` (FFmpeg's name) at ``rate`` Hz; True
     where FFmpeg decides when the stream is added."""
     listed = AUDIO.get(muxer)
-    return (listed is None or codec in listed) and audio_rate(muxer, rate) == rate
+    return ((listed is None or codec in listed) and codec not in REFUSED_AT_HEADER.get(muxer, ())
+            and audio_rate(muxer, rate) == rate)
 
 
 def audio_rate(muxer: str, rate: int) -> int:
@@ -194,9 +195,10 @@ def audio_rate(muxer: str, rate: int) -> int:
 
 
 # Codecs a muxer lists as supported and then refuses when it writes its header: Matroska "does not yet support
-# muxing" RealVideo and RealAudio.
+# muxing" RealVideo and RealAudio; MOV takes Opus and FLAC "only in MP4" (the MOV muxer is MP4's, in its mode).
 REFUSED_AT_HEADER = {"matroska": frozenset({"rv10", "rv20", "rv30", "rv40", "ra_144", "ra_288", "cook", "atrac3",
-                                            "sipr"})}
+                                            "sipr"}),
+                     "mov": frozenset({"opus", "flac"})}
 
 
 def containers_for(codec: str, candidates=tuple(COMMON)) -> list[str]:

@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 
 import av
+import numpy as np
 import pytest
 from utils import flip_payload_bytes, one_error, partials, read_json, run_pipeline, video_frames
 from pipeline.sample import make_clip
@@ -487,6 +488,30 @@ def test_aac_into_webm_is_encoded_as_opus_with_a_notice(tmp_path, clip):
         f"pipeline: {out}: audio stream #1 (aac) cannot go into webm; encoded as libopus"]
     codecs, seconds = _audio(out)
     assert codecs == ["opus"] and seconds == pytest.approx(_audio(clip)[1], abs=0.05)
+
+
+@pytest.mark.parametrize("codec", ["flac", "libopus"])
+def test_audio_mov_refuses_only_at_its_header_is_encoded_as_aac(tmp_path, clip, codec):
+    """MOV's muxer takes FLAC and Opus when the stream is added, then refuses them "only in MP4": exit 2."""
+    src, out = tmp_path / "in.mkv", tmp_path / "out.mov"
+    with av.open(str(clip)) as i, av.open(str(src), "w") as o:
+        video = o.add_stream_from_template(i.streams.video[0])
+        audio = o.add_stream(codec, rate=48000)
+        audio.layout, audio.format = "stereo", "s16"
+        for packet in i.demux(i.streams.video[0]):
+            if packet.dts is not None:
+                packet.stream = video
+                o.mux(packet)
+        for n in range(20):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 2 * 960), np.int16), format="s16", layout="stereo")
+            frame.sample_rate, frame.pts = 48000, n * 960
+            o.mux(audio.encode(frame))
+        o.mux(audio.encode(None))
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    name = codec.removeprefix("lib")
+    assert f"audio stream #1 ({name}) cannot go into mov; encoded as aac" in result.stderr
+    assert _audio(out)[0] == ["aac"]
 
 
 def test_a_muxer_without_audio_takes_the_video_alone_as_ffmpeg_does(tmp_path, clip):
