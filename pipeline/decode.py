@@ -301,7 +301,8 @@ class DecodeLoop:
                             f"moved to {pts} to keep timestamps increasing")
             self.retimed_frames += 1
         time_base = frame.time_base or self.video.time_base
-        return FrameMeta(index, pts - self._shift(time_base), time_base, decode_s=decode_s)
+        return FrameMeta(index, pts - self._shift(time_base), time_base, decode_s=decode_s,
+                         duration=frame.duration or None)
 
     def _shift(self, time_base: Fraction | None) -> int:
         """Ticks subtracted from a timestamp of ``time_base``: the output starts at 0 (pipeline.span)."""

@@ -43,6 +43,7 @@ from .convert.layouts import layout_depth
 from .encoders import (aspect_lost, encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
                        repair_short_x265_dts, size_refusal, video_encoder)
 from .encoders import time_base as encoder_time_base
+from .durations import FrameDurations
 from .encoder_frames import EncoderFrames
 from .errors import ConfigError, OutputError, PipelineError
 from .hdr import HdrMetadata, merge_params
@@ -217,6 +218,7 @@ class Sink:
         self.fmt = fmt.with_depth(layout_depth(self.layout))
         self._next_pts = 0
         self._encoded = 0  # frames the encoder took
+        self._durations = FrameDurations()
         self._encoder_said = None
         self._frames = EncoderFrames(self.pix_fmt, self.fmt.colour, target)
         self.audio_out: AudioOut | None = None
@@ -416,6 +418,7 @@ class Sink:
         frame = self._frames.convert(frame)
         frame.pts, frame.time_base = self._timestamp(meta)
         self._next_pts = frame.pts + 1
+        self._durations.note(frame.pts, meta.duration, meta.time_base)
         try:
             packets = self.video.encode(frame)
         except av.error.FFmpegError as e:
@@ -455,6 +458,7 @@ class Sink:
         return self.audio_out.dropped if self.audio_out is not None else 0
 
     def _mux_video(self, packets) -> None:
+        self._durations.apply(packets)
         self._mux(packets)
         self._report(packets)
 

@@ -231,6 +231,7 @@ class FrameMeta:
     time_base: Fraction | None
     decoded_at: float = field(default_factory=time.perf_counter)
     decode_s: float = 0.0
+    duration: int | None = None  # ticks of time_base the frame lasts, where the input says
     # Host times (perf_counter) of the later hops, filled in by the engine for the latency report.
     stamps: dict[str, float] = field(default_factory=dict)
 

@@ -458,6 +458,26 @@ def test_variable_frame_rate_keeps_every_timestamp(tmp_path, suffix):
     assert video_times(out) == [Fraction(p, 1000) for p in pts]
 
 
+@pytest.mark.parametrize("suffix", [".mkv", ".mp4"])
+def test_the_last_frame_of_variable_rate_video_lasts_as_long_as_in_the_input(tmp_path, suffix):
+    """A screen recording: three quick frames, then one 30 s later. Each frame's duration reaches its packet;
+    without, the last frame lasted one period of the average rate (4 frames in 30 s: 7.5 s too long)."""
+    src = write_frames(tmp_path / "still.mp4", [(p, flat(40 + 50 * i)) for i, p in enumerate((0, 33, 67, 30000))],
+                       codec="mpeg4", rate=30, time_base=Fraction(1, 1000))  # MP4's rate: the average, 4 in 30 s
+    out = tmp_path / f"out{suffix}"
+    result = run_pipeline(src, "-o", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert abs(_video_end(out) - _video_end(src)) < Fraction(1, 20), (_video_end(src), _video_end(out))
+
+
+def _video_end(path) -> Fraction:
+    """Where the last frame ends: its packet's time plus duration (FFmpeg's reading of an MP4's duration sums
+    the decoding-time steps, which x264's B-frames leave short of a 30 s gap; the file's own header is right)."""
+    with av.open(str(path)) as c:
+        v = c.streams.video[0]
+        return max((p.pts + p.duration) * v.time_base for p in c.demux(v) if p.pts is not None)
+
+
 # -- 7. rotation ----------------------------------------------------------------------------------
 
 
