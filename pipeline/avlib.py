@@ -36,6 +36,10 @@ import av
 from .config import file_url
 from .log import log
 
+# Tags that are not UTF-8 (a title in Latin-1): PyAV 19 reads them with surrogateescape and writes the same
+# bytes back, as ffmpeg copies them; PyAV 18 fails the open unless told to replace them (with U+FFFD).
+READ_TAGS = {"metadata_errors": "replace"} if int(av.__version__.split(".")[0]) < 19 else {}
+
 _AV_OPT_SEARCH_CHILDREN = 1
 _AV_OPT_SEARCH_FAKE_OBJ = 2
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import av
 
-from .avlib import ffmpeg_name, unused_demuxer_options
+from .avlib import READ_TAGS, ffmpeg_name, unused_demuxer_options
 from .errors import ConfigError, DecoderRefused, GPUError, InputError
 
 # The stream analysis of an NVDEC file: its probing decoders' skip_frame, its length (microseconds).
@@ -46,8 +46,7 @@ def open_input(path: str, input_format: str | None, options: dict[str, str], tim
         check_local(path)
     if input_format is not None:
         _check_format(input_format)
-    # Tags not in UTF-8 (a title in Latin-1) would fail the open in PyAV: read with U+FFFD for those bytes.
-    kwargs: dict = {"metadata_errors": "replace"}
+    kwargs: dict = dict(READ_TAGS)
     if timeout:
         kwargs["timeout"] = (timeout, timeout)
     if hwaccel is not None:

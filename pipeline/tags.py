@@ -19,8 +19,8 @@ SHORT_VALUES = {"mpegts": (frozenset({"title", "service_name", "service_provider
 
 
 def tags_of(owner) -> tuple[tuple[str, str], ...]:
-    """``owner``'s (a PyAV container or stream) metadata, less the tags this run writes anew. Inputs are
-    opened with bytes that are not UTF-8 read as U+FFFD (:func:`pipeline.opening.open_input`)."""
+    """``owner``'s (a PyAV container or stream) metadata, less the tags this run writes anew. Bytes that are
+    not UTF-8 are kept (PyAV 19) or read as U+FFFD (PyAV 18: :data:`pipeline.avlib.READ_TAGS`)."""
     return tuple((key, value) for key, value in owner.metadata.items() if not _rewritten(key))
 
 
@@ -35,7 +35,7 @@ def fitting(tags: tuple[tuple[str, str], ...], muxer: str, target: str) -> dict[
     kept = {}
     for key, value in tags:
         limit = short_limit if key.lower() in short_keys else MAX_VALUE_BYTES
-        size = len(value.encode())
+        size = len(value.encode("utf-8", "surrogateescape"))  # PyAV 19 reads bytes that are not UTF-8 so
         if size > limit:
             log.info(f"{target}: the input's {key!r} tag is left out ({size} bytes; a {muxer} output takes "
                      f"{limit} at most)")

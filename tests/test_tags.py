@@ -84,4 +84,5 @@ def test_a_title_not_in_utf8_is_kept_with_its_bytes_replaced(tmp_path):
     out = tmp_path / "out.mkv"
     result = run_pipeline(src, "-o", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert _tags(out)[0]["title"] == "Caf\ufffd QQQ" and partials(tmp_path) == []
+    assert _tags(out)[0]["title"] in ("Caf\udce9 QQQ", "Caf\ufffd QQQ")  # its bytes (PyAV 19), or U+FFFD (18)
+    assert partials(tmp_path) == []

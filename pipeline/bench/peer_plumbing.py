@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import av
 
-from ..avlib import drain_decoder
+from ..avlib import READ_TAGS, drain_decoder
 from ..errors import ConfigError, InputError
 from ..opening import check_local
 
@@ -213,7 +213,7 @@ def _pipe(produce: Callable[[Callable[[Any], bool]], None], consume: Callable[[I
 def _open_input(path):
     check_local(str(path))
     try:
-        container = av.open(str(path), "r", metadata_errors="replace")  # tags not in UTF-8 do not matter here
+        container = av.open(str(path), "r", **READ_TAGS)
     except (av.error.FFmpegError, OSError, ValueError) as e:
         raise InputError(f"{path}: cannot open as video: {' '.join(str(e).split())}") from e
     if not container.streams.video:
