@@ -36,7 +36,8 @@ class Frame:
     ``array`` is H x W x 3 uint8 RGB: a NumPy array on the CPU backend, a CuPy array on CUDA (both
     DLPack-able, and so is the frame itself: ``torch.from_dlpack(frame)``). It is a view into a pooled
     buffer, valid until the next frame is requested: keep it with :meth:`copy`. ``index`` counts frames
-    from 0, ``pts`` is the timestamp in the stream's time base, ``time`` the same in seconds.
+    from 0, ``pts`` is the timestamp in the stream's time base, ``time`` the same in seconds, both counted
+    from the input's start (or -ss's), as the output's are.
     """
 
     array: Any
