@@ -214,7 +214,7 @@ class SlotWriter:
             self.notice(f"{self.path}: frames in {other.name} after frames in {fmt.colour.name}: converted "
                         "to the first frames' colour, which the output is tagged with")
             self._noticed_colour = True
-        if (other is None or frame.format.name not in NATIVE[self.layout] or not same_size) and not self._noticed:
+        if (frame.format.name not in NATIVE[self.layout] or not same_size) and not self._noticed:
             self.notice(f"{self.path}: converting {frame.format.name} {frame.width}x{frame.height} "
                         f"to {target} {fmt.width}x{fmt.height}")
             self._noticed = True

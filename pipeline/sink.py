@@ -236,11 +236,11 @@ class Sink:
         # and where a thread may still be writing into it.
         weakref.finalize(self, _close_quietly, self.container).atexit = False
         try:
-            _check_muxer_options(target, self.container.format.name, output_opts or {})
+            muxer = self.container.format.name
+            _check_muxer_options(target, muxer, output_opts or {})
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
-            muxer = self.container.format.name
             self.container.metadata.update(fitting(info.tags, muxer, target))
             self.video.metadata.update(fitting(info.video_tags, muxer, target))
             if info.sar is not None:  # in the bitstream where the codec codes it (H.264's VUI), else the container's
@@ -249,7 +249,7 @@ class Sink:
                     log.info(f"{target}: {why}")
             templates = audio.templates if audio else ()
             if self.pipe:
-                check_pipe_audio(target, self.container.format.name, templates)
+                check_pipe_audio(target, muxer, templates)
             self.audio_out = AudioOut.build(self.container, templates, audio_mode, target)
             self._start()
             for notice in self._frames.notices:
