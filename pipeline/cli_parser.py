@@ -18,8 +18,8 @@ from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, M
                      MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device)
 from .config_file import preset_names
 from .errors import ConfigError
-from .ffmpeg_args import (add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, path_name,
-                          text_value)
+from .ffmpeg_args import (add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, file_name,
+                          path_name, text_value)
 from .log import LEVELS
 from .numbers import integer, number
 from .memory.registry import STRATEGIES
@@ -242,7 +242,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     if single:
         add_ffmpeg_arguments(p)
     p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
-    p.add_argument("--config", metavar="PRESET|FILE", type=path_name, action=_Once,
+    p.add_argument("--config", metavar="PRESET|FILE", type=file_name, action=_Once,
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
     p.add_argument("--device", type=_device, metavar="auto|cuda|cuda:N|cpu",
@@ -287,10 +287,10 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     p.add_argument("--arena-headroom", type=number,
                    help=f"device arena size as a multiple of the frames in flight, 1 to {MAX_ARENA_HEADROOM:g} "
                         f"(default: {d.arena_headroom})")
-    p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
+    p.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=file_name,
                    help="Python file registering extra filters, repeatable")
     # Batch takes neither --stats-json nor --preview (check_options says why): parsed, not offered.
-    p.add_argument("--stats-json", type=path_name,
+    p.add_argument("--stats-json", type=file_name,
                    help="write the run statistics as JSON to this path (an existing file needs -y; never the input "
                         "or the output)" if single else argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
@@ -340,7 +340,7 @@ def _add_run(sub, name: str, help_text: str) -> None:
 def _add_filters(sub, name: str, help_text: str) -> None:
     fl = sub.add_parser(name, help=help_text)
     fl.add_argument("name", nargs="?", type=path_name, help="a filter name")
-    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=path_name,
+    fl.add_argument("--plugin", dest="plugins", action="append", metavar="PATH", type=file_name,
                     help="also load this plugin")
     fl.add_argument("--json", action="store_true",
                     help="print them as JSON: name, help, and each parameter's type, default, min, max, choices")
@@ -386,7 +386,7 @@ def _add_sample(sub, name: str, help_text: str) -> None:
                                     "Ctrl-C, SIGTERM or SIGHUP stops at once with no clip written (exit 130/143/129).",
                         epilog=SAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sa.add_argument("name", nargs="?", default="sample", metavar="NAME", help="which clip (below; default: sample)")
-    sa.add_argument("-o", "--output", metavar="PATH", type=path_name,
+    sa.add_argument("-o", "--output", metavar="PATH", type=file_name,
                     help="where to write it (default: the clip's path below); an existing file is replaced only with -y")
     add_overwrite_arguments(sa)
     sa.add_argument("--frames", type=integer, metavar="N", help="number of frames (default: the clip's)")

@@ -106,8 +106,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        for name in ("input", "output"):  # a file:// URL of this machine is that file: staged, never clobbered
-            object.__setattr__(self, name, _file_url_as_path(getattr(self, name)))
+        for name in ("input", "output", "stats_json"):  # a file:// URL of this machine is that file
+            object.__setattr__(self, name, file_url_as_path(getattr(self, name)))
         _check_finite(self)
         _check_text(self)  # after: %00 in a URL is a NUL in its file's name
         # -f "$FMT" with FMT unset; an empty output or report name would have meant the default, or none
@@ -258,7 +258,7 @@ def _check_pipes(source: str | None, output: str | None, output_format: str | No
                           "from: -f/--format (e.g. -f mpegts, -f matroska, -f mp4)")
 
 
-def _file_url_as_path(name: str | None) -> str | None:
+def file_url_as_path(name: str | None) -> str | None:
     """The local path of a ``file://`` URL on this machine, so that an output so named is written as any file is
     (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given.
     A query or fragment is refused: FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``."""

@@ -11,6 +11,7 @@ import os
 import re
 from decimal import Decimal
 
+from .config import file_url_as_path
 from .errors import ConfigError
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2}(?:\.\d*)?)$", re.ASCII)  # ASCII: \d is [0-9]
@@ -40,6 +41,15 @@ def path_name(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty name (an unset shell variable?)")
     return text
+
+
+def file_name(text: str) -> str:
+    """A file named on the command line (a report, a plugin, a batch's input or folder): as :func:`path_name`,
+    and a ``file://`` URL of this machine is its path, as it is for a run's input and output."""
+    try:
+        return file_url_as_path(path_name(text))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ffmpeg's options that have no spelling of their own here. argparse would read ``-crf 20`` as ``-c rf`` and take
@@ -106,7 +116,7 @@ def add_ffmpeg_arguments(p) -> None:
     ends.add_argument("-t", "--duration", type=parse_time, metavar="TIME", help="stop after this much of the input")
     ends.add_argument("-to", "--end", type=parse_time, metavar="TIME",
                       help="stop at this time of the input (counted from its start, as -ss)")
-    p.add_argument("-progress", dest="progress", metavar="URL", type=path_name,
+    p.add_argument("-progress", dest="progress", metavar="URL", type=file_name,
                    help="write ffmpeg's key=value progress blocks (about once a second, and at the end) to a "
                         "file, or to pipe:1 (stdout) or pipe:2 (stderr)")
 

@@ -9,6 +9,7 @@ style); a file appearing mid-run is made in-process, from the engine's per-frame
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -676,3 +677,17 @@ def test_names_with_markup_or_emoji_codes_are_said_as_they_are(tmp_path, clip):
     out = tmp_path / "x[bold]y:smile:.mp4"
     done = run_pipeline(clip, out, "--frames", "2", quiet=False)
     assert done.returncode == 0 and f"wrote {out}\n" in done.stdout, done.stdout
+
+
+def test_file_urls_name_their_files_for_reports(tmp_path, clip):
+    """A file:// URL of this machine is its file wherever a file is named: --stats-json and -progress (the
+    statistics' URL was read as a folder named "file:", the progress' refused as a URL)."""
+    src = tmp_path / "in put.mp4"
+    src.write_bytes(clip.read_bytes())
+    result = run_pipeline(src.as_uri(), "-o", "o.mp4", "--frames", "2", "--stats-json",
+                          (tmp_path / "s.json").as_uri(), "-progress", (tmp_path / "p.txt").as_uri(), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "s.json").read_text())["frames_out"] == 2
+    assert "progress=end" in (tmp_path / "p.txt").read_text()
+    one_error(run_pipeline(src.name, "-o", "x.mp4", "--stats-json", "file:///tmp/take#1.json", cwd=tmp_path), 2,
+              "ambiguous")

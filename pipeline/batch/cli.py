@@ -13,7 +13,7 @@ from rich.console import Console
 
 from ..checks import check_reads_kept, check_report_path, real_path, report_on_stdout
 from ..errors import ConfigError, Interrupted, OutputError, PipelineError, SignalEchoes, stop_signals
-from ..ffmpeg_args import path_name
+from ..ffmpeg_args import file_name
 from ..log import one_line
 from ..numbers import integer
 from ..reportfile import save_json
@@ -47,13 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..cli import add_run_arguments
     from ..config import RunConfig
 
-    p.add_argument("inputs", nargs="+", metavar="INPUT", type=path_name,
+    p.add_argument("inputs", nargs="+", metavar="INPUT", type=file_name,
                    help="input files, globs, or @LIST (a text file listing inputs, one per line)")
-    p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR", type=path_name,
+    p.add_argument("-o", "--output", dest="output_dir", default=".", metavar="DIR", type=file_name,
                    help="output directory, created if needed; 'null' processes and discards (default: .)")
     p.add_argument("--suffix", default="_processed",
                    help="outputs are DIR/<stem><suffix><ext> (default: _processed); no path separator")
-    p.add_argument("--json", dest="results_json", metavar="PATH", type=path_name,
+    p.add_argument("--json", dest="results_json", metavar="PATH", type=file_name,
                    help="write per-file results and totals as JSON (docs/batch.md has the schema); an existing "
                         "file is replaced only with -y, an input or an output never")
     g = p.add_argument_group("cluster")

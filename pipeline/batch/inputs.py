@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..checks import check_reachable, real_path, special_kind
+from ..config import file_url_as_path
 from ..errors import ConfigError, OutputError
 from ..log import log
 from ..many import output_extension
@@ -50,15 +51,16 @@ def _identity(path: Path) -> object:
 
 def _expand(items: Iterable[str | os.PathLike], depth: int, lists: list[Path]) -> Iterable[Path]:
     for item in items:
-        text = os.fspath(item)
+        text = file_url_as_path(os.fspath(item))  # a file:// URL of this machine names its file, as for run
         # os.path.exists: False, not PermissionError, for a name in a directory that cannot be entered
         if text.startswith("@") and not os.path.exists(text):
             if depth >= 8:
                 raise ConfigError(f"{text}: @lists nested more than 8 deep (does a list name itself?)")
             if text == "@":
                 raise ConfigError("@: an input list with an empty name (an unset shell variable?)")
-            lists.append(Path(text[1:]))
-            yield from _expand(_read_list(text[1:]), depth + 1, lists)
+            name = file_url_as_path(text[1:])
+            lists.append(Path(name))
+            yield from _expand(_read_list(name), depth + 1, lists)
         elif glob.has_magic(text) and not os.path.exists(text):
             matches = sorted(glob.glob(text, recursive=True))
             files = [m for m in matches if not Path(m).is_dir()]

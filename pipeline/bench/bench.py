@@ -21,7 +21,7 @@ from ..config import DEFAULT_FILTERS, RunConfig, is_pipe_name
 from ..memory.registry import STRATEGIES
 from ..checks import check_report_path, report_on_stdout, special_kind
 from ..errors import ConfigError, GPUError, InputError
-from ..ffmpeg_args import add_overwrite_arguments, path_name
+from ..ffmpeg_args import add_overwrite_arguments, file_name
 from ..numbers import integer
 from ..filters import fuse_pointwise, parse_chain
 from ..reportfile import save_report
@@ -67,8 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-flight", type=integer, default=RunConfig.in_flight, help="frames in flight (default: %(default)s)")
     p.add_argument("--ring-size", type=integer, default=RunConfig.ring_size, help="host slots each way (default: %(default)s)")
     p.add_argument("--copy-threads", type=integer, default=4, help="threads copying frames into host slots, gpu scope (default: 4)")
-    p.add_argument("--json", type=path_name, help="write the results as JSON (default: <input stem>_bench.json)")
-    p.add_argument("--chart", type=path_name, help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
+    p.add_argument("--json", type=file_name, help="write the results as JSON (default: <input stem>_bench.json)")
+    p.add_argument("--chart", type=file_name, help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
     p.add_argument("--no-chart", dest="chart_enabled", action="store_false", help="do not draw the chart")
     add_overwrite_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print only the file names written")

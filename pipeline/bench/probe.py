@@ -25,7 +25,7 @@ from typing import Any
 
 from ..checks import check_report_path, report_on_stdout
 from ..errors import ConfigError, GPUError
-from ..ffmpeg_args import add_overwrite_arguments, path_name
+from ..ffmpeg_args import add_overwrite_arguments, file_name
 from ..gpu.probe import (
     PoolAlloc,
     _bandwidth_for_size,
@@ -118,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="timed repeats of each measurement; the median and p90 are reported (default: %(default)s)",
     )
     parser.add_argument(
-        "--json", metavar="PATH", default=None, type=path_name,
+        "--json", metavar="PATH", default=None, type=file_name,
         help="also write the raw results as JSON to PATH (default: no JSON)",
     )
     add_overwrite_arguments(parser)

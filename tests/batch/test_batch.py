@@ -460,6 +460,18 @@ def child_env() -> dict[str, str]:
     return environment(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 
 
+def test_file_urls_name_the_batchs_inputs_folder_and_report(clips, tmp_path):
+    """A file:// URL of this machine is its file, as for ``pipeline run``: as an input (it was "not found"),
+    the output folder and the --json report (each was made as a folder named "file:")."""
+    inputs = [(clips / "clip0.mkv").as_uri(), f"@{(tmp_path / 'list.txt').as_uri()}"]
+    (tmp_path / "list.txt").write_text(f"{(clips / 'clip1.mkv').as_uri()}\n")
+    result = run_command(batch_command(*inputs, "-o", (tmp_path / "out").as_uri(), "--json",
+                                       (tmp_path / "r.json").as_uri()), cwd=tmp_path, env=child_env())
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.mkv")) == ["clip0_processed.mkv", "clip1_processed.mkv"]
+    assert [r["status"] for r in read_json(tmp_path / "r.json")["files"]] == ["done", "done"]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_stop_signal_while_a_fifo_list_is_read_ends_the_batch_with_one_line(tmp_path, signum):
     """A FIFO @LIST whose writer sends nothing: the batch waits in its read, before any worker starts; a
