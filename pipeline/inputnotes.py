@@ -20,17 +20,33 @@ def other_video_streams(path: str, videos, chosen) -> str | None:
             f"not in the output: {others}")
 
 
-_KINDS = {"subtitle": ("subtitle stream", "subtitle streams"), "attachment": ("attachment", "attachments")}
+_KINDS = {"subtitle": ("subtitle stream", "subtitle streams"), "attachment": ("attachment", "attachments"),
+          "data": ("data stream", "data streams")}
 
 
 def streams_left_out(path: str, streams) -> str | None:
-    """Subtitles and attachments (a subtitle's fonts) are not written: the output holds video and audio. Data
-    streams (a camera's timecode track) are not said: ffmpeg leaves them out too."""
-    counts = {kind: sum(1 for s in streams if s.type == kind) for kind in _KINDS}
-    parts = [f"{n} {_KINDS[kind][n > 1]}" for kind, n in counts.items() if n]
+    """Subtitles, attachments (a subtitle's fonts) and data streams (a camera's timecode track, a drone's KLV)
+    are not written: the output holds video and audio. ffmpeg drops them too, but says so only in its stream
+    map, which a user of this tool never sees."""
+    parts = []
+    for kind, names in _KINDS.items():
+        found = [s for s in streams if s.type == kind]
+        if found:
+            parts.append(f"{len(found)} {names[len(found) > 1]}{_data_names(found) if kind == 'data' else ''}")
     if not parts:
         return None
-    return f"{path}: not in the output: {', '.join(parts)} (the output holds video and audio only)"
+    return f"{path}: not in the output: {', '.join(parts)}; the output holds video and audio only"
+
+
+def _data_names(streams) -> str:
+    """What the data streams carry, where FFmpeg knows: " (klv)", " (timecode 01:00:00:00)"."""
+    names = []
+    for s in streams:
+        timecode = (s.metadata or {}).get("timecode")
+        name = f"timecode {timecode}" if timecode else getattr(s, "name", None)
+        if name and name != "none" and name not in names:
+            names.append(name)
+    return f" ({', '.join(names)})" if names else ""
 
 
 def _describe(stream) -> str:

@@ -1,12 +1,14 @@
 """The input's metadata on the output, as ffmpeg keeps it: the file's title, each stream's language, so that
-two audio tracks can still be told apart; what is left out (subtitles, attachments) is said."""
+two audio tracks can still be told apart; what is left out (subtitles, attachments, data) is said."""
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import av
 import numpy as np
 import pytest
-from utils import mux_noise, partials, run_pipeline
+from utils import mux_noise, partials, run_pipeline, video_frames
 
 
 def _tagged(path, *, title="My Film", subtitles=False):
@@ -86,3 +88,22 @@ def test_a_title_not_in_utf8_is_kept_with_its_bytes_replaced(tmp_path):
     assert result.returncode == 0, result.stderr
     assert _tags(out)[0]["title"] in ("Caf\udce9 QQQ", "Caf\ufffd QQQ")  # its bytes (PyAV 19), or U+FFFD (18)
     assert partials(tmp_path) == []
+
+
+def test_a_data_stream_left_out_is_said_with_what_it_carries(tmp_path):
+    """A drone's KLV (or a camera's timecode) track was dropped without a word."""
+    src = tmp_path / "in.ts"
+    with av.open(str(src), "w") as container:
+        video = container.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        data = container.add_data_stream(codec_name="klv")
+        data.time_base = Fraction(1, 90000)
+        for i in range(5):
+            packet = av.Packet(b"\x06\x0e\x2b\x34" * 4)
+            packet.stream, packet.pts, packet.dts, packet.time_base = data, i * 3600, i * 3600, data.time_base
+            container.mux(packet)
+        mux_noise(container, video, 5)
+    result = run_pipeline(src, "-o", tmp_path / "out.mp4", cwd=tmp_path, quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "not in the output: 1 data stream (klv); the output holds video and audio only" in result.stderr
+    assert len(video_frames(tmp_path / "out.mp4")) == 5
