@@ -284,7 +284,7 @@ def build_parts(cfg: RunConfig, stage=None, control=None, source=None,
     if target is not None:
         check_output(cfg.input, target, cfg.overwrite, cfg.output_format)
         cfg = for_muxer(for_sequence(cfg, target), target)
-        from .sink import check_hardware_encoder
+        from .encoders import check_hardware_encoder
 
         check_hardware_encoder(cfg.codec)
     check_stats_path(cfg.stats_json, cfg.input, target, cfg.overwrite)

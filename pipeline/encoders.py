@@ -266,3 +266,26 @@ def repair_short_x265_dts(encoder: str, frames_sent: int, packets) -> None:
         for packet in packets:
             if packet.pts is not None:
                 packet.dts = packet.pts
+
+
+# Hardware encoders (is_hardware) are in PyAV's build whether or not this machine has the hardware,
+# so each is tried before the run (the H200, for one, has NVDEC but no NVENC).
+CPU_ENCODERS = ("libx264", "libx265", "libsvtav1", "libvpx-vp9", "mpeg4", "ffv1")
+
+
+def check_hardware_encoder(codec: str) -> None:
+    """Refuse, before the run, a hardware encoder this machine cannot open, naming CPU encoders that work.
+
+    NVENC takes the frames from the pinned download (host memory) as any encoder does."""
+    if not is_hardware(codec):
+        return
+    try:
+        cc = av.CodecContext.create(codec, "w")
+        cc.width, cc.height, cc.pix_fmt = 256, 256, "yuv420p"
+        cc.time_base = Fraction(1, 30)
+        cc.open()
+    except (av.error.FFmpegError, ValueError, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        working = [c for c in CPU_ENCODERS if c in av.codecs_available]
+        raise ConfigError(f"hardware encoder {codec} is not available here ({first}); CPU encoders that work "
+                          f"here: {', '.join(working)}") from e

@@ -16,7 +16,7 @@ from .config import is_pipe_name, is_url
 from .errors import ConfigError, Interrupted, stop_signals
 from .outfile import final_path, open_directory, temp_path_for
 from .sample import _as_rate, clip_errors, make_clip, usual_pix_fmt
-from .sink import check_hardware_encoder
+from .encoders import check_hardware_encoder
 from .stdio import say, stdout_errors
 
 

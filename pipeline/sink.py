@@ -36,8 +36,7 @@ import av
 import numpy as np
 
 from .audio_out import AudioOut
-from .avlib import (captured_stderr, flush_encoder, library_errors, quiet_encoder, route_ffmpeg_log,
-                    unused_muxer_options, watch)
+from .avlib import captured_stderr, flush_encoder, library_errors, quiet_encoder, route_ffmpeg_log, watch
 from .config import file_url, is_url, pipe_fd
 from .convert.layouts import layout_depth
 from .encoders import (aspect_lost, encoder_without_threads, is_hardware, opens_on_one_thread, output_format, refusal,
@@ -46,73 +45,15 @@ from .encoders import time_base as encoder_time_base
 from .durations import FrameDurations
 from .encoder_frames import EncoderFrames
 from .errors import ConfigError, OutputError, PipelineError
-from .hdr import HdrMetadata, merge_params
 from .log import log
 from .muxers import COMMON, carries_video, codec_name, containers_for, raw_format_refusal, without_video
 from .outfile import final_path, staged
 from .pipeout import PipeWriter, check_pipe_audio, pipe_muxer_options
 from .protocols import url_muxer
+from .sinkopts import (check_encoder_options, check_muxer_options, check_params_parsed, interleaving, muxer_options,
+                       with_hdr)
 from .tags import fitting
 from .video import FrameMeta, StreamInfo
-
-MOV_SUFFIXES = {".mp4", ".m4v", ".mov", ".3gp", ".3g2"}
-
-
-# Hardware encoders (encoders.is_hardware) are in PyAV's build whether or not this machine has the hardware,
-# so each is tried before the run (the H200, for one, has NVDEC but no NVENC).
-CPU_ENCODERS = ("libx264", "libx265", "libsvtav1", "libvpx-vp9", "mpeg4", "ffv1")
-
-
-def check_hardware_encoder(codec: str) -> None:
-    """Refuse, before the run, a hardware encoder this machine cannot open, naming CPU encoders that work.
-
-    NVENC takes the frames from the pinned download (host memory) as any encoder does."""
-    if not is_hardware(codec):
-        return
-    try:
-        cc = av.CodecContext.create(codec, "w")
-        cc.width, cc.height, cc.pix_fmt = 256, 256, "yuv420p"
-        cc.time_base = Fraction(1, 30)
-        cc.open()
-    except (av.error.FFmpegError, ValueError, OSError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        working = [c for c in CPU_ENCODERS if c in av.codecs_available]
-        raise ConfigError(f"hardware encoder {codec} is not available here ({first}); CPU encoders that work "
-                          f"here: {', '.join(working)}") from e
-
-
-def _muxer_options(target: Path, time_base: Fraction | None, given: dict[str, str]) -> dict[str, str]:
-    """The muxer's options: ``given`` (the user's), with what MP4 and MOV need besides."""
-    if target.suffix.lower() not in MOV_SUFFIXES:
-        return given
-    options = {}
-    # MP4/MOV write the edit list (where presentation starts) in the movie timescale, 1/1000 by
-    # default: a first timestamp of 6000/90000 s would come back as 5940. The video's own clock keeps it.
-    if time_base and time_base.denominator < 2**31:
-        options["movie_timescale"] = str(time_base.denominator)
-    # The colour box is written only where primaries, transfer and matrix are all tagged: a stream tagged
-    # with its matrix alone (most SD video) lost it, and read back as another. write_colr writes it always.
-    flags = given.get("movflags", "")
-    options["movflags"] = flags if "write_colr" in flags else f"{flags}+write_colr"
-    return {**options, **{k: v for k, v in given.items() if k != "movflags"}}
-
-
-# Frames the audio may be muxed ahead of the video: the run's own (a ring of up to 256 slots, 64 in flight) and
-# the encoder's (x264's lookahead of up to 250 frames, 16 B-frames, a frame thread or more per core).
-FRAMES_AHEAD = 640
-
-
-def _interleaving(given: dict[str, str], rate, audio: bool) -> dict[str, str]:
-    """The audio is muxed as the input is read, ahead of the video by the frames in flight and those the
-    encoder holds: at a slow rate (one frame in 10 s) that is past FFmpeg's 10 s interleaving limit, and
-    FLV, which takes packets in time order only, failed at the end. The limit is then widened to cover them
-    (the muxer holds the audio meanwhile; a live output's encoder holds no frames, and keeps FFmpeg's limit);
-    a ``max_interleave_delta`` the user gave stands."""
-    if not audio or not rate or "max_interleave_delta" in given:
-        return given
-    ahead_us = int(FRAMES_AHEAD / float(rate) * 1e6)
-    return given if ahead_us <= 10_000_000 else {**given, "max_interleave_delta": str(ahead_us)}
-
 
 def i420_frame(i420: np.ndarray, fmt, zero_copy: bool) -> av.VideoFrame:
     """A yuv420p frame over ``i420`` (wrapped when ``zero_copy``), or copied into a frame of its own when
@@ -136,55 +77,6 @@ def _copied_frame(i420: np.ndarray, fmt, pix_fmt: str) -> av.VideoFrame:
 
 def _output_format(codec: str, pix_fmt: str | None, depth: int) -> tuple[str, str, str | None]:
     return output_format(video_encoder(codec), pix_fmt, depth)
-
-
-def with_hdr(codec: str, options: dict[str, str], hdr: HdrMetadata | None, target) -> dict[str, str]:
-    """``options`` with the input's HDR metadata in the encoder's params (the user's own keys win); for an
-    encoder that cannot carry it, a notice."""
-    if not hdr:
-        return options
-    params = hdr.encoder_params(video_encoder(codec).name)
-    if params is None:
-        log.info(f"{target}: the {codec} encoder cannot carry the input's HDR metadata ({hdr.describe()}); "
-                 "it is not written (libx265, libx264 and libsvtav1 can)")
-        return options
-    option, values = params
-    return {**options, option: merge_params(options.get(option), values)}
-
-
-def _check_muxer_options(target, muxer: str, options: dict[str, str]) -> None:
-    """An --output-opt the muxer would not use is refused (FFmpeg would only leave it unused: a typo
-    such as movflag=faststart ran with exit 0). Protocol options never reach the protocol here."""
-    unused = unused_muxer_options(muxer, options) if options else []
-    if unused:
-        listed = ", ".join(f"{k}={options[k]}" for k in unused)
-        raise ConfigError(f"{target}: the {muxer} muxer does not use {listed} (misspelled? `ffmpeg -h muxer={muxer}` "
-                          "lists its options; protocol options go in the URL, e.g. udp://host:port?pkt_size=1316)")
-
-
-def _check_encoder_options(target, codec_context, options: dict[str, str]) -> None:
-    """An --encoder-opt the encoder did not consume is refused: after opening, PyAV leaves exactly those
-    in ``codec_context.options`` (a typo such as cfr=18 ran with exit 0 at the encoder's defaults)."""
-    unused = [k for k in options if k in codec_context.options]
-    if unused:
-        name = codec_context.name
-        listed = ", ".join(f"{k}={options[k]}" for k in unused)
-        raise ConfigError(f"{target}: the {name} encoder does not use {listed} (misspelled? "
-                          f"`ffmpeg -h encoder={name}` lists its options)")
-
-
-# What libx264, libx265 and libsvtav1 log (a warning, and the encoder opens all the same) for a key or value
-# of their -params string they cannot parse.
-_PARAMS_REFUSED = re.compile(r"^(Error parsing option|Unknown option|Invalid value for)\b")
-
-
-def _check_params_parsed(target, name: str, options: dict[str, str], said) -> None:
-    """A key or value of ``x264-params`` (``x265-params``, ``svtav1-params``) the encoder could not parse is
-    refused, as an unused --encoder-opt is: FFmpeg only warns and runs at the encoder's defaults."""
-    refused = [m.rstrip(".") for who, level, m in said.peek() if who == name and _PARAMS_REFUSED.match(m)]
-    if refused:
-        given = ", ".join(f"{k}={v}" for k, v in options.items() if k.endswith("-params"))
-        raise ConfigError(f"{target}: the {name} encoder cannot parse {given}: {'; '.join(refused)}")
 
 
 class Sink:
@@ -227,7 +119,7 @@ class Sink:
         self.on_packets: Callable[[list[float | None]], None] | None = None
         self._output_opts = dict(output_opts or {})  # named again if the muxer refuses them only at the end
         with_audio = audio is not None and bool(audio.templates)
-        muxer_opts = _interleaving(output_opts or {}, rate, with_audio and not low_latency)
+        muxer_opts = interleaving(output_opts or {}, rate, with_audio and not low_latency)
         self.container = self._open(output_format, muxer_opts, time_base, timeout)
         if self.staged is not None:  # a sink built and never run or aborted (an API user's) leaves no file
             weakref.finalize(self, self.staged.discard)
@@ -237,7 +129,7 @@ class Sink:
         weakref.finalize(self, _close_quietly, self.container).atexit = False
         try:
             muxer = self.container.format.name
-            _check_muxer_options(target, muxer, output_opts or {})
+            check_muxer_options(target, muxer, output_opts or {})
             self.video = self._add_video(codec, with_hdr(codec, options, info.hdr, target), rate, time_base)
             if info.display_matrix is not None:
                 self.video.set_display_matrix(info.display_matrix)
@@ -257,8 +149,8 @@ class Sink:
             for notice in self.audio_out.notices:
                 log.info(f"{target}: {notice}")
             self._check_written()
-            _check_encoder_options(target, self.video.codec_context, options)
-            _check_params_parsed(target, self.video.codec_context.name, options, self._encoder_said)
+            check_encoder_options(target, self.video.codec_context, options)
+            check_params_parsed(target, self.video.codec_context.name, options, self._encoder_said)
         except BaseException:
             self.abort()
             raise
@@ -272,7 +164,7 @@ class Sink:
             if self.url:
                 kwargs = {"timeout": (timeout, timeout)} if timeout else {}
                 return av.open(target, "w", format=muxer, container_options=output_opts, **kwargs)
-            options = _muxer_options(Path(target), time_base, output_opts)
+            options = muxer_options(Path(target), time_base, output_opts)
             try:  # prepare() opens the directory and creates the file: a failure or a stop after it leaks neither
                 self.staged.prepare()
                 return av.open(file_url(self.staged.muxer_path), "w", format=muxer, container_options=options)
