@@ -236,8 +236,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                             "process, sharing the GPU's memory (also: [[streams]] in a --config file)")
         p.add_argument("-o", "--output", type=path_name,
                        help="output file, stream URL or - (stdout, with -f) (default: <input stem>_processed<ext> in "
-                            "the current directory; a URL input needs -o); with several inputs, a directory (DIR/: "
-                            "each writes DIR/<stem>_processed<ext>) or null")
+                            "the current directory; a URL input needs -o); an existing directory (DIR/: each input "
+                            "writes DIR/<stem>_processed<ext>, one or several); null: no output")
     add_overwrite_arguments(p)
     if single:
         add_ffmpeg_arguments(p)

@@ -318,5 +318,6 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
     if output not in (None, "null") and not os.path.isdir(output):
         from .errors import OutputError
 
-        raise OutputError(f"{output}: not a directory (several inputs write DIR/<stem>_processed<ext>)")
+        what = "not a directory" if os.path.lexists(output.rstrip("/") or "/") else "no such directory (create it first)"
+        raise OutputError(f"{output}: {what}; several inputs write DIR/<stem>_processed<ext>")
     return configs

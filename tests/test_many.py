@@ -240,6 +240,25 @@ def test_cli_several_inputs_need_a_directory(clips, tmp_path):
     assert "-o DIR/" in run_cli("run", "--help").stdout
 
 
+def test_cli_one_input_into_a_directory_and_several_into_a_missing_one(clips, tmp_path):
+    """`run *.mkv -o out/` where the glob matches one file writes out/<stem>_processed<ext> as for several (it
+    was "is a directory", exit 4); several into a directory that is not there say so (it said "not a
+    directory", as it does for a file)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in (f"{out}/", str(out)):
+        proc = run_cli("run", clips[0], "-o", name, "--device", "cpu", "-q", "-y")
+        assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in out.iterdir()] == [f"{clips[0].stem}_processed.mkv"]
+    assert len(decode(out / f"{clips[0].stem}_processed.mkv").frames) == len(decode(clips[0]).frames)
+    (tmp_path / "file").write_bytes(b"kept")
+    for name, words in ((tmp_path / "missing", "no such directory"), (tmp_path / "file", "not a directory")):
+        proc = run_cli("run", *clips[:2], "-o", f"{name}/", "--device", "cpu", "-q")
+        assert proc.returncode == 4 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert words in proc.stderr
+    assert (tmp_path / "file").read_bytes() == b"kept" and not (tmp_path / "missing").exists()
+
+
 @pytest.mark.gpu
 def test_many_nvdec_streams_at_once(tmp_path):
     """Eight NVDEC decoders opened and run side by side in one process, each in device memory."""
