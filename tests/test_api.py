@@ -256,6 +256,13 @@ def test_frames_figures_count_their_set_up_as_runs_do(clip, device, monkeypatch)
     assert stats["time_to_first_frame_ms"] >= 300 and stats["wall_s"] >= 0.3
 
 
+def test_the_backends_set_up_is_named_for_the_device_auto_chose(clip):
+    """--device auto on a machine without a GPU made the CPU backend and called its time cuda_context."""
+    stats = pipeline.run(clip, "null", device="auto", frames=2)
+    made, other = ("cuda_context", "backend") if stats["device"].startswith("cuda") else ("backend", "cuda_context")
+    assert made in stats["startup_ms"] and other not in stats["startup_ms"], stats["startup_ms"]
+
+
 @pytest.mark.gpu
 def test_pooled_frames_allocate_nothing_per_frame_cuda(clip):
     import cupy
