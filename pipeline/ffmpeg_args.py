@@ -153,7 +153,3 @@ def resolve_paths(args: argparse.Namespace) -> None:
     if given:
         args.output = given[0]
     args.paths = None
-    if args.output != "null" and is_output_dir(args.output):  # as for several: `run *.mp4 -o out/` matching one
-        from .many import output_for
-
-        args.output = output_for(args.input, args.output, 0, set())

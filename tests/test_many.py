@@ -241,13 +241,15 @@ def test_cli_several_inputs_need_a_directory(clips, tmp_path):
 
 
 def test_cli_one_input_into_a_directory_and_several_into_a_missing_one(clips, tmp_path):
-    """`run *.mkv -o out/` where the glob matches one file writes out/<stem>_processed<ext> as for several (it
-    was "is a directory", exit 4); several into a directory that is not there say so (it said "not a
+    """`run *.mkv -o out/` where the glob matches one file writes out/<stem>_processed<ext> as for several, and
+    so does a config's `output = "out/"` (each was "is a directory", exit 4); several into a directory that is not there say so (it said "not a
     directory", as it does for a file)."""
     out = tmp_path / "out"
     out.mkdir()
-    for name in (f"{out}/", str(out)):
-        proc = run_cli("run", clips[0], "-o", name, "--device", "cpu", "-q", "-y")
+    config = tmp_path / "into.toml"
+    config.write_text('output = "out/"\n')  # read from the config's folder
+    for given in (("-o", f"{out}/"), ("-o", str(out)), ("--config", str(config))):
+        proc = run_cli("run", clips[0], *given, "--device", "cpu", "-q", "-y")
         assert proc.returncode == 0, proc.stderr
     assert [p.name for p in out.iterdir()] == [f"{clips[0].stem}_processed.mkv"]
     assert len(decode(out / f"{clips[0].stem}_processed.mkv").frames) == len(decode(clips[0]).frames)
