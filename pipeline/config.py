@@ -148,13 +148,21 @@ class RunConfig:
 
         A URL output is not a path: see :meth:`output_target`."""
         if self.output:
+            if self.output.endswith(("/", os.sep)):  # Path() would drop the "/" and write a file of that name
+                from .errors import OutputError
+
+                raise OutputError(f"{self.output}: names a directory (it ends with /); name the output file")
             return Path(self.output)
         if is_url(self.input):
             raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
         if pipe_fd(self.input) is not None:
             raise ConfigError("reading from stdin needs -o/--output (a file, a stream URL, or - for stdout)")
+        from .outfile import fit_name, name_max
+
         src = Path(self.input)
-        return Path.cwd() / f"{src.stem}_processed{src.suffix or '.mp4'}"
+        suffix = src.suffix or ".mp4"
+        stem = fit_name(src.stem, name_max(Path.cwd()) - len(os.fsencode(f"_processed{suffix}")))  # a long name
+        return Path.cwd() / f"{stem}_processed{suffix}"
 
     def output_target(self) -> Path | str:
         """Where the output goes: a path, or the URL string itself (``Path`` would fold its ``//``)."""
@@ -189,12 +197,22 @@ def local_path(name: str | Path | None, dash: bool = True) -> Path | None:
             return Path(f"/dev/fd/{fd}") if stat.S_ISREG(os.fstat(fd).st_mode) else None
         except (OSError, OverflowError):  # OverflowError: pipe:N past any descriptor (RunConfig refuses it)
             return None
-    if name.lower().startswith("file://"):
-        parts = urllib.parse.urlsplit(name)
-        if parts.netloc in ("", "localhost"):
-            return Path(urllib.parse.unquote(parts.path))
-        return None
+    if name[:7].lower() == "file://":
+        parts = _file_url_parts(name)
+        return Path(_url_path(parts)) if parts.netloc.lower() in ("", "localhost") else None
     return None if is_url(name) else Path(name)
+
+
+def _file_url_parts(name: str) -> urllib.parse.SplitResult:
+    try:
+        return urllib.parse.urlsplit(name)
+    except ValueError as e:  # file://[x: an IPv6 host never closed
+        raise ConfigError(f"{name}: not a valid URL ({e})") from None
+
+
+def _url_path(parts: urllib.parse.SplitResult) -> str:
+    """The path of a file URL as this machine names files: %XX are bytes (%ff is the byte 0xff, not U+FFFD)."""
+    return os.fsdecode(urllib.parse.unquote_to_bytes(parts.path))
 
 
 _CUDA_INDEX = re.compile(r"^cuda:([0-9]+)$")  # ASCII digits only (see pipeline/numbers.py)
@@ -262,14 +280,21 @@ def file_url_as_path(name: str | None) -> str | None:
     """The local path of a ``file://`` URL on this machine, so that an output so named is written as any file is
     (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given.
     A query or fragment is refused: FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``."""
-    if not (name and name[:7].lower() == "file://") or (path := local_path(name)) is None:
+    if not (name and name[:7].lower() == "file://"):
         return name
-    parts = urllib.parse.urlsplit(name)
+    parts = _file_url_parts(name)
+    if parts.netloc.lower() not in ("", "localhost"):  # FFmpeg would open file://tmp/x.mp4 as //tmp/x.mp4
+        raise ConfigError(f"{name}: a file URL names a file of this machine: file:///path (three slashes) or "
+                          "file://localhost/path")
     if parts.query or parts.fragment or "?" in name or "#" in name:
         raise ConfigError(f"{name}: a file URL with '?' or '#' is ambiguous; give the path itself (or %3F, %23)")
     if not parts.path:
         raise ConfigError(f"{name}: names no file")
-    return str(path)
+    path = _url_path(parts)
+    if "\0" in path:
+        raise ConfigError(f"{name}: the name holds a NUL character (%00)")
+    # "dir/" stays a directory's name: file:///x/a.mp4/ must not replace a.mp4
+    return str(Path(path)) + ("/" if path.endswith("/") and path.strip("/") else "")
 
 
 def file_url(path: str) -> str:

@@ -9,6 +9,7 @@ style); a file appearing mid-run is made in-process, from the engine's per-frame
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 import subprocess
 import time
@@ -621,6 +622,39 @@ def test_file_urls_that_name_no_one_file_are_refused(tmp_path, clip, url, words,
     args = (url, "-o", "out.mp4") if side == "input" else (clip, "-o", url)
     one_error(run_pipeline(*args, cwd=tmp_path), 2, words)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("url, words", [
+    ("file://{dir}/in.mp4", "a file URL names a file of this machine"),  # FFmpeg: //{dir}/in.mp4, the input
+    ("file://otherhost/{dir}/in.mp4", "a file URL names a file of this machine"),
+    ("file://[/x.mp4", "not a valid URL"), ("file:///{dir}/x%00.json", "NUL character"),
+])
+@pytest.mark.parametrize("option", ["-o", "--stats-json", "-progress", "--config"])
+def test_file_urls_of_another_host_or_malformed_are_refused_for_every_file(tmp_path, clip, url, words, option):
+    """file://HOST/path skipped every output check, and FFmpeg opened it as //HOST/path: `-o file://tmp/x/in.mp4
+    -f mp4` replaced the input without -y (and a config or plugin likewise). A bad IPv6 host and %00 in a
+    report's name were internal errors (exit 1)."""
+    src = tmp_path / "in.mp4"
+    src.write_bytes(clip.read_bytes())
+    name = url.format(dir=str(tmp_path).lstrip("/"))
+    args = ("-o", name, "-f", "mp4") if option == "-o" else ("-o", "out.mp4", option, name)
+    one_error(run_pipeline(src.name, *args, "-y", cwd=tmp_path), 2, words)
+    assert src.read_bytes() == clip.read_bytes() and sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
+def test_file_url_names_keep_their_bytes_their_case_and_their_trailing_slash(tmp_path, clip):
+    """%ff is the byte 0xff (it was U+FFFD: another file), localhost is any case (LOCALHOST was a URL), and
+    file:///x/a.mp4/ names a directory (it replaced a.mp4)."""
+    src = tmp_path / os.fsdecode(b"\xff.mp4")
+    src.write_bytes(clip.read_bytes())
+    url = f"FILE://LOCALHOST{tmp_path}/%FF.mp4"
+    result = run_pipeline(url, "-o", f"file://localhost{tmp_path}/%FF_out.mp4", "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(video_frames(tmp_path / os.fsdecode(b"\xff_out.mp4"))) == 2
+    kept = tmp_path / "kept.mp4"
+    kept.write_bytes(b"kept")
+    result = run_pipeline(src, "-o", f"{kept.as_uri()}/", "-y", cwd=tmp_path)
+    assert result.returncode == 4 and kept.read_bytes() == b"kept", result.stderr
 
 
 @pytest.mark.parametrize("how", ["output", "stats", "progress"])

@@ -99,7 +99,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
         out_dir = None if batch.output == "null" else Path(batch.output)
         if out_dir is not None and real_path(Path(args.results_json)) == real_path(out_dir):  # made by the batch
             raise ConfigError(f"{args.results_json}: --json is the output directory; choose a file")
-        check_report_path(args.results_json, "--json", _users_files(args.inputs, sources, batch), cfg.overwrite,
+        check_report_path(args.results_json, "--json", _users_files(lists, sources, batch), cfg.overwrite,
                           made_by_run=out_dir)
     stop = StopRequest()
     _install_signal_handlers(stop)
@@ -148,12 +148,12 @@ def _stopped(report: BatchReport) -> str:
             f"{c['interrupted']}, not started: {c['cancelled']}")
 
 
-def _users_files(items: list[str], sources: list[Path], batch: BatchSettings) -> list[tuple[Path, str]]:
-    """What --json must never replace: the @lists named on the command line, the inputs, the outputs and
-    their completion markers (the next batch would take a replaced one for an output left incomplete)."""
+def _users_files(lists: list[Path], sources: list[Path], batch: BatchSettings) -> list[tuple[Path, str]]:
+    """What --json must never replace: the @lists read (those named in a list too), the inputs, the outputs
+    and their completion markers (the next batch would take a replaced one for an output left incomplete)."""
     from .resume import marker_path
 
-    files = [(Path(item[1:]), "an input list") for item in items if item.startswith("@")]
+    files = [(lst, "an input list") for lst in lists]
     files += [(source, "an input") for source in sources]
     outputs = [out for out in planned_outputs(sources, batch) if out is not None]
     return files + [(out, "an output") for out in outputs] + [(marker_path(out), "an output's marker")

@@ -472,6 +472,22 @@ def test_file_urls_name_the_batchs_inputs_folder_and_report(clips, tmp_path):
     assert [r["status"] for r in read_json(tmp_path / "r.json")["files"]] == ["done", "done"]
 
 
+@pytest.mark.parametrize("how", ["url", "nested"])
+def test_json_never_replaces_a_list_named_as_a_url_or_inside_another(clips, tmp_path, how):
+    """--json l.txt -y replaced the list l.txt when it was named @file:///.../l.txt or inside another list."""
+    listed = tmp_path / "l.txt"
+    listed.write_text(f"{clips / 'clip0.mkv'}\n")
+    if how == "url":
+        named = f"@{listed.as_uri()}"
+    else:
+        (tmp_path / "outer.txt").write_text(f"@{listed}\n")
+        named = f"@{tmp_path / 'outer.txt'}"
+    result = run_command(batch_command(named, "-o", str(tmp_path / "out"), "--json", str(listed), "-y"),
+                         cwd=tmp_path, env=child_env())
+    assert result.returncode == 2 and "--json is an input list" in result.stderr, result.stderr
+    assert listed.read_text() == f"{clips / 'clip0.mkv'}\n"
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_stop_signal_while_a_fifo_list_is_read_ends_the_batch_with_one_line(tmp_path, signum):
     """A FIFO @LIST whose writer sends nothing: the batch waits in its read, before any worker starts; a
