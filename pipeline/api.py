@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from .config import RunConfig, safe_repr
+from .config import RunConfig, file_url_as_path, safe_repr
 from .errors import ConfigError, Interrupted
 from .processor import StageFrame
 
@@ -181,8 +181,9 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
 def run(source, output, *, filters: str | None = None, stage: Callable[[StageFrame], None] | None = None,
         device: str = "auto", alloc: str = "pool", decoders: DecoderPool | None = None,
         **options: Any) -> dict[str, Any]:
-    """Process ``source`` into ``output`` (a file, a stream URL, or ``"null"`` to discard); return the
-    run's statistics (what ``--stats-json`` holds).
+    """Process ``source`` into ``output`` (a file; a directory, which gets ``<stem>_processed<ext>`` as on the
+    command line; a stream URL; or ``"null"`` to discard); return the run's statistics (what
+    ``--stats-json`` holds).
 
     ``stage(frame)`` is your own processing, called once per frame after the filter chain and before the
     conversion back, on the frame's CUDA stream: ``frame.planes`` is the working (3, H, W) float32 RGB in
@@ -202,6 +203,10 @@ def run(source, output, *, filters: str | None = None, stage: Callable[[StageFra
     if output is None and not _is_location(source):  # no name to make <input>_processed.mp4 from
         raise ConfigError("frames from your own source need an output: a file, a URL, or \"null\"")
     cfg = settings(source, output, filters, device, alloc, options)
+    if _is_location(source):  # as the command line: a directory takes <stem>_processed<ext>
+        from .many import into_directory
+
+        cfg = into_directory(cfg)
     check_decoders(decoders)
     _check_stage(stage)
     given = None if _is_location(source) else open_source(source, cfg, None)
@@ -233,7 +238,7 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
         raise ConfigError("run_many takes files or URLs (str or os.PathLike) and an output directory or \"null\"")
     locations = [os.fspath(s) for s in locations]
     base = settings(locations[0], None, filters, device, alloc, options)
-    configs = configs_for(base, locations, os.fspath(output))
+    configs = configs_for(base, locations, file_url_as_path(os.fspath(output)))
     if base.stats_json:
         from .checks import check_streams_stats
 

@@ -311,6 +311,16 @@ def muxer_extensions() -> frozenset[str]:
     return frozenset(found)
 
 
+def extensions_of(muxer: str) -> frozenset[str]:
+    """The file name extensions of one muxer (``-f mpegts``: ts, m2t, m2ts, mts); none for an unknown name."""
+    import av
+
+    try:
+        return frozenset(ext.strip().lower() for ext in av.format.ContainerFormat(muxer, "w").extensions)
+    except ValueError:
+        return frozenset()
+
+
 def ffmpeg_name(path: str, input_format: str | None, local: bool) -> str:
     """A local file through FFmpeg's ``file:`` protocol (a ':' in its name is no protocol); a URL as it
     is, and a device as it is too: a capture demuxer (v4l2) opens the name itself, without protocols."""

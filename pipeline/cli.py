@@ -22,7 +22,7 @@ from .config import _TABLES, RunConfig, build_config, under_the_span_flags
 from .config_file import STREAM_LIST, load_toml, preset_names
 from .errors import (EXIT_INTERNAL, EXIT_SIGINT, EXIT_USAGE, ConfigError, GPUStalled, Interrupted, OutputError,
                      PipelineError, SignalEchoes, stop_signals)
-from .ffmpeg_args import is_output_dir, resolve_paths
+from .ffmpeg_args import resolve_paths
 from .log import LEVELS, one_line, printable
 from .log import install as install_log, uninstall as uninstall_log
 from .startup import PROCESS_STARTED, create_cuda_context_early
@@ -335,11 +335,9 @@ def _run_command(args: argparse.Namespace, cfg: RunConfig, err: Console, process
 
         return cmd_run_many(cfg, args.inputs, args.stream_list, err, _install_signal_handlers, process_ends,
                             config=args.config)
-    if cfg.output != "null" and is_output_dir(cfg.output):  # as for several: `run *.mp4 -o out/` matching one
-        from .many import output_for
+    from .many import into_directory
 
-        cfg = cfg.replace(output=output_for(cfg.input, cfg.output, 0, set()))
-    return cmd_run(cfg, err, progress=args.progress, config=args.config, process_ends=process_ends)
+    return cmd_run(into_directory(cfg), err, progress=args.progress, config=args.config, process_ends=process_ends)
 
 
 def read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:

@@ -11,7 +11,7 @@ import os
 import re
 from decimal import Decimal
 
-from .config import file_url_as_path
+from .config import file_url_as_path, is_url
 from .errors import ConfigError
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2}(?:\.\d*)?)$", re.ASCII)  # ASCII: \d is [0-9]
@@ -123,7 +123,9 @@ def add_ffmpeg_arguments(p) -> None:
 
 def is_output_dir(output: str | None) -> bool:
     """``-o DIR/`` (or an existing directory) or ``-o null``: the outputs of several inputs."""
-    return output is not None and (output == "null" or output.endswith(("/", os.sep)) or os.path.isdir(output))
+    if output is None or (is_url(output) and output[:5].lower() != "file:"):  # udp://host:port/ is a stream
+        return False
+    return output == "null" or output.endswith(("/", os.sep)) or os.path.isdir(output)
 
 
 def resolve_paths(args: argparse.Namespace) -> None:

@@ -152,13 +152,16 @@ class ManyResult:
                 "exit_code": self.exit_code, "shared": self.shared}
 
 
-def output_for(source: str, output: str | None, index: int, taken: set[str]) -> str:
-    """``DIR/<stem>_processed<ext>`` for a directory (``-o DIR/``), ``null`` as it is."""
+def output_for(source: str, output: str | None, index: int, taken: set[str], muxer: str | None = None) -> str:
+    """``DIR/<stem>_processed<ext>`` for a directory (``-o DIR/``), ``null`` as it is; ``muxer`` (``-f``)
+    decides the extension where given."""
     if output in (None, "null"):
         return "null"
     from .outfile import fit_name, name_max
 
     stem, suffix = _name_of(source, index)
+    if muxer:
+        suffix = _muxer_suffix(muxer, suffix)
     limit = name_max(Path(output))  # a name chosen here must fit, however long the input's
 
     def named(tail: str) -> str:
@@ -170,6 +173,29 @@ def output_for(source: str, output: str | None, index: int, taken: set[str]) -> 
     taken.add(name)
     # Joined as typed: Path('.') / name drops the './' that keeps a name like pipe:x_processed.mp4 a file.
     return os.path.join(output, name)
+
+
+def _muxer_suffix(muxer: str, suffix: str) -> str:
+    """The extension of a file ``muxer`` writes: the input's where it is one of the muxer's (a .m2ts input
+    with -f mpegts), else the usual one (-f mpegts into a folder wrote a.mp4 holding MPEG-TS)."""
+    from .avlib import extensions_of
+    from .muxers import COMMON
+
+    extensions = extensions_of(muxer)
+    if suffix[1:].lower() in extensions:
+        return suffix
+    usual = [ext for ext, name in COMMON.items() if name == muxer]
+    return usual[0] if usual else f".{min(extensions)}" if extensions else suffix
+
+
+def into_directory(cfg: RunConfig) -> RunConfig:
+    """One input into a directory (``-o DIR/``, an existing directory, a config's ``output = "DIR/"``) writes
+    ``DIR/<stem>_processed<ext>`` as several do: ``run *.mp4 -o out/`` may match one file."""
+    from .ffmpeg_args import is_output_dir
+
+    if cfg.output == "null" or not is_output_dir(cfg.output):
+        return cfg
+    return cfg.replace(output=output_for(cfg.input, cfg.output, 0, set(), cfg.output_format))
 
 
 def _name_of(source: str, index: int) -> tuple[str, str]:
@@ -308,7 +334,7 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
         if out is None and output is None:
             raise ConfigError(f"stream {i + 1} ({source}) has no output: give it output = \"...\" in its "
                               "[[streams]] entry, or -o DIR/ or -o null for every stream")
-        out = out or output_for(source, output, i, taken)
+        out = out or output_for(source, output, i, taken, overrides.get("output_format", base.output_format))
         try:
             configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
         except ConfigError as e:

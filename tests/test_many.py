@@ -261,6 +261,52 @@ def test_cli_one_input_into_a_directory_and_several_into_a_missing_one(clips, tm
     assert (tmp_path / "file").read_bytes() == b"kept" and not (tmp_path / "missing").exists()
 
 
+def test_the_api_writes_into_a_directory_as_the_command_line_does(clips, tmp_path):
+    """run(src, "out/") was "is a directory" (and run(src, "kept.mp4/", overwrite=True) replaced kept.mp4);
+    run_many([...], "file:///.../out/") was "no such directory" for one that is there."""
+    out = tmp_path / "out"
+    out.mkdir()
+    pipeline.run(clips[0], f"{out}/", device="cpu", frames=2)
+    pipeline.run_many([clips[1]], out.as_uri() + "/", device="cpu", frames=2)
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{c.stem}_processed.mkv" for c in clips[:2])
+    kept = tmp_path / "kept.mp4"
+    kept.write_bytes(b"kept")
+    frames = [np.full((16, 16, 3), 7, np.uint8)] * 2
+    for source in (clips[0], pipeline.ArraySource(frames, fps=2)):
+        with pytest.raises(pipeline.OutputError, match="directory"):
+            pipeline.run(source, f"{kept}/", device="cpu", overwrite=True)
+    assert kept.read_bytes() == b"kept"
+
+
+def test_a_stream_url_ending_with_a_slash_is_no_directory():
+    from pipeline.many import into_directory
+
+    for url in ("udp://127.0.0.1:5999/", "srt://host:9000/", "http://host/upload/"):
+        cfg = RunConfig(input="a.mp4", output=url, output_format="mpegts")
+        assert into_directory(cfg).output == url
+
+
+def test_a_muxer_given_names_the_extension_in_a_directory(clips, tmp_path):
+    """-f mpegts -o out/ wrote out/<stem>_processed.mkv holding MPEG-TS."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for inputs, muxer in (([clips[0]], "mpegts"), (clips[:2], "nut")):
+        proc = run_cli("run", *inputs, "-f", muxer, "-o", f"{out}/", "--frames", "2", "--device", "cpu", "-q")
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"{clips[0].stem}_processed.ts", f"{clips[0].stem}_processed.nut", f"{clips[1].stem}_processed.nut"])
+
+
+def test_the_default_output_of_a_long_name_is_shortened_as_in_a_directory(tmp_path):
+    """A 250-byte input name: <stem>_processed.mp4 was past the file system's limit (exit 4)."""
+    src = tmp_path / ("x" * 246 + ".mkv")
+    make_sample.make_clip(src, width=32, height=32, frames=2, codec="ffv1", audio=False)
+    proc = run_cli("run", src, "--device", "cpu", "-q", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    written = [p.name for p in tmp_path.iterdir() if p != src]
+    assert len(written) == 1 and written[0].endswith("_processed.mkv") and len(written[0]) <= 255
+
+
 @pytest.mark.gpu
 def test_many_nvdec_streams_at_once(tmp_path):
     """Eight NVDEC decoders opened and run side by side in one process, each in device memory."""
