@@ -63,9 +63,10 @@ def test_a_bad_setting_is_a_usage_error_before_the_gpu_is_looked_for(tmp_path, a
     assert said in proc.stderr and not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "url"])
 def test_bench_input_that_is_not_a_regular_file_exits_3_with_one_line(tmp_path, kind):
-    """Checked before the GPU and without opening it: a FIFO with no writer would block the first reader."""
+    """Checked before the GPU and without opening it: a FIFO with no writer would block the first reader.
+    A file:// URL is its file, as for run (it was "no such file" whether the file was there or not)."""
     import os
 
     path = tmp_path / "in.mp4"
@@ -73,10 +74,10 @@ def test_bench_input_that_is_not_a_regular_file_exits_3_with_one_line(tmp_path, 
         path.mkdir()
     elif kind == "fifo":
         os.mkfifo(path)
-    proc = run_cli("bench", path, "--json", tmp_path / "x.json", timeout=60)
+    proc = run_cli("bench", path.as_uri() if kind == "url" else path, "--json", tmp_path / "x.json", timeout=60)
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.count("\n") == 1 and str(path) in proc.stderr and "Traceback" not in proc.stderr
-    assert not (tmp_path / "x.json").exists()
+    assert "file:" not in proc.stderr and not (tmp_path / "x.json").exists()
 
 
 @pytest.mark.parametrize("name", ["-", "pipe:0"])

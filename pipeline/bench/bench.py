@@ -43,7 +43,7 @@ def _csv(allowed: tuple[str, ...]):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", help="input video file ('pipeline sample 1080p' writes one: samples/bench_1080p.mp4)")
+    p.add_argument("input", type=file_name, help="input video file ('pipeline sample 1080p' writes one: samples/bench_1080p.mp4)")
     p.add_argument("--strategies", type=_csv(tuple(STRATEGIES)), default=list(STRATEGIES),
                    help=f"comma-separated strategies (default: {','.join(STRATEGIES)})")
     p.add_argument("--scope", type=_csv(SCOPES), default=list(SCOPES),
