@@ -279,7 +279,8 @@ def _check_pipes(source: str | None, output: str | None, output_format: str | No
 def file_url_as_path(name: str | None) -> str | None:
     """The local path of a ``file://`` URL on this machine, so that an output so named is written as any file is
     (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given.
-    A query or fragment is refused: FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``."""
+    Refused: another host (FFmpeg's file protocol would open ``//host/path``, a local file all the same), and a
+    query or fragment (FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``)."""
     if not (name and name[:7].lower() == "file://"):
         return name
     parts = _file_url_parts(name)

@@ -344,6 +344,7 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
     if output not in (None, "null") and not os.path.isdir(output):
         from .errors import OutputError
 
-        what = "not a directory" if os.path.lexists(output.rstrip("/") or "/") else "no such directory (create it first)"
+        there = os.path.lexists(output.rstrip("/") or "/")
+        what = "not a directory" if there else "no such directory (create it first)"
         raise OutputError(f"{output}: {what}; several inputs write DIR/<stem>_processed<ext>")
     return configs

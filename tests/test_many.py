@@ -242,8 +242,8 @@ def test_cli_several_inputs_need_a_directory(clips, tmp_path):
 
 def test_cli_one_input_into_a_directory_and_several_into_a_missing_one(clips, tmp_path):
     """`run *.mkv -o out/` where the glob matches one file writes out/<stem>_processed<ext> as for several, and
-    so does a config's `output = "out/"` (each was "is a directory", exit 4); several into a directory that is not there say so (it said "not a
-    directory", as it does for a file)."""
+    so does a config's `output = "out/"` (each was "is a directory", exit 4); several into a directory that
+    is not there say so (it said "not a directory", as it does for a file)."""
     out = tmp_path / "out"
     out.mkdir()
     config = tmp_path / "into.toml"

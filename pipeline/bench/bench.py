@@ -43,7 +43,8 @@ def _csv(allowed: tuple[str, ...]):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", type=file_name, help="input video file ('pipeline sample 1080p' writes one: samples/bench_1080p.mp4)")
+    p.add_argument("input", type=file_name,
+                   help="input video file ('pipeline sample 1080p' writes one: samples/bench_1080p.mp4)")
     p.add_argument("--strategies", type=_csv(tuple(STRATEGIES)), default=list(STRATEGIES),
                    help=f"comma-separated strategies (default: {','.join(STRATEGIES)})")
     p.add_argument("--scope", type=_csv(SCOPES), default=list(SCOPES),
@@ -68,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ring-size", type=integer, default=RunConfig.ring_size, help="host slots each way (default: %(default)s)")
     p.add_argument("--copy-threads", type=integer, default=4, help="threads copying frames into host slots, gpu scope (default: 4)")
     p.add_argument("--json", type=file_name, help="write the results as JSON (default: <input stem>_bench.json)")
-    p.add_argument("--chart", type=file_name, help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
+    p.add_argument("--chart", type=file_name,
+                   help="write a PNG chart (default: <input stem>_bench.png; needs matplotlib)")
     p.add_argument("--no-chart", dest="chart_enabled", action="store_false", help="do not draw the chart")
     add_overwrite_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print only the file names written")
