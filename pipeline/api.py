@@ -157,7 +157,7 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
     the iterator's decoders go back to the pool when it ends or is closed (one whose frame is still held
     is not kept: see :class:`~pipeline.nvdec.DecoderPool`).
     """
-    from .build import make_backend, make_chain
+    from .build import make_chain, timed_backend
     from .engine import Pipeline
     from .startup import Phases
 
@@ -171,8 +171,7 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
                           "frames() writes none (run() does)")
     check_decoders(decoders)
     chain = make_chain(cfg.filters, cfg.plugins)
-    with phases("cuda_context" if cfg.device != "cpu" else "backend"):
-        backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    backend = timed_backend(cfg, phases)
     with phases("decoder_open"):
         opened = open_source(source, cfg, backend, decoders)
     return FrameIterator(Pipeline(opened, None, chain, backend, cfg, phases=phases))
@@ -181,9 +180,9 @@ def frames(source, *, filters: str | None = None, device: str = "auto", alloc: s
 def run(source, output, *, filters: str | None = None, stage: Callable[[StageFrame], None] | None = None,
         device: str = "auto", alloc: str = "pool", decoders: DecoderPool | None = None,
         **options: Any) -> dict[str, Any]:
-    """Process ``source`` into ``output`` (a file; a directory, which gets ``<stem>_processed<ext>`` as on the
-    command line; a stream URL; or ``"null"`` to discard); return the run's statistics (what
-    ``--stats-json`` holds).
+    """Process ``source`` into ``output`` (a file; for a file or URL source, a directory, which gets
+    ``<stem>_processed<ext>`` as on the command line; a stream URL; or ``"null"`` to discard); return the
+    run's statistics (what ``--stats-json`` holds).
 
     ``stage(frame)`` is your own processing, called once per frame after the filter chain and before the
     conversion back, on the frame's CUDA stream: ``frame.planes`` is the working (3, H, W) float32 RGB in

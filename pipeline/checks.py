@@ -235,6 +235,8 @@ def check_report_path(path: str, option: str, theirs: Iterable[tuple[Path, str]]
     directory may be ``made_by_run``, which the run creates (and refuses if it cannot)."""
     if is_pipe_name(path):  # ffmpeg's pipe names are -progress's; a report file named "-" helps no one
         raise ConfigError(f"{path}: {option} takes a path (/dev/stdout or /dev/stderr for those), not a pipe name")
+    if path.endswith(("/", os.sep)):  # Path() would drop the "/": s.json/ would replace s.json
+        raise OutputError(f"{path}: {option} names a directory (it ends with /); name the file")
     target = Path(path)
     check_name_length(target, option)
     from .sequence import is_frame_of

@@ -157,11 +157,15 @@ class RunConfig:
             raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
         if pipe_fd(self.input) is not None:
             raise ConfigError("reading from stdin needs -o/--output (a file, a stream URL, or - for stdout)")
+        from .many import muxer_suffix, output_extension
         from .outfile import fit_name, name_max
 
+        # As in a directory (-o ./): the extension -f's, else the input's where FFmpeg writes it (else .mkv,
+        # which takes any codec; .mp4 for an input without one); a long stem shortened to fit.
         src = Path(self.input)
-        suffix = src.suffix or ".mp4"
-        stem = fit_name(src.stem, name_max(Path.cwd()) - len(os.fsencode(f"_processed{suffix}")))  # a long name
+        suffix = output_extension(src) if src.suffix else ".mp4"
+        suffix = muxer_suffix(self.output_format, suffix) if self.output_format else suffix
+        stem = fit_name(src.stem, name_max(Path.cwd()) - len(os.fsencode(f"_processed{suffix}")))
         return Path.cwd() / f"{stem}_processed{suffix}"
 
     def output_target(self) -> Path | str:
@@ -398,7 +402,7 @@ def _plugin_paths(value: Any) -> tuple[str, ...]:
     paths = tuple(os.fsdecode(bytes(v) if isinstance(v, bytearray) else v) for v in items)
     if not all(isinstance(v, str) and v for v in paths):
         raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text, none empty.")
-    return paths
+    return tuple(map(file_url_as_path, paths))  # a file:// URL is its file, as on the command line
 
 
 def _check_finite(cfg: RunConfig) -> None:

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from .config import MAX_INT_BITS, _TABLES, _TYPES, RunConfig, is_url, pipe_fd
+from .config import MAX_INT_BITS, _TABLES, _TYPES, RunConfig, file_url_as_path, is_url, pipe_fd
 from .errors import ConfigError
 from .textfile import read_text
 
@@ -160,16 +160,19 @@ def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
     if "filters" in values:
         values["filters"] = resolve_paths(values["filters"], base)
     if "plugins" in values:
-        values["plugins"] = tuple(str(base / os.path.expanduser(p)) for p in values["plugins"])
+        values["plugins"] = tuple(str(base / os.path.expanduser(file_url_as_path(p))) for p in values["plugins"])
     return values
 
 
 def _beside(name: str, base: Path) -> str:
-    """A file named in a config file, relative to its folder; a URL, a pipe, ``-`` and ``null`` as they
-    are."""
+    """A file named in a config file, relative to its folder (a ``file://`` URL is its file); another URL,
+    a pipe, ``-`` and ``null`` as they are. A directory's trailing ``/`` stays: ``kept.mp4/`` must not
+    name the file kept.mp4."""
+    name = file_url_as_path(name)
     if name in ("-", "null") or is_url(name) or pipe_fd(name) is not None:
         return name
-    return str(base / os.path.expanduser(name))  # an unknown ~user stays a name, as a shell leaves it
+    joined = str(base / os.path.expanduser(name))  # an unknown ~user stays a name, as a shell leaves it
+    return joined + "/" if name.endswith(("/", os.sep)) and not joined.endswith("/") else joined
 
 
 _FILE_NAMES = ("output", "stats_json")

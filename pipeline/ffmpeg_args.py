@@ -125,6 +125,7 @@ def is_output_dir(output: str | None) -> bool:
     """``-o DIR/`` (or an existing directory) or ``-o null``: the outputs of several inputs."""
     if output is None or (is_url(output) and output[:5].lower() != "file:"):  # udp://host:port/ is a stream
         return False
+    output = file_url_as_path(output)
     return output == "null" or output.endswith(("/", os.sep)) or os.path.isdir(output)
 
 

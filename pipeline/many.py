@@ -161,7 +161,7 @@ def output_for(source: str, output: str | None, index: int, taken: set[str], mux
 
     stem, suffix = _name_of(source, index)
     if muxer:
-        suffix = _muxer_suffix(muxer, suffix)
+        suffix = muxer_suffix(muxer, suffix)
     limit = name_max(Path(output))  # a name chosen here must fit, however long the input's
 
     def named(tail: str) -> str:
@@ -175,17 +175,26 @@ def output_for(source: str, output: str | None, index: int, taken: set[str], mux
     return os.path.join(output, name)
 
 
-def _muxer_suffix(muxer: str, suffix: str) -> str:
+# Muxers whose extensions in alphabetical order start with an odd one (image2: .avif; rawvideo: .rgb).
+_USUAL = {".png": "image2", ".yuv": "rawvideo"}
+
+
+def muxer_suffix(muxer: str, suffix: str) -> str:
     """The extension of a file ``muxer`` writes: the input's where it is one of the muxer's (a .m2ts input
-    with -f mpegts), else the usual one (-f mpegts into a folder wrote a.mp4 holding MPEG-TS)."""
+    with -f mpegts), else the usual one (-f mpegts into a folder wrote a.mp4 holding MPEG-TS): the common
+    one, else the muxer's name where it is an extension of its own (``ismv``), else the first in order."""
     from .avlib import extensions_of
     from .muxers import COMMON
 
     extensions = extensions_of(muxer)
     if suffix[1:].lower() in extensions:
         return suffix
-    usual = [ext for ext, name in COMMON.items() if name == muxer]
-    return usual[0] if usual else f".{min(extensions)}" if extensions else suffix
+    usual = [ext for ext, name in {**COMMON, **_USUAL}.items() if name == muxer]
+    if usual:
+        return usual[0]
+    if muxer in extensions or not extensions:
+        return f".{muxer}" if extensions else suffix
+    return f".{min(extensions)}"
 
 
 def into_directory(cfg: RunConfig) -> RunConfig:
@@ -325,8 +334,11 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
                 per_stream: list[dict[str, Any]] | None = None, config: str | None = None) -> list[RunConfig]:
     """One config per input: the base settings, each stream's own overrides, its output. ``config``: the
     file the [[streams]] entries come from, named with the entry in a refusal of one's values."""
+    from .ffmpeg_args import is_output_dir
+
     # Names chosen for the others step aside from the outputs given explicitly.
     taken = {os.path.basename(o) for o in (s.get("output") for s in per_stream or []) if o}
+    in_folder: dict[str, set[str]] = {}  # the names chosen in each entry's own folder
     configs = []
     for i, source in enumerate(inputs):
         overrides = dict((per_stream or [{}] * len(inputs))[i])
@@ -334,7 +346,10 @@ def configs_for(base: RunConfig, inputs: list[str], output: str | None,
         if out is None and output is None:
             raise ConfigError(f"stream {i + 1} ({source}) has no output: give it output = \"...\" in its "
                               "[[streams]] entry, or -o DIR/ or -o null for every stream")
-        out = out or output_for(source, output, i, taken, overrides.get("output_format", base.output_format))
+        muxer = overrides.get("output_format", base.output_format)
+        if out is not None and out != "null" and is_output_dir(out):  # an entry's own folder, as -o DIR/
+            out = output_for(source, out, i, in_folder.setdefault(os.path.abspath(out), set()), muxer)
+        out = out or output_for(source, output, i, taken, muxer)
         try:
             configs.append(base.replace(input=source, output=out, stats_json=None, **overrides))
         except ConfigError as e:

@@ -155,6 +155,25 @@ def test_a_config_files_inputs_and_outputs_are_relative_to_it_as_its_plugins_are
     assert piped == {"input": str(base / "d.mp4"), "output": "-"}
 
 
+def test_a_config_keeps_a_directorys_slash_and_reads_file_urls_as_files(tmp_path):
+    """output = "kept.mp4/" became .../kept.mp4 (a run with -y replaced that file), and plugins named by
+    file:// URLs were looked for as .../file:/... (in a config) or file:/... (from the API)."""
+    values = load_toml(_toml(tmp_path, f'output = "out/"\nstats_json = "{(tmp_path / "s.json").as_uri()}"\n'
+                                       f'plugins = ["{(tmp_path / "p.py").as_uri()}"]\n'))
+    assert values == {"output": f"{tmp_path}/out/", "stats_json": str(tmp_path / "s.json"),
+                      "plugins": (str(tmp_path / "p.py"),)}
+    assert RunConfig(plugins=[(tmp_path / "p.py").as_uri()]).plugins == (str(tmp_path / "p.py"),)
+
+
+def test_a_config_output_ending_with_a_slash_never_replaces_that_file(tmp_path, clip):
+    kept = tmp_path / "kept.mp4"
+    kept.write_bytes(b"kept")
+    config = _toml(tmp_path, 'output = "kept.mp4/"\n')
+    proc = run_cli("run", clip, "--config", config, "--device", "cpu", "-q", "-y")
+    assert proc.returncode == 4 and "is a file, not a directory" in proc.stderr, proc.stderr
+    assert kept.read_bytes() == b"kept"
+
+
 def test_a_config_reached_through_a_link_is_relative_to_the_link_as_named(tmp_path):
     """As the README says: the folder of the file as named, so a link to a shared config reads its neighbours."""
     (tmp_path / "shared").mkdir()

@@ -642,6 +642,16 @@ def test_file_urls_of_another_host_or_malformed_are_refused_for_every_file(tmp_p
     assert src.read_bytes() == clip.read_bytes() and sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
 
 
+@pytest.mark.parametrize("option", ["--stats-json", "-progress"])
+def test_a_report_name_ending_with_a_slash_never_replaces_that_file(tmp_path, clip, option):
+    """s.json/ (or its file URL) replaced s.json: Path() drops the slash."""
+    report = tmp_path / "s.json"
+    report.write_bytes(b"kept")
+    for name in (f"{report}/", f"{report.as_uri()}/"):
+        one_error(run_pipeline(clip, "-o", tmp_path / "o.mp4", option, name, "-y", cwd=tmp_path), 4, "ends with /")
+    assert report.read_bytes() == b"kept" and not (tmp_path / "o.mp4").exists()
+
+
 def test_file_url_names_keep_their_bytes_their_case_and_their_trailing_slash(tmp_path, clip):
     """%ff is the byte 0xff (it was U+FFFD: another file), localhost is any case (LOCALHOST was a URL), and
     file:///x/a.mp4/ names a directory (it replaced a.mp4)."""

@@ -278,6 +278,21 @@ def test_the_api_writes_into_a_directory_as_the_command_line_does(clips, tmp_pat
     assert kept.read_bytes() == b"kept"
 
 
+def test_a_streams_entry_may_name_a_folder_of_its_own(clips, tmp_path):
+    """output = "one/" in a [[streams]] entry was "is a directory" (exit 4); two entries into one folder
+    get two names."""
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    entries = [("one/", clips[0]), ("two/", clips[0]), ("two/", clips[1])]
+    config = tmp_path / "streams.toml"
+    config.write_text("".join(f'[[streams]]\ninput = "{src}"\noutput = "{out}"\n' for out, src in entries))
+    proc = run_cli("run", "--config", config, "--frames", "2", "--device", "cpu", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in (tmp_path / "one").iterdir()] == [f"{clips[0].stem}_processed.mkv"]
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(
+        f"{c.stem}_processed.mkv" for c in clips[:2])
+
+
 def test_a_stream_url_ending_with_a_slash_is_no_directory():
     from pipeline.many import into_directory
 
@@ -295,6 +310,9 @@ def test_a_muxer_given_names_the_extension_in_a_directory(clips, tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [f"{clips[0].stem}_processed.ts", f"{clips[0].stem}_processed.nut", f"{clips[1].stem}_processed.nut"])
+    proc = run_cli("run", *clips[:2], "-o", out.as_uri(), "--frames", "2", "--device", "cpu", "-q", "-y")
+    assert proc.returncode == 0, proc.stderr  # an existing directory as a URL, no slash: "two outputs"
+    assert len(list(out.iterdir())) == 5
 
 
 def test_the_default_output_of_a_long_name_is_shortened_as_in_a_directory(tmp_path):

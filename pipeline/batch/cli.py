@@ -87,7 +87,7 @@ def main(args: argparse.Namespace, err: Console) -> int:
         raise ConfigError(f"{args.config}: [[streams]] are for `pipeline run --config`; a batch takes its inputs "
                           "as arguments or @LIST files")
     batch = BatchSettings(output=args.output_dir, suffix=args.suffix, gpus=args.gpus, workers=args.workers,
-                          scheduler=args.scheduler, dashboard=args.dashboard)
+                          scheduler=args.scheduler, dashboard=args.dashboard, muxer=cfg.output_format)
     lists: list[Path] = []
     sources = expand_inputs(args.inputs, lists)
     outputs = planned_outputs(sources, batch)

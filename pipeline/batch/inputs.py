@@ -13,7 +13,7 @@ from ..checks import check_reachable, real_path, special_kind
 from ..config import file_url_as_path
 from ..errors import ConfigError, OutputError
 from ..log import log
-from ..many import output_extension
+from ..many import muxer_suffix, output_extension
 from ..textfile import read_text
 
 LIST_LIMIT = 16 << 20  # a million paths; a list larger than that is a device or a runaway file
@@ -115,18 +115,19 @@ def _read_pipe(name: str) -> str:
         raise ConfigError(f"input list: cannot read {name}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def output_for(source: Path, directory: Path, suffix: str) -> Path:
+def output_for(source: Path, directory: Path, suffix: str, muxer: str | None = None) -> Path:
     """``DIR/<stem><suffix><ext>``, as ``pipeline run`` names the outputs of several inputs (``<ext>``: see
-    :func:`pipeline.many.output_extension`)."""
-    return directory / f"{source.stem}{suffix}{output_extension(source)}"
+    :func:`pipeline.many.output_extension`, and :func:`pipeline.many.muxer_suffix` for ``-f``)."""
+    extension = output_extension(source)
+    return directory / f"{source.stem}{suffix}{muxer_suffix(muxer, extension) if muxer else extension}"
 
 
-def outputs_for(sources: Sequence[Path], directory: Path, suffix: str) -> list[Path]:
+def outputs_for(sources: Sequence[Path], directory: Path, suffix: str, muxer: str | None = None) -> list[Path]:
     """Each input's output. Refused before any work: a suffix that is not part of a name, two inputs
     that would write the same file, and an output that is an input (a glob over the inputs' own
     directory picks up the last batch's outputs: under ``-y`` one would be replaced by another's)."""
     check_suffix(suffix)
-    outputs = [output_for(s, directory, suffix) for s in sources]
+    outputs = [output_for(s, directory, suffix, muxer) for s in sources]
     owner: dict[Path, Path] = {}
     for source, out in zip(sources, outputs):
         if out in owner:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..checks import check_name_length
-from ..config import RunConfig, safe_repr
+from ..config import RunConfig, file_url_as_path, safe_repr
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, OutputError
 from ..log import log
 from ..outfile import remove_stale_partials
@@ -46,6 +46,7 @@ class BatchSettings:
     scheduler: str | None = None  # tcp://host:8786: an existing cluster instead of a local one
     processes: bool = True  # False: local workers as threads of this process (CPU only; tests)
     dashboard: str | None = None  # the local scheduler's dashboard address (":8787"); None: off
+    muxer: str | None = None  # -f: the outputs' extension is its own
 
 
 class StopRequest:
@@ -78,8 +79,8 @@ def run_batch(inputs: Sequence[str | Path], output: str | Path = ".", *, filters
     inputs = check_list(inputs, "run_batch", "inputs", "pass [input] (a path, a glob or an @list file)")
     _check_arguments(output, suffix, gpus, dashboard, processes, on_result, stop)
     cfg = run_settings("", None, filters, device, alloc, {"overwrite": overwrite, **options})
-    batch = BatchSettings(output=str(output), suffix=suffix, gpus=gpus, workers=workers, scheduler=scheduler,
-                          processes=processes, dashboard=dashboard)
+    batch = BatchSettings(output=file_url_as_path(os.fspath(output)), suffix=suffix, gpus=gpus, workers=workers,
+                          scheduler=scheduler, processes=processes, dashboard=dashboard, muxer=cfg.output_format)
     return execute(inputs, cfg, batch, on_result=on_result, stop=stop)
 
 
@@ -141,7 +142,7 @@ def planned_outputs(sources: Sequence[Path], batch: BatchSettings) -> list[Path 
     """Each input's output (absolute), or None for each with ``-o null``."""
     if batch.output == "null":
         return [None] * len(sources)
-    return list(outputs_for(sources, Path(batch.output).absolute(), batch.suffix))
+    return list(outputs_for(sources, Path(batch.output).absolute(), batch.suffix, batch.muxer))
 
 
 def check_options(cfg: RunConfig) -> None:

@@ -472,6 +472,15 @@ def test_file_urls_name_the_batchs_inputs_folder_and_report(clips, tmp_path):
     assert [r["status"] for r in read_json(tmp_path / "r.json")["files"]] == ["done", "done"]
 
 
+def test_run_batch_takes_a_file_url_folder_and_f_names_the_extension(clips, tmp_path):
+    """run_batch(..., "file:///.../out") wrote into ./file:/.../out; -f mpegts wrote <stem>_processed.mkv."""
+    out = tmp_path / "out"
+    report = run_batch([str(clips / "clip0.mkv")], out.as_uri(), device="cpu", workers=1, processes=False,
+                       output_format="mpegts")
+    assert report.exit_code == 0, [r.error for r in report.results]
+    assert [p.name for p in out.glob("clip0*")] == ["clip0_processed.ts"]
+
+
 @pytest.mark.parametrize("how", ["url", "nested"])
 def test_json_never_replaces_a_list_named_as_a_url_or_inside_another(clips, tmp_path, how):
     """--json l.txt -y replaced the list l.txt when it was named @file:///.../l.txt or inside another list."""
