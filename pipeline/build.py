@@ -384,13 +384,19 @@ def _open_source(cfg: RunConfig, control, backend, phases: Phases, decoders=None
         return open_source(cfg, stop, signum, backend, decoders=decoders, gpu_up=gpu_up)
 
 
+def timed_backend(cfg: RunConfig, phases: Phases):
+    """``cfg``'s backend, its set-up time named for what it made: ``--device auto`` on a machine without a
+    GPU makes the CPU backend, no CUDA context."""
+    t0 = time.perf_counter()
+    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
+    phases.add("cuda_context" if backend.name == "cuda" else "backend", (time.perf_counter() - t0) * 1e3)
+    return backend
+
+
 def _backend(cfg: RunConfig, chain, stage, phases: Phases, in_layout: str | Future | None):
     """The backend and, given the input's layout (or a future of it: the source opening meanwhile), the
     kernels."""
-    t0 = time.perf_counter()
-    backend = make_backend(cfg.device, cfg.alloc, cfg.streams, cfg.decode)
-    # named for what it made: --device auto on a machine without a GPU made no CUDA context
-    phases.add("cuda_context" if backend.name == "cuda" else "backend", (time.perf_counter() - t0) * 1e3)
+    backend = timed_backend(cfg, phases)
     if isinstance(in_layout, Future):
         in_layout = in_layout.result()
     if backend.name == "cuda" and in_layout is not None:

@@ -25,12 +25,13 @@ _KINDS = {"subtitle": ("subtitle stream", "subtitle streams"), "attachment": ("a
 
 
 def streams_left_out(path: str, streams) -> str | None:
-    """Subtitles, attachments (a subtitle's fonts) and data streams (a camera's timecode track, a drone's KLV)
-    are not written: the output holds video and audio. ffmpeg drops them too, but says so only in its stream
-    map, which a user of this tool never sees."""
+    """Subtitles, attachments (a subtitle's fonts) and data streams (a drone's KLV) are not written: the output
+    holds video and audio. ffmpeg leaves them out too, saying so only in its stream map. A timecode track whose
+    timecode the video carries as a tag is not said: the tag is kept, and MOV and MP4 write the track again."""
+    on_video = {(s.metadata or {}).get("timecode") for s in streams if s.type == "video"} - {None}
     parts = []
     for kind, names in _KINDS.items():
-        found = [s for s in streams if s.type == kind]
+        found = [s for s in streams if s.type == kind and (s.metadata or {}).get("timecode") not in on_video]
         if found:
             parts.append(f"{len(found)} {names[len(found) > 1]}{_data_names(found) if kind == 'data' else ''}")
     if not parts:

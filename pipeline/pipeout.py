@@ -20,7 +20,7 @@ def pipe_muxer_options(muxer: str, time_base: Fraction | None) -> dict[str, str]
     if muxer not in SEEKING_MUXERS:
         return {}
     options = {"movflags": "frag_keyframe+empty_moov+delay_moov"}
-    if time_base and time_base.denominator < 2**31:  # as for files: keep the video's clock (_muxer_options)
+    if time_base and time_base.denominator < 2**31:  # as for files: keep the video's clock (sinkopts.muxer_options)
         options["movie_timescale"] = str(time_base.denominator)
     return options
 

@@ -257,10 +257,14 @@ def test_frames_figures_count_their_set_up_as_runs_do(clip, device, monkeypatch)
 
 
 def test_the_backends_set_up_is_named_for_the_device_auto_chose(clip):
-    """--device auto on a machine without a GPU made the CPU backend and called its time cuda_context."""
-    stats = pipeline.run(clip, "null", device="auto", frames=2)
-    made, other = ("cuda_context", "backend") if stats["device"].startswith("cuda") else ("backend", "cuda_context")
-    assert made in stats["startup_ms"] and other not in stats["startup_ms"], stats["startup_ms"]
+    """--device auto on a machine without a GPU made the CPU backend and called its time cuda_context, in
+    run() and frames() alike."""
+    frames = pipeline.frames(clip, device="auto", frames=2)
+    assert sum(1 for _ in frames) == 2
+    for stats in (pipeline.run(clip, "null", device="auto", frames=2), frames.stats.to_dict(per_frame=False)):
+        cuda = stats["device"].startswith("cuda")
+        made, other = ("cuda_context", "backend") if cuda else ("backend", "cuda_context")
+        assert made in stats["startup_ms"] and other not in stats["startup_ms"], stats["startup_ms"]
 
 
 @pytest.mark.gpu

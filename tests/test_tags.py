@@ -107,3 +107,22 @@ def test_a_data_stream_left_out_is_said_with_what_it_carries(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "not in the output: 1 data stream (klv); the output holds video and audio only" in result.stderr
     assert len(video_frames(tmp_path / "out.mp4")) == 5
+
+
+def test_a_timecode_track_the_video_carries_as_a_tag_is_kept_and_not_said_lost(tmp_path):
+    """MOV's timecode track: its timecode is also the video's tag, which is kept, and MOV writes the track
+    again from it; the notice said it was not in the output."""
+    src, out = tmp_path / "in.mov", tmp_path / "out.mov"
+    with av.open(str(src), "w") as container:
+        video = container.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        video.metadata["timecode"] = "01:00:00:00"
+        mux_noise(container, video, 5)
+    with av.open(str(src)) as container:
+        assert [s.type for s in container.streams] == ["video", "data"]  # the muxer wrote the track
+    result = run_pipeline(src, "-o", out, cwd=tmp_path, quiet=False)
+    assert result.returncode == 0, result.stderr
+    assert "not in the output" not in result.stderr
+    with av.open(str(out)) as container:
+        assert [(s.type, s.metadata.get("timecode")) for s in container.streams] == [
+            ("video", "01:00:00:00"), ("data", "01:00:00:00")]
