@@ -97,6 +97,10 @@ def _read_list(name: str) -> list[str]:
     for entry in entries:
         if "\0" in entry:  # no file name holds one (a binary file given as the list?)
             raise ConfigError(f"input list: {name}: the entry {entry!r} holds a NUL character")
+        try:
+            file_url_as_path(entry.removeprefix("@"))  # refused here, where the list can be named
+        except ConfigError as e:
+            raise ConfigError(f"input list: {name}: {e}") from None
     return entries
 
 

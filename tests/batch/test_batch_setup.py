@@ -92,6 +92,10 @@ def test_an_input_list_that_is_a_device_or_too_large_is_refused(clips, tmp_path,
     nul.write_bytes(b"a.mkv\x00b.mkv\n")
     with pytest.raises(ConfigError, match="the entry 'a.mkv.x00b.mkv' holds a NUL character"):
         expand_inputs([f"@{nul}"])
+    other = tmp_path / "other.txt"  # a file URL of another host: refused naming the list it is in
+    other.write_text("file://otherhost/a.mkv\n")
+    with pytest.raises(ConfigError, match="input list: .*other.txt: file://otherhost/a.mkv: a file URL names"):
+        expand_inputs([f"@{other}"])
 
 
 def test_an_input_list_from_a_pipe_is_read_up_to_the_limit(clips, tmp_path, monkeypatch):
