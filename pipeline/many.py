@@ -192,9 +192,9 @@ def muxer_suffix(muxer: str, suffix: str) -> str:
     usual = [ext for ext, name in {**COMMON, **_USUAL}.items() if name == muxer]
     if usual:
         return usual[0]
-    if muxer in extensions or not extensions:
-        return f".{muxer}" if extensions else suffix
-    return f".{min(extensions)}"
+    if muxer in extensions:
+        return f".{muxer}"
+    return f".{min(extensions)}" if extensions else suffix
 
 
 def into_directory(cfg: RunConfig) -> RunConfig:
