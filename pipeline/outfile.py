@@ -242,14 +242,16 @@ def _unlink(path: Path, dir_fd: int | None) -> None:
         os.unlink(path if dir_fd is None else path.name, dir_fd=dir_fd)
 
 
-def remove_stale_partials(target: Path) -> None:
+def remove_stale_partials(target: Path) -> int:
     """Delete temporary files of earlier runs into ``target`` whose process is gone (killed mid-run); an
-    image sequence's is a directory of frames (:class:`pipeline.sequence.StagedSequence`)."""
+    image sequence's is a directory of frames (:class:`pipeline.sequence.StagedSequence`). Returns how many
+    other processes' temporary files were kept: their process runs."""
     prefix, suffix = partial_prefix(target), target.suffix
     try:
         names = os.listdir(target.parent if str(target.parent) else ".")
     except OSError:
-        return  # the output check reports an unusable directory
+        return 0  # the output check reports an unusable directory
+    kept = 0
     for name in names:  # not glob: a stem may hold glob metacharacters
         if not (name.startswith(prefix) and name.endswith(suffix)):
             continue
@@ -258,22 +260,39 @@ def remove_stale_partials(target: Path) -> None:
         # (os.kill raised OverflowError on twenty digits).
         if not (pid.isascii() and pid.isdigit() and len(pid) <= _PID_DIGITS):
             continue
-        if int(pid) != os.getpid() and not process_alive(int(pid)):
-            stale = target.parent / name
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale, ignore_errors=True)
-            else:
-                stale.unlink(missing_ok=True)
+        if int(pid) == os.getpid():
+            continue
+        if process_alive(int(pid)):
+            kept += 1
+            continue
+        stale = target.parent / name
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    return kept
 
 
 def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped by its parent) does not: a batch learns that a
+    worker died before the worker's nanny reaps it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: alive, someone else's; anything else: do not guess, keep the file
         return True
-    return True
+    return _proc_state(pid) not in ("Z", "X")
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter in Linux's /proc/PID/stat; None where there is none to read."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 1:].split()  # after the command name, which may hold spaces and ")"
+    return fields[0] if fields else None
 
 
 class StagedFile:

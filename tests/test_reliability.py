@@ -12,6 +12,8 @@ import os
 import random
 import re
 import shutil
+import subprocess
+import sys
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -831,8 +833,28 @@ def test_stale_partial_files_of_dead_runs_are_removed(tmp_path):
              ".out.partial-2147483648.mp4", ".out.partial-\u0663.mp4", ".out.partial-\u00b2.mp4"]  # nor these
     for name in names:
         (tmp_path / name).write_bytes(b"x")
-    remove_stale_partials(tmp_path / "out.mp4")
+    assert remove_stale_partials(tmp_path / "out.mp4") == 1  # the live process's
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_a_partial_of_an_exited_process_not_yet_reaped_is_stale(tmp_path):
+    """A batch hears that a worker died before the worker's parent reaps it: a zombie runs nothing."""
+    from pipeline.outfile import process_alive, remove_stale_partials
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.01)
+        assert not process_alive(child.pid)
+        (tmp_path / f".out.partial-{child.pid}.mp4").write_bytes(b"x")
+        assert remove_stale_partials(tmp_path / "out.mp4") == 0
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        child.wait()
+    assert process_alive(os.getpid())
 
 
 def test_timestamps_stay_increasing_whatever_the_input_does():

@@ -340,11 +340,19 @@ def _outcome(future, job: Job) -> FileResult:
     except Exception as e:  # the worker died during the file (a crash, killed), or lost contact
         died = type(e).__name__ == "KilledWorker"
         if died and job.output:  # its temporary file, which no process will finish or remove now
-            remove_stale_partials(Path(job.output))
+            _remove_dead_workers_partial(Path(job.output))
         why = ("its worker process died while processing it (a crash in its run, or killed)"
                if died else f"worker failed while processing it: "
                f"{type(e).__name__}: {e}")  # (Dask's own words on a dead worker run to a paragraph)
         return FileResult(job.index, job.input, job.output, status="failed", exit_code=EXIT_INTERNAL, error=why)
+
+
+def _remove_dead_workers_partial(target: Path, wait_s: float = 2.0) -> None:
+    """The scheduler reports a worker dead when its connection drops, which can come before the process
+    has finished exiting: its temporary file counts as a running process's until then."""
+    deadline = time.monotonic() + wait_s
+    while remove_stale_partials(target) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _size(path: str) -> int:
