@@ -41,7 +41,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.stream_list:
         args.input, args.inputs, args.paths = args.stream_list[0]["input"], None, None  # [[streams]] in the config
     elif hasattr(args, "paths"):  # pipeline run (pipeline batch names its inputs itself)
-        resolve_paths(args)
+        resolve_paths(args, configured_output=file_values.get("output"))
     flags = {k: v for k, v in vars(args).items()
              if k not in ("command", "config", "loglevel", "paths", "progress", "inputs", "stream_list")}
     for table in ("encoder_opts", "input_opts", "output_opts"):

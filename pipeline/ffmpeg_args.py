@@ -129,15 +129,18 @@ def is_output_dir(output: str | None) -> bool:
     return output == "null" or output.endswith(("/", os.sep)) or os.path.isdir(output)
 
 
-def resolve_paths(args: argparse.Namespace) -> None:
+def resolve_paths(args: argparse.Namespace, configured_output: str | None = None) -> None:
     """The input is ``-i IN`` or the first positional; a positional after it is the output (as ``-o``).
 
-    With ``-o DIR/`` or ``-o null`` every positional and every ``-i`` is an input: ``args.inputs`` lists
-    them (several streams in one process, see :mod:`pipeline.many`)."""
+    With ``-o DIR/`` or ``-o null`` (or, without -o, a config's ``output`` of that kind) every positional
+    and every ``-i`` is an input: ``args.inputs`` lists them (several streams in one process, see
+    :mod:`pipeline.many`). The config's folder never lets the second input be taken for an output, which
+    -y would replace."""
     given = list(getattr(args, "paths", None) or ())
     inputs = list(args.input) if isinstance(args.input, list) else [args.input] if args.input else []
     args.inputs = None
-    if is_output_dir(args.output) and len(inputs) + len(given) > 1:
+    output = args.output if args.output is not None else configured_output
+    if is_output_dir(output) and len(inputs) + len(given) > 1:
         args.inputs = inputs + given
         args.input, args.paths = args.inputs[0], None
         return

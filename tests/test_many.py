@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -259,6 +260,27 @@ def test_cli_one_input_into_a_directory_and_several_into_a_missing_one(clips, tm
         assert proc.returncode == 4 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert words in proc.stderr
     assert (tmp_path / "file").read_bytes() == b"kept" and not (tmp_path / "missing").exists()
+
+
+def test_a_configs_output_folder_takes_every_positional_as_an_input(clips, tmp_path):
+    """`run a.mkv b.mkv --config c.toml` with the config's `output = "out/"` took b.mkv for the output (the
+    IN OUT form), and -y replaced it with a's frames; -o on the command line still wins over the file."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = tmp_path / "into.toml"
+    config.write_text('output = "out/"\n')
+    second = tmp_path / clips[1].name
+    shutil.copy(clips[1], second)
+    kept = second.read_bytes()
+    proc = run_cli("run", clips[0], second, "--config", config, "--device", "cpu", "-q", "-y")
+    assert proc.returncode == 0, proc.stderr
+    assert second.read_bytes() == kept
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{c.stem}_processed.mkv" for c in clips[:2])
+    given = tmp_path / "given.mkv"  # an input too: not there
+    proc = run_cli("run", clips[0], given, "--config", config, "--device", "cpu", "-q", "-y")
+    assert proc.returncode == 3 and f"{given.name}: no such file" in proc.stderr, proc.stderr
+    proc = run_cli("run", clips[0], "-o", given, "--config", config, "--device", "cpu", "-q")
+    assert proc.returncode == 0 and len(decode(given).frames) == len(decode(clips[0]).frames), proc.stderr
 
 
 def test_the_api_writes_into_a_directory_as_the_command_line_does(clips, tmp_path):
