@@ -152,7 +152,9 @@ class RunConfig:
                 from .errors import OutputError
 
                 raise OutputError(f"{self.output}: names a directory (it ends with /); name the output file")
-            return Path(self.output)
+            path = Path(self.output)
+            # ./- and ./pipe:1 name files; Path drops the ./, and "-" would then be written to stdout
+            return Path.cwd() / path if is_pipe_name(str(path)) or is_url(str(path)) else path
         if is_url(self.input):
             raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
         if pipe_fd(self.input) is not None:
@@ -204,6 +206,8 @@ def local_path(name: str | Path | None, dash: bool = True) -> Path | None:
     if name[:7].lower() == "file://":
         parts = _file_url_parts(name)
         return Path(_url_path(parts)) if parts.netloc.lower() in ("", "localhost") else None
+    if name[:5].lower() == "file:":  # FFmpeg's file protocol: the rest is the path
+        return Path(name[5:]) if name[5:] else None
     return None if is_url(name) else Path(name)
 
 
@@ -284,7 +288,12 @@ def file_url_as_path(name: str | None) -> str | None:
     """The local path of a ``file://`` URL on this machine, so that an output so named is written as any file is
     (its muxer from its extension, replaced only with -y, through a temporary file); other names stay as given.
     Refused: another host (FFmpeg's file protocol would open ``//host/path``, a local file all the same), and a
-    query or fragment (FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``)."""
+    query or fragment (FFmpeg would read ``take#1.mp4`` as the name, a URL as ``take``).
+
+    ``file:PATH`` without the slashes is FFmpeg's file protocol, what its users write to keep a ':' in a name
+    from reading as a protocol: PATH as it stands, no %XX decoded (``file:12:30.mp4`` is ``12:30.mp4``)."""
+    if name and name[:5].lower() == "file:" and name[5:7] != "//":
+        return _file_protocol_path(name)
     if not (name and name[:7].lower() == "file://"):
         return name
     parts = _file_url_parts(name)
@@ -300,6 +309,18 @@ def file_url_as_path(name: str | None) -> str | None:
         raise ConfigError(f"{name}: the name holds a NUL character (%00)")
     # "dir/" stays a directory's name: file:///x/a.mp4/ must not replace a.mp4
     return str(Path(path)) + ("/" if path.endswith("/") and path.strip("/") else "")
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _file_protocol_path(name: str) -> str:
+    path = name[5:]
+    if not path:
+        raise ConfigError(f"{name}: names no file")
+    if path in ("-", "null") or _SCHEME.match(path):  # stdio, the null output, pipe:1, udp://: a file so named
+        return f"./{path}"  # (which RunConfig.output_path keeps a file)
+    return path
 
 
 def file_url(path: str) -> str:

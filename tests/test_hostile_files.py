@@ -353,7 +353,9 @@ def test_local_names_are_files_never_protocols(tmp_path, clip, name):
     src = tmp_path / name
     src.write_bytes(clip.read_bytes())
     out = tmp_path / ("out" + name.replace("\\", "_"))
-    result = run_pipeline(f"./{name}" if name.startswith("-") else name, "-o", out.name, "--frames", "2", cwd=tmp_path)
+    # ./ as in FFmpeg: a leading '-' reads as an option, and file:x.mp4 as its file protocol's x.mp4
+    given = f"./{name}" if name.startswith(("-", "file:")) else name
+    result = run_pipeline(given, "-o", out.name, "--frames", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert out.is_file() and partials(tmp_path) == []
 
@@ -665,6 +667,33 @@ def test_file_url_names_keep_their_bytes_their_case_and_their_trailing_slash(tmp
     kept.write_bytes(b"kept")
     result = run_pipeline(src, "-o", f"{kept.as_uri()}/", "-y", cwd=tmp_path)
     assert result.returncode == 4 and kept.read_bytes() == b"kept", result.stderr
+
+
+def test_ffmpegs_file_protocol_names_its_path_as_it_stands(tmp_path, clip):
+    """`file:12:30.mp4` is what FFmpeg's users write for a name holding ':' (it was looked for as a file named
+    "file:12:30.mp4": no such file); the rest is the path, no %XX decoded, for every file option."""
+    src = tmp_path / "12:30 %41.mp4"
+    src.write_bytes(clip.read_bytes())
+    result = run_pipeline(f"file:{src.name}", "-o", "file:out:1.mp4", "--frames", "2", "--stats-json",
+                          "file:s:1.json", "-progress", "file:p:1.txt", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(video_frames(tmp_path / "out:1.mp4")) == 2
+    assert json.loads((tmp_path / "s:1.json").read_text())["frames_out"] == 2
+    assert "progress=end" in (tmp_path / "p:1.txt").read_text()
+    one_error(run_pipeline(src.name, "-o", f"file:{src.name}", "-y", cwd=tmp_path), 2, "is the input")
+    one_error(run_pipeline(src.name, "-o", "file:", cwd=tmp_path), 2, "names no file")
+    assert src.read_bytes() == clip.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["./-", "file:-", "./pipe:1", "file:pipe:1", "file:null"])
+def test_a_file_named_like_stdout_or_the_null_output_is_that_file(tmp_path, clip, name):
+    """./- and ./pipe:1 name files, as in FFmpeg (the video went to stdout: Path dropped the ./); so do
+    file:- and file:null."""
+    result = run_pipeline(clip, "-o", name, "-f", "mp4", "--frames", "2", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+    written = tmp_path / name.removeprefix("./").removeprefix("file:")
+    assert len(video_frames(written)) == 2
+    one_error(run_pipeline(clip, "-o", name, "-f", "mp4", cwd=tmp_path), 2, "already exists")
 
 
 @pytest.mark.parametrize("how", ["output", "stats", "progress"])
