@@ -472,9 +472,10 @@ def test_hostile_values_are_one_line_and_exit_2(tmp_path, args, message):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("name", ["meeting12:30.mp4", "with space.mp4", "a" * 246 + ".mp4", "file:x.mp4"])
-def test_odd_names_are_written_as_named(tmp_path, name):
-    result = _sample("-o", name, *SMALL, cwd=tmp_path)
+@pytest.mark.parametrize("given, name", [(n, n) for n in ("meeting12:30.mp4", "with space.mp4", "a" * 246 + ".mp4")]
+                         + [("./file:x.mp4", "file:x.mp4"), ("file:x.mp4", "x.mp4")])  # FFmpeg's file protocol
+def test_odd_names_are_written_as_named(tmp_path, given, name):
+    result = _sample("-o", given, *SMALL, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(_decode(tmp_path / name)[1]) == 2 and [p.name for p in tmp_path.iterdir()] == [name]
 
