@@ -87,7 +87,9 @@ encoded where the container cannot take its codec; see --audio).
     one ends the run at once. SIGHUP or SIGINT ignored when the run starts (nohup, cmd &) stays ignored.
     Files read while setting up (--config, lut3d) must be regular files, of bounded size.
 
-FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel.
+FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel, -frames:v,
+  -re; -hide_banner, -nostdin, -sn and -dn change nothing. ffmpeg's options that have another spelling here
+  (-crf 20: --encoder-opt crf=20) or none are exit 2, saying so.
   Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
     (decoding starts at the keyframe before -ss, earlier frames are dropped). With -ss the output's
     timestamps start at 0 there, as ffmpeg -ss before -i; audio is cut to the packet.
@@ -142,8 +144,8 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
-        if "--encoder-opt" in self._option_string_actions:  # run and batch
-            check_ffmpeg_only_options(args, self._option_string_actions)
+        if self._subparsers is None:  # a command's own parser: every word of the command line is its
+            args = check_ffmpeg_only_options(args, self._option_string_actions)
         if not self.intermixed:
             return super().parse_known_args(args, namespace)
         # argparse's intermixed parsing loses what follows "--" (names that start with "-"): taken here.
@@ -241,7 +243,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     add_overwrite_arguments(p)
     if single:
         add_ffmpeg_arguments(p)
-    p.add_argument("-vf", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
+    p.add_argument("-vf", "-filter:v", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", metavar="PRESET|FILE", type=file_name, action=_Once,
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
@@ -270,7 +272,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help=f"the input's audio (default: {d.audio}): copy where the container takes the codec, "
                         "else encode to its usual one (Opus for WebM, AAC for MP4) with a notice; encode; none")
     p.add_argument("-an", dest="audio", action="store_const", const="none", help="no audio (same as --audio none)")
-    p.add_argument("--frames", type=integer, help="stop after N frames (default: all)")
+    p.add_argument("--frames", "-frames:v", "-frames", "-vframes", type=integer, help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
     p.add_argument("--ring-size", type=integer,
@@ -316,7 +318,7 @@ def _add_realtime_arguments(p, d: RunConfig, single: bool) -> None:
     p.add_argument("--reconnect", type=integer, metavar="N",
                    help=f"live sources: reopen a stalled or lost source up to N times per outage (default: "
                         f"{d.reconnect}), then exit 3 keeping the frames done")
-    p.add_argument("--realtime", action="store_true", default=None,
+    p.add_argument("--realtime", "-re", action="store_true", default=None,
                    help="pace a file at its own frame rate (by timestamps), as a camera would deliver it")
     p.add_argument("--drop-policy", choices=DROP_POLICIES,
                    help=f"when processing falls behind a live or paced source (default: {d.drop_policy}: "

@@ -60,29 +60,67 @@ _ENCODER_OPTIONS = {"-crf": "crf", "-cq": "cq", "-preset": "preset", "-tune": "t
                     "-qp": "qp", "-qmin": "qmin", "-qmax": "qmax", "-rc": "rc", "-cpu-used": "cpu-used",
                     "-deadline": "deadline", "-x264-params": "x264-params", "-x265-params": "x265-params"}
 _AUDIO_OPTIONS = ("-c:a", "-acodec", "-codec:a", "-b:a")
+_MUXER_OPTIONS = ("-movflags", "-brand", "-hls_time", "-hls_list_size", "-segment_time", "-muxdelay",
+                  "-muxpreload", "-write_tmcd", "-use_editlist", "-frag_duration", "-min_frag_duration")
 
 
-def check_ffmpeg_only_options(args: list[str], known) -> None:
-    """ConfigError (exit 2) for an ffmpeg encoder or audio option, saying how it is given here, and for any
-    other word after ``-c`` that is not an option (``known``: the parser's), which argparse reads as -c's
-    value glued on."""
+# ffmpeg's options that change nothing here: scripts written for ffmpeg keep them. A run prints no banner, reads
+# no commands from stdin, and writes no subtitle or data streams (a notice names those left out).
+_NO_OPS = ("-hide_banner", "-nostdin", "-sn", "-dn")
+# ffmpeg's options with no meaning or no spelling here, and what to give instead. argparse would read -nostats as
+# -n -o stats (and write a file named "stats"), -hide_banner as -h, -threads 4 as -t hreads, -s as -ss.
+_INSTEAD = {
+    "-r": "the output keeps the input's frame timing; there is no -r", "-s": "-vf scale=W:H sets the size",
+    "-threads": "--encoder-opt threads=N sets the encoder's threads", "-vn": "a run processes the video",
+    "-map": "a run takes the input's first video stream and its audio (-an: none); there is no -map",
+    "-stats": "the progress bar shows on a terminal; -q hides it and the summary",
+    "-nostats": "the progress bar shows on a terminal only; -q hides it and the summary",
+    "-filter_complex": "-vf takes one chain of filters", "-lavfi": "-vf takes one chain of filters",
+}
+
+
+def check_ffmpeg_only_options(args: list[str], known: dict[str, argparse.Action]) -> list[str]:
+    """``args`` without ffmpeg's options that change nothing here; ConfigError (exit 2) for any other option
+    the parser (``known``: its option strings) lacks, saying how it is given here where there is a way.
+
+    argparse would otherwise take an unknown single-dash word apart: ``-nostdin`` as ``-n -o stdin`` (the
+    output written to a file named "stdin"), ``-crf 20`` as ``-c rf`` with 20 for the output."""
+    kept = []
     for i, token in enumerate(args):
         if token == "--":  # names follow
-            return
-        if token in known or not token.startswith("-") or token.startswith("--"):
+            return kept + args[i:]
+        if token in _NO_OPS:
             continue
-        if token in _AUDIO_OPTIONS:
-            raise ConfigError(f"{token}: the audio is copied where the container takes its codec, else encoded to "
-                              "the container's usual one at its default rate; --audio copy|encode|none chooses "
-                              "(-an: none)")
-        name = _ENCODER_OPTIONS.get(token.split(":")[0])
-        if name is not None:
-            given = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else "VALUE"
-            raise ConfigError(f"{token}: encoder options are given as --encoder-opt KEY=VALUE: "
-                              f"--encoder-opt {name}={given}")
-        if token.startswith("-c") and len(token) > 2:
-            raise ConfigError(f"{token}: not an option here; -c names the encoder (-c libx264), --encoder-opt "
-                              "KEY=VALUE gives it an option")
+        kept.append(token)
+        if token in known or token[:1] != "-" or not token[1:2].isalpha() or token.startswith("--") \
+                or _flags_only(token, known):
+            continue
+        raise ConfigError(_instead_of(token, args[i + 1] if i + 1 < len(args) else None))
+    return kept
+
+
+def _flags_only(token: str, known: dict[str, argparse.Action]) -> bool:
+    """``-yq``: single-letter options that take no value, run together."""
+    return all(known.get(f"-{c}") is not None and known[f"-{c}"].nargs == 0 for c in token[1:])
+
+
+def _instead_of(token: str, following: str | None) -> str:
+    if token in _AUDIO_OPTIONS:
+        return (f"{token}: the audio is copied where the container takes its codec, else encoded to the "
+                "container's usual one at its default rate; --audio copy|encode|none chooses (-an: none)")
+    bare = token.split(":")[0]  # a stream specifier is dropped: -crf:v 20 is -crf 20
+    name = _ENCODER_OPTIONS.get(bare)
+    if name is not None:
+        given = following if following is not None and not following.startswith("-") else "VALUE"
+        return f"{token}: encoder options are given as --encoder-opt KEY=VALUE: --encoder-opt {name}={given}"
+    if bare in _MUXER_OPTIONS:
+        given = following if following is not None and not following.startswith("-") else "VALUE"
+        return f"{token}: muxer options are given as --output-opt KEY=VALUE: --output-opt {bare[1:]}={given}"
+    if bare in _INSTEAD:
+        return f"{token}: {_INSTEAD[bare]}"
+    if token.startswith("-c"):
+        return f"{token}: not an option here; -c names the encoder (-c libx264), --encoder-opt KEY=VALUE gives it an option"
+    return f"{token}: not an option here; --help lists them"
 
 
 def text_value(text: str) -> str:

@@ -63,6 +63,13 @@ def test_parse_time_refuses_the_rest(text):
     (["-to", "0:00:03.5"], ["--end", "3.5"]),
     (["-n"], ["--no-overwrite"]),
     (["-y"], ["--overwrite"]),
+    (["-filter:v", "hflip"], ["--filters", "hflip"]),
+    (["-frames:v", "3"], ["--frames", "3"]),
+    (["-vframes", "3"], ["--frames", "3"]),
+    (["-frames", "3"], ["--frames", "3"]),
+    (["-re"], ["--realtime"]),
+    (["-hide_banner", "-nostdin", "-sn", "-dn", "-y"], ["-y"]),  # ffmpeg's that change nothing here
+    (["-yq"], ["-y", "-q"]),  # flags run together, as argparse takes them
 ])
 def test_alias_gives_the_long_options_config(alias, long):
     assert _parse("in.mp4", *alias) == _parse("in.mp4", *long)
@@ -133,6 +140,17 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
     (["-crf:v", "20"], "--encoder-opt crf=20"),
     (["-crf", "-y"], "--encoder-opt crf=VALUE"),
     (["-codec", "libx264"], "-codec: not an option here; -c names the encoder"),
+    # argparse took these apart: -nostats as -n -o stats (a file named "stats" written), -hide_banner as -h
+    # (the help, exit 0, nothing run), -threads 4 as -t hreads, -s 64x48 as -ss.
+    (["-nostats"], "-nostats: the progress bar shows on a terminal only; -q hides it and the summary"),
+    (["-threads", "4"], "-threads: --encoder-opt threads=N sets the encoder's threads"),
+    (["-s", "64x48"], "-s: -vf scale=W:H sets the size"),
+    (["-r", "30"], "-r: the output keeps the input's frame timing"),
+    (["-map", "0:v"], "-map: a run takes the input's first video stream and its audio"),
+    (["-movflags", "+faststart"], "--output-opt movflags=+faststart"),
+    (["-vn"], "-vn: a run processes the video"),
+    (["-ostats"], "-ostats: not an option here; --help lists them"),
+    (["-yz"], "-yz: not an option here; --help lists them"),
 ])
 def test_ffmpegs_encoder_and_audio_options_say_how_they_are_given_here(command, argv, words, capsys, tmp_path):
     """-crf 20 was read as -c rf and 20 as the output: "two outputs: 20 and -o ...", or a run that
@@ -141,6 +159,14 @@ def test_ffmpegs_encoder_and_audio_options_say_how_they_are_given_here(command, 
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["filters", "presets", "sample", "warmup", "probe", "bench"])
+def test_every_command_refuses_a_word_it_would_take_apart(command, capsys):
+    """`pipeline sample -hx` (as -hide_banner) printed the help and exited 0 (-h), having made nothing."""
+    assert main([command, "-hx"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "pipeline: error: -hx: not an option here; --help lists them\n", err
 
 
 def test_ffmpeg_options_after_a_double_dash_are_names():
@@ -155,6 +181,15 @@ def test_ffmpeg_style_command_line(clip, tmp_path):
     r = run_pipeline("-i", clip, "-vf", "hflip", "-t", "1", "out.mp4", "-q", quiet=False, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert len(video_frames(tmp_path / "out.mp4")) == FPS
+
+
+def test_an_ffmpeg_scripts_no_op_options_run_as_without_them(clip, tmp_path):
+    """`ffmpeg -hide_banner -nostdin -i IN ... OUT`: -hide_banner printed the help (exit 0, nothing written) and
+    -nostdin wrote the output into a file named "stdin" (-n -o stdin)."""
+    r = run_pipeline("-hide_banner", "-nostdin", "-i", clip, "-frames:v", "3", "-sn", "out.mp4", "-q", quiet=False,
+                     cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["out.mp4"] and len(video_frames(tmp_path / "out.mp4")) == 3
 
 
 def test_aliases_write_what_the_long_options_write(clip, tmp_path):
