@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from .config import RunConfig, file_url_as_path, safe_repr
+from .config import RunConfig, file_url_as_path, path_text, safe_repr
 from .errors import ConfigError, Interrupted
 from .processor import StageFrame
 
@@ -235,9 +235,9 @@ def run_many(sources: Sequence[str | os.PathLike], output: str | os.PathLike = "
     locations, output = [_as_location(s) for s in sources], _as_location(output)
     if not all(map(_is_location, [*locations, output])):
         raise ConfigError("run_many takes files or URLs (str or os.PathLike) and an output directory or \"null\"")
-    locations = [os.fspath(s) for s in locations]
+    locations = [path_text(s) for s in locations]
     base = settings(locations[0], None, filters, device, alloc, options)
-    configs = configs_for(base, locations, file_url_as_path(os.fspath(output)))
+    configs = configs_for(base, locations, file_url_as_path(path_text(output)))
     if base.stats_json:
         from .checks import check_streams_stats
 
@@ -261,7 +261,7 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
     if unknown:
         raise ConfigError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                           f"valid options: {', '.join(OPTIONS)}")
-    name = os.fspath(source) if _is_location(source) else getattr(getattr(source, "info", None), "name", "<frames>")
+    name = path_text(source) if _is_location(source) else getattr(getattr(source, "info", None), "name", "<frames>")
     output = _as_location(output)
     for field, value in (("output", output), ("stats_json", options.get("stats_json"))):
         if isinstance(value, (str, os.PathLike)) and not os.fspath(value):
@@ -269,7 +269,7 @@ def settings(source, output, filters: str | None, device: str, alloc: str, optio
     if output is not None and not _is_location(output):
         raise ConfigError(f"Invalid output ({type(output).__name__}). Supported values are a path (str, bytes or "
                           "os.PathLike), a URL, or \"null\".")
-    out = None if output is None else os.fspath(output)
+    out = None if output is None else path_text(output)
     if filters is not None and not isinstance(filters, str):
         raise ConfigError(f"Invalid filters ({safe_repr(filters)}). Supported values are a chain as text "
                           "(\"gblur=sigma=2,hflip\") or None.")

@@ -18,8 +18,8 @@ from .config import (AUDIO_MODES, DECODERS, DROP_POLICIES, MAX_ARENA_HEADROOM, M
                      MAX_NVDEC_SESSIONS, MAX_STREAMS, RunConfig, check_device)
 from .config_file import preset_names
 from .errors import ConfigError
-from .ffmpeg_args import (add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, file_name,
-                          path_name, text_value)
+from .ffmpeg_args import (add_ffmpeg_arguments, add_overwrite_arguments, check_ffmpeg_only_options, config_name,
+                          file_name, path_name, text_value)
 from .log import LEVELS
 from .numbers import integer, number
 from .memory.registry import STRATEGIES
@@ -60,7 +60,8 @@ encoded where the container cannot take its codec; see --audio).
     without -y neither is one that another process created during the run (exit 2). A symbolic link
     stays a link: the file it points to is replaced (a dangling link's file is created).
   Names: one without scheme:// is a local file whatever it holds ("meeting12:30.mp4" is no
-    protocol); a long output name gets a shortened temporary name.
+    protocol), except file:PATH, FFmpeg's file protocol, which is PATH (./file:x names file:x); a
+    long output name gets a shortened temporary name.
   Input: 8-bit 4:2:0 is read as it is, deeper 4:2:0 as 10 bits (12 bits and more rounded to 10), RGB
     and grey as RGB; other formats (4:4:4, NV12, 10-bit 4:2:2, ...) are converted to the nearest with a
     notice, an odd last row/column is dropped, a mid-stream size change is scaled to the first size.
@@ -244,7 +245,7 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     if single:
         add_ffmpeg_arguments(p)
     p.add_argument("-vf", "-filter:v", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
-    p.add_argument("--config", metavar="PRESET|FILE", type=file_name, action=_Once,
+    p.add_argument("--config", metavar="PRESET|FILE", type=config_name, action=_Once,
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
     p.add_argument("--device", type=_device, metavar="auto|cuda|cuda:N|cpu",

@@ -154,7 +154,7 @@ class RunConfig:
                 raise OutputError(f"{self.output}: names a directory (it ends with /); name the output file")
             path = Path(self.output)
             # ./- and ./pipe:1 name files; Path drops the ./, and "-" would then be written to stdout
-            return Path.cwd() / path if is_pipe_name(str(path)) or is_url(str(path)) else path
+            return Path.cwd() / path if is_pipe_name(str(path)) else path
         if is_url(self.input):
             raise ConfigError(f"{self.input}: a URL input needs -o/--output (a file or a stream URL)")
         if pipe_fd(self.input) is not None:
@@ -206,7 +206,7 @@ def local_path(name: str | Path | None, dash: bool = True) -> Path | None:
     if name[:7].lower() == "file://":
         parts = _file_url_parts(name)
         return Path(_url_path(parts)) if parts.netloc.lower() in ("", "localhost") else None
-    if name[:5].lower() == "file:":  # FFmpeg's file protocol: the rest is the path
+    if name.startswith("file:"):  # FFmpeg's file protocol: the rest is the path
         return Path(name[5:]) if name[5:] else None
     return None if is_url(name) else Path(name)
 
@@ -292,7 +292,7 @@ def file_url_as_path(name: str | None) -> str | None:
 
     ``file:PATH`` without the slashes is FFmpeg's file protocol, what its users write to keep a ':' in a name
     from reading as a protocol: PATH as it stands, no %XX decoded (``file:12:30.mp4`` is ``12:30.mp4``)."""
-    if name and name[:5].lower() == "file:" and name[5:7] != "//":
+    if name and name.startswith("file:") and name[5:7] != "//":  # FFmpeg's protocol names have one case
         return _file_protocol_path(name)
     if not (name and name[:7].lower() == "file://"):
         return name
@@ -323,6 +323,16 @@ def _file_protocol_path(name: str) -> str:
     return path
 
 
+def path_text(value: str | os.PathLike | bytes | bytearray) -> str:
+    """A name given as a path, as text. A ``Path`` (or bytes) names a file whatever it holds, so one that
+    FFmpeg's file protocol would read (``Path("file:x.mp4")``) gets ``./``; a str is read as on the
+    command line."""
+    if isinstance(value, str):
+        return value
+    text = os.fsdecode(bytes(value) if isinstance(value, bytearray) else value)
+    return f"./{text}" if text.startswith("file:") else text
+
+
 def file_url(path: str) -> str:
     """A local path as FFmpeg must be given it, through its ``file:`` protocol: otherwise a name holding a
     ':' ("meeting12:30.mp4", "C:\\clips\\a.mp4") is read as a protocol ("meeting12") and not found.
@@ -342,7 +352,7 @@ def _check_types(cfg: RunConfig) -> None:
         if value is None and f.default is None:
             continue
         if f.name in _PATHS and isinstance(value, (os.PathLike, bytes, bytearray)):
-            value = os.fsdecode(bytes(value) if isinstance(value, bytearray) else value)
+            value = path_text(value)
             object.__setattr__(cfg, f.name, value)
         elif (number := _python_scalar(value)) is not value:
             value = number
@@ -420,7 +430,7 @@ def _plugin_paths(value: Any) -> tuple[str, ...]:
     items = [value] if isinstance(value, path_types) else value if isinstance(value, (list, tuple)) else None
     if items is None or not all(isinstance(v, path_types) for v in items):
         raise ConfigError(f"Invalid plugins ({safe_repr(value)}). Supported values are a list of paths.")
-    paths = tuple(os.fsdecode(bytes(v) if isinstance(v, bytearray) else v) for v in items)
+    paths = tuple(v if isinstance(v, str) else path_text(v) for v in items)
     if not all(isinstance(v, str) and v for v in paths):
         raise ConfigError(f"Invalid plugins ({value!r}). Supported values are paths as text, none empty.")
     return tuple(map(file_url_as_path, paths))  # a file:// URL is its file, as on the command line

@@ -52,6 +52,13 @@ def file_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def config_name(text: str) -> str:
+    """--config's value, as :func:`file_name`; ``file:NAME`` is a file even without a '/' (NAME alone would
+    be the preset of that name)."""
+    name = file_name(text)
+    return f"./{name}" if text.startswith("file:") and "/" not in name else name
+
+
 # ffmpeg's options that have no spelling of their own here. argparse would read ``-crf 20`` as ``-c rf`` and take
 # the 20 for the output (``-c:a aac`` likewise): each is named with what does the same here.
 # (A stream specifier is dropped: -crf:v 20 is -crf 20.)
@@ -67,8 +74,8 @@ _MUXER_OPTIONS = ("-movflags", "-brand", "-hls_time", "-hls_list_size", "-segmen
 # ffmpeg's options that change nothing here: scripts written for ffmpeg keep them. A run prints no banner, reads
 # no commands from stdin, and writes no subtitle or data streams (a notice names those left out).
 _NO_OPS = ("-hide_banner", "-nostdin", "-sn", "-dn")
-# ffmpeg's options with no meaning or no spelling here, and what to give instead. argparse would read -nostats as
-# -n -o stats (and write a file named "stats"), -hide_banner as -h, -threads 4 as -t hreads, -s as -ss.
+# ffmpeg's options with no meaning or no spelling here, and what to give instead. argparse would read -threads 4
+# as -t hreads and -s as -ss.
 _INSTEAD = {
     "-r": "the output keeps the input's frame timing; there is no -r", "-s": "-vf scale=W:H sets the size",
     "-threads": "--encoder-opt threads=N sets the encoder's threads", "-vn": "a run processes the video",
@@ -76,7 +83,19 @@ _INSTEAD = {
     "-stats": "the progress bar shows on a terminal; -q hides it and the summary",
     "-nostats": "the progress bar shows on a terminal only; -q hides it and the summary",
     "-filter_complex": "-vf takes one chain of filters", "-lavfi": "-vf takes one chain of filters",
+    "-hwaccel": "--decode nvdec decodes on the GPU", "-af": "the audio is copied or encoded, never filtered",
+    "-timeout": "--timeout SECONDS", "-stream_loop": "an input is read once",
 }
+# More of ffmpeg's options, refused whole: each would otherwise be read as an option here with a value glued on
+# (-itsoffset 2 as -i tsoffset, -fflags +genpts as -f flags).
+_FFMPEG_OTHERS = frozenset((
+    "-itsoffset", "-fflags", "-flags", "-vsync", "-fps_mode", "-aspect", "-metadata", "-ignore_unknown", "-copyts",
+    "-start_at_zero", "-loop", "-vtag", "-tag", "-disposition", "-autorotate", "-noautorotate", "-shortest",
+    "-report", "-benchmark", "-xerror", "-filter_threads", "-hwaccel_device", "-hwaccel_output_format",
+    "-init_hw_device", "-vstats", "-max_muxing_queue_size", "-probesize", "-analyzeduration", "-ac", "-ar",
+    "-vol", "-strict", "-fs", "-dts_delta_threshold", "-top", "-field_order", "-color_range", "-colorspace",
+    "-color_primaries", "-color_trc", "-sws_flags", "-passlogfile", "-pass", "-vbsf", "-bsf", "-bsf:v", "-bsf:a",
+))
 
 
 def check_ffmpeg_only_options(args: list[str], known: dict[str, argparse.Action]) -> list[str]:
@@ -84,7 +103,9 @@ def check_ffmpeg_only_options(args: list[str], known: dict[str, argparse.Action]
     the parser (``known``: its option strings) lacks, saying how it is given here where there is a way.
 
     argparse would otherwise take an unknown single-dash word apart: ``-nostdin`` as ``-n -o stdin`` (the
-    output written to a file named "stdin"), ``-crf 20`` as ``-c rf`` with 20 for the output."""
+    output written to a file named "stdin"), ``-hide_banner`` as ``-h`` (the help, exit 0, nothing run),
+    ``-crf 20`` as ``-c rf`` with 20 for the output. The forms argparse gives a known option stay:
+    ``-o=out.mp4``, ``-oout.mp4``, ``-yq``, ``-yo out.mp4``."""
     kept = []
     for i, token in enumerate(args):
         if token == "--":  # names follow
@@ -92,33 +113,55 @@ def check_ffmpeg_only_options(args: list[str], known: dict[str, argparse.Action]
         if token in _NO_OPS:
             continue
         kept.append(token)
-        if token in known or token[:1] != "-" or not token[1:2].isalpha() or token.startswith("--") \
-                or _flags_only(token, known):
-            continue
-        raise ConfigError(_instead_of(token, args[i + 1] if i + 1 < len(args) else None))
+        if _is_foreign(token, known):
+            following = args[i + 1] if i + 1 < len(args) else None
+            raise ConfigError(_instead_of(token, following, hints="--encoder-opt" in known))
     return kept
 
 
-def _flags_only(token: str, known: dict[str, argparse.Action]) -> bool:
-    """``-yq``: single-letter options that take no value, run together."""
-    return all(known.get(f"-{c}") is not None and known[f"-{c}"].nargs == 0 for c in token[1:])
+def _is_foreign(token: str, known: dict[str, argparse.Action]) -> bool:
+    """Whether ``token`` is an option word this parser does not have (a word holding a space is a name, as
+    argparse takes it)."""
+    if token in known or token[:1] != "-" or not token[1:2].isalpha() or token.startswith("--") or " " in token:
+        return False
+    bare = token.split(":")[0]
+    if bare in _ENCODER_OPTIONS or bare in _MUXER_OPTIONS or bare in _INSTEAD or token in _AUDIO_OPTIONS \
+            or bare in _FFMPEG_OTHERS or token.startswith("-c"):  # -cfoo: never an encoder named foo
+        return True
+    if token.split("=", 1)[0] in known:  # -vf=hflip
+        return False
+    return not _short_options(token[1:], known)
 
 
-def _instead_of(token: str, following: str | None) -> str:
-    if token in _AUDIO_OPTIONS:
+def _short_options(letters: str, known: dict[str, argparse.Action]) -> bool:
+    """Whether ``letters`` are one-letter options run together as argparse takes them: flags (``-yq``), then
+    at most one that takes a value, given glued on when it comes first (``-oout.mp4``) or in the next word when
+    it comes last (``-yo out.mp4``). Flags then a value glued on is refused: ``-nostdin`` is no ``-n -o stdin``."""
+    for index, letter in enumerate(letters):
+        action = known.get(f"-{letter}")
+        if action is None:
+            return False
+        if action.nargs != 0:
+            return index == 0 or index == len(letters) - 1
+    return True
+
+
+def _instead_of(token: str, following: str | None, hints: bool) -> str:
+    """The refusal of ``token``; ``hints``: the command encodes (run, batch), so ffmpeg's encoder, muxer and
+    audio options have a spelling here."""
+    bare = token.split(":")[0]  # a stream specifier is dropped: -crf:v 20 is -crf 20
+    given = following if following is not None and not following.startswith("-") else "VALUE"
+    if hints and token in _AUDIO_OPTIONS:
         return (f"{token}: the audio is copied where the container takes its codec, else encoded to the "
                 "container's usual one at its default rate; --audio copy|encode|none chooses (-an: none)")
-    bare = token.split(":")[0]  # a stream specifier is dropped: -crf:v 20 is -crf 20
-    name = _ENCODER_OPTIONS.get(bare)
-    if name is not None:
-        given = following if following is not None and not following.startswith("-") else "VALUE"
-        return f"{token}: encoder options are given as --encoder-opt KEY=VALUE: --encoder-opt {name}={given}"
-    if bare in _MUXER_OPTIONS:
-        given = following if following is not None and not following.startswith("-") else "VALUE"
+    if hints and bare in _ENCODER_OPTIONS:
+        return (f"{token}: encoder options are given as --encoder-opt KEY=VALUE: "
+                f"--encoder-opt {_ENCODER_OPTIONS[bare]}={given}")
+    if hints and bare in _MUXER_OPTIONS:
         return f"{token}: muxer options are given as --output-opt KEY=VALUE: --output-opt {bare[1:]}={given}"
-    if bare in _INSTEAD:
+    if hints and bare in _INSTEAD:
         return f"{token}: {_INSTEAD[bare]}"
-    if token.startswith("-c"):
+    if hints and token.startswith("-c"):
         return f"{token}: not an option here; -c names the encoder (-c libx264), --encoder-opt KEY=VALUE gives it an option"
     return f"{token}: not an option here; --help lists them"
 

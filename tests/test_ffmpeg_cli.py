@@ -70,6 +70,9 @@ def test_parse_time_refuses_the_rest(text):
     (["-re"], ["--realtime"]),
     (["-hide_banner", "-nostdin", "-sn", "-dn", "-y"], ["-y"]),  # ffmpeg's that change nothing here
     (["-yq"], ["-y", "-q"]),  # flags run together, as argparse takes them
+    (["-o=o.mp4", "-vf=hflip", "-ss=0.5"], ["-o", "o.mp4", "-vf", "hflip", "-ss", "0.5"]),  # argparse's forms
+    (["-oo.mp4"], ["-o", "o.mp4"]),
+    (["-yo", "o.mp4"], ["-y", "-o", "o.mp4"]),
 ])
 def test_alias_gives_the_long_options_config(alias, long):
     assert _parse("in.mp4", *alias) == _parse("in.mp4", *long)
@@ -149,7 +152,9 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
     (["-map", "0:v"], "-map: a run takes the input's first video stream and its audio"),
     (["-movflags", "+faststart"], "--output-opt movflags=+faststart"),
     (["-vn"], "-vn: a run processes the video"),
-    (["-ostats"], "-ostats: not an option here; --help lists them"),
+    (["-noautorotate"], "-noautorotate: not an option here"),  # -n -o autorotate
+    (["-yostats"], "-yostats: not an option here"),  # flags, then a value glued on: -nostdin's shape
+    (["-itsoffset", "2"], "-itsoffset: not an option here"),  # -i tsoffset
     (["-yz"], "-yz: not an option here; --help lists them"),
 ])
 def test_ffmpegs_encoder_and_audio_options_say_how_they_are_given_here(command, argv, words, capsys, tmp_path):
@@ -171,6 +176,24 @@ def test_every_command_refuses_a_word_it_would_take_apart(command, capsys):
 
 def test_ffmpeg_options_after_a_double_dash_are_names():
     assert _parse("-o", "o.mkv", "--", "-crf").input == "-crf"
+
+
+def test_a_word_holding_a_space_is_a_name_as_argparse_takes_it():
+    assert _parse("-my clip.mp4", "-o", "o.mkv").input == "-my clip.mp4"
+
+
+def test_an_encoding_options_hint_is_given_only_where_the_command_encodes(capsys):
+    """`pipeline sample -crf 5` is no --encoder-opt: sample has --crf."""
+    assert main(["sample", "-crf", "5"]) == 2
+    assert capsys.readouterr().err == "pipeline: error: -crf: not an option here; --help lists them\n"
+
+
+def test_config_file_colon_names_a_file_never_a_preset(tmp_path, monkeypatch):
+    """--config file:denoise loaded the shipped preset, not the file named denoise."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "denoise").write_text("frames = 2\n")
+    assert _parse("in.mp4", "--config", "file:denoise").frames == 2
+    assert _parse("in.mp4", "--config", "denoise").frames is None
 
 
 # -- each alias as a subprocess ----------------------------------------------------------------------

@@ -685,6 +685,21 @@ def test_ffmpegs_file_protocol_names_its_path_as_it_stands(tmp_path, clip):
     assert src.read_bytes() == clip.read_bytes()
 
 
+def test_a_path_object_names_its_file_even_one_called_file_colon(tmp_path, clip, monkeypatch):
+    """Path("file:x.mp4") is the file so named (the str "file:x.mp4" is FFmpeg's protocol, x.mp4): a Path
+    cannot keep a leading ./, and a config rebuilt with replace() must not read it as the protocol again."""
+    import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file:x.mp4").write_bytes(clip.read_bytes())
+    pipeline.run(Path("file:x.mp4"), Path("file:o.mp4"), device="cpu", frames=2)
+    assert len(video_frames(tmp_path / "file:o.mp4")) == 2
+    (tmp_path / "out").mkdir()
+    result = pipeline.run_many([Path("file:x.mp4")], "out", device="cpu", frames=2)
+    assert result.exit_code == 0 and [p.name for p in (tmp_path / "out").iterdir()] == ["file:x_processed.mp4"]
+    assert not (tmp_path / "x.mp4").exists() and not (tmp_path / "o.mp4").exists()
+
+
 @pytest.mark.parametrize("name", ["./-", "file:-", "./pipe:1", "file:pipe:1", "file:null"])
 def test_a_file_named_like_stdout_or_the_null_output_is_that_file(tmp_path, clip, name):
     """./- and ./pipe:1 name files, as in FFmpeg (the video went to stdout: Path dropped the ./); so do

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..checks import check_reachable, real_path, special_kind
-from ..config import file_url_as_path
+from ..config import file_url_as_path, path_text
 from ..errors import ConfigError, OutputError
 from ..log import log
 from ..many import muxer_suffix, output_extension
@@ -51,7 +51,7 @@ def _identity(path: Path) -> object:
 
 def _expand(items: Iterable[str | os.PathLike], depth: int, lists: list[Path]) -> Iterable[Path]:
     for item in items:
-        text = file_url_as_path(os.fspath(item))  # a file:// URL of this machine names its file, as for run
+        text = file_url_as_path(path_text(item))  # a file:// URL of this machine names its file, as for run
         # os.path.exists: False, not PermissionError, for a name in a directory that cannot be entered
         if text.startswith("@") and not os.path.exists(text):
             if depth >= 8:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..checks import check_name_length
-from ..config import RunConfig, file_url_as_path, safe_repr
+from ..config import RunConfig, file_url_as_path, path_text, safe_repr
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, ConfigError, OutputError
 from ..log import log
 from ..outfile import remove_stale_partials
@@ -79,7 +79,7 @@ def run_batch(inputs: Sequence[str | Path], output: str | Path = ".", *, filters
     inputs = check_list(inputs, "run_batch", "inputs", "pass [input] (a path, a glob or an @list file)")
     _check_arguments(output, suffix, gpus, dashboard, processes, on_result, stop)
     cfg = run_settings("", None, filters, device, alloc, {"overwrite": overwrite, **options})
-    batch = BatchSettings(output=file_url_as_path(os.fspath(output)), suffix=suffix, gpus=gpus, workers=workers,
+    batch = BatchSettings(output=file_url_as_path(path_text(output)), suffix=suffix, gpus=gpus, workers=workers,
                           scheduler=scheduler, processes=processes, dashboard=dashboard, muxer=cfg.output_format)
     return execute(inputs, cfg, batch, on_result=on_result, stop=stop)
 
@@ -349,7 +349,8 @@ def _outcome(future, job: Job) -> FileResult:
 
 def _remove_dead_workers_partial(target: Path, wait_s: float = 2.0) -> None:
     """The scheduler reports a worker dead when its connection drops, which can come before the process
-    has finished exiting: its temporary file counts as a running process's until then."""
+    has finished exiting: its temporary file counts as a running process's until then, so this waits for
+    that, ``wait_s`` at most (as long as another live process's temporary file for ``target`` stays)."""
     deadline = time.monotonic() + wait_s
     while remove_stale_partials(target) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -481,6 +481,31 @@ def test_run_batch_takes_a_file_url_folder_and_f_names_the_extension(clips, tmp_
     assert [p.name for p in out.glob("clip0*")] == ["clip0_processed.ts"]
 
 
+def test_a_file_named_file_colon_is_that_file_however_it_is_named(clips, tmp_path, monkeypatch):
+    """file:x.mkv is FFmpeg's file protocol (x.mkv), but ./file:x.mkv, a glob's match and a Path name the file
+    itself: once expanded, a batch took them for the protocol again and ran x.mkv (for a glob, x.mkv twice
+    and file:x.mkv never)."""
+    ins = tmp_path / "in"
+    ins.mkdir()
+    shutil.copy(clips / "clip0.mkv", ins / "file:x.mkv")
+    shutil.copy(clips / "clip1.mkv", ins / "x.mkv")
+    for given, out in (("./file:x.mkv", "dot"), ("*.mkv", "glob")):
+        result = run_command(batch_command(given, "-o", str(tmp_path / out), "-vf", "hflip", "-q"), cwd=ins,
+                             env=child_env())
+        assert result.returncode == 0, result.stderr
+    monkeypatch.chdir(ins)
+    report = run_batch([Path("file:x.mkv")], tmp_path / "api", filters="hflip", device="cpu", workers=1,
+                       processes=False)
+    assert report.exit_code == 0, [r.error for r in report.results]
+    assert sorted(p.name for p in (tmp_path / "glob").glob("*.mkv")) == ["file:x_processed.mkv", "x_processed.mkv"]
+    wanted = decode(tmp_path / "glob" / "file:x_processed.mkv").frames
+    assert not all(a.tobytes() == b.tobytes() for a, b in zip(wanted, decode(tmp_path / "glob" / "x_processed.mkv").frames))
+    for out in ("dot", "api"):
+        assert [p.name for p in (tmp_path / out).glob("*.mkv")] == ["file:x_processed.mkv"]
+        got = decode(tmp_path / out / "file:x_processed.mkv").frames
+        assert [f.tobytes() for f in got] == [f.tobytes() for f in wanted]
+
+
 @pytest.mark.parametrize("how", ["url", "nested"])
 def test_json_never_replaces_a_list_named_as_a_url_or_inside_another(clips, tmp_path, how):
     """--json l.txt -y replaced the list l.txt when it was named @file:///.../l.txt or inside another list."""
