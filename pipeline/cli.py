@@ -43,7 +43,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     elif hasattr(args, "paths"):  # pipeline run (pipeline batch names its inputs itself)
         resolve_paths(args, configured_output=file_values.get("output"))
     flags = {k: v for k, v in vars(args).items()
-             if k not in ("command", "config", "loglevel", "paths", "progress", "inputs", "stream_list")}
+             if k not in ("command", "config", "loglevel", "paths", "progress", "inputs", "stream_list", "stats")}
     for table in ("encoder_opts", "input_opts", "output_opts"):
         if flags.get(table):
             flags[table] = dict(flags[table])
@@ -230,7 +230,7 @@ def _dispatch(args: argparse.Namespace, err: Console, process_ends: bool = False
 
 
 def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: str | None = None,
-            process_ends: bool = False) -> int:
+            process_ends: bool = False, bar: bool = True) -> int:
     from .engine import Pipeline, RunControl
     from .progress import check_progress, progress_for, progress_report
 
@@ -251,7 +251,7 @@ def cmd_run(cfg: RunConfig, err: Console, progress: str | None = None, config: s
         pipeline.phases.add("imports", (pipeline.phases.t0 - PROCESS_STARTED) * 1e3)
         pipeline.stats.origin = PROCESS_STARTED
     try:
-        with progress_for(pipeline, err, enabled=not cfg.quiet and err.is_terminal), \
+        with progress_for(pipeline, err, enabled=bar and not cfg.quiet and err.is_terminal), \
                 progress_report(pipeline, report):
             stats = pipeline.run()
     finally:
@@ -337,7 +337,8 @@ def _run_command(args: argparse.Namespace, cfg: RunConfig, err: Console, process
                             config=args.config)
     from .many import into_directory
 
-    return cmd_run(into_directory(cfg), err, progress=args.progress, config=args.config, process_ends=process_ends)
+    return cmd_run(into_directory(cfg), err, progress=args.progress, config=args.config, process_ends=process_ends,
+                   bar=args.stats is not False)
 
 
 def read_files(cfg: RunConfig, config: str | None) -> list[tuple[Path, str]]:

@@ -89,8 +89,8 @@ encoded where the container cannot take its codec; see --audio).
     Files read while setting up (--config, lut3d) must be regular files, of bounded size.
 
 FFmpeg's spellings: -i IN (then a positional is the output), -vf, -c:v, -f, -n, -v/-loglevel, -frames:v,
-  -re; -hide_banner, -nostdin, -sn and -dn change nothing. ffmpeg's options that have another spelling here
-  (-crf 20: --encoder-opt crf=20) or none are exit 2, saying so.
+  -re, -nostats; -hide_banner, -nostdin, -sn and -dn change nothing. ffmpeg's options that have
+  another spelling here (-crf 20: --encoder-opt crf=20) or none are exit 2, saying so.
   Spans: -ss/-t/-to take seconds or [HH:]MM:SS[.m], counted from the input's start; frame-accurate
     (decoding starts at the keyframe before -ss, earlier frames are dropped). With -ss the output's
     timestamps start at 0 there, as ffmpeg -ss before -i; audio is cut to the packet.
@@ -297,6 +297,11 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help="write the run statistics as JSON to this path (an existing file needs -y; never the input "
                         "or the output)" if single else argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bar and no summary")
+    bar = p.add_mutually_exclusive_group()  # ffmpeg's spellings, so that its scripts run
+    bar.add_argument("-nostats", dest="stats", action="store_false", default=None,
+                     help="no progress bar; the summary stays")
+    bar.add_argument("-stats", dest="stats", action="store_true", default=None,
+                     help="the progress bar, on a terminal (the default)")
     p.add_argument("-v", "-loglevel", "--loglevel", dest="loglevel", choices=tuple(LEVELS), default=None,
                    help="notices shown on stderr: quiet, error, warning, info (default), debug")
     p.add_argument("--debug", action="store_true", default=None, help="show tracebacks")

@@ -80,8 +80,6 @@ _INSTEAD = {
     "-r": "the output keeps the input's frame timing; there is no -r", "-s": "-vf scale=W:H sets the size",
     "-threads": "--encoder-opt threads=N sets the encoder's threads", "-vn": "a run processes the video",
     "-map": "a run takes the input's first video stream and its audio (-an: none); there is no -map",
-    "-stats": "the progress bar shows on a terminal; -q hides it and the summary",
-    "-nostats": "the progress bar shows on a terminal only; -q hides it and the summary",
     "-filter_complex": "-vf takes one chain of filters", "-lavfi": "-vf takes one chain of filters",
     "-hwaccel": "--decode nvdec decodes on the GPU", "-af": "the audio is copied or encoded, never filtered",
     "-timeout": "--timeout SECONDS", "-stream_loop": "an input is read once",

@@ -69,6 +69,7 @@ def test_parse_time_refuses_the_rest(text):
     (["-frames", "3"], ["--frames", "3"]),
     (["-re"], ["--realtime"]),
     (["-hide_banner", "-nostdin", "-sn", "-dn", "-y"], ["-y"]),  # ffmpeg's that change nothing here
+    (["-nostats"], []), (["-stats"], []),  # the progress bar's, which is no run setting
     (["-yq"], ["-y", "-q"]),  # flags run together, as argparse takes them
     (["-o=o.mp4", "-vf=hflip", "-ss=0.5"], ["-o", "o.mp4", "-vf", "hflip", "-ss", "0.5"]),  # argparse's forms
     (["-oo.mp4"], ["-o", "o.mp4"]),
@@ -145,7 +146,6 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
     (["-codec", "libx264"], "-codec: not an option here; -c names the encoder"),
     # argparse took these apart: -nostats as -n -o stats (a file named "stats" written), -hide_banner as -h
     # (the help, exit 0, nothing run), -threads 4 as -t hreads, -s 64x48 as -ss.
-    (["-nostats"], "-nostats: the progress bar shows on a terminal only; -q hides it and the summary"),
     (["-threads", "4"], "-threads: --encoder-opt threads=N sets the encoder's threads"),
     (["-s", "64x48"], "-s: -vf scale=W:H sets the size"),
     (["-r", "30"], "-r: the output keeps the input's frame timing"),
@@ -178,6 +178,22 @@ def test_ffmpeg_options_after_a_double_dash_are_names():
     assert _parse("-o", "o.mkv", "--", "-crf").input == "-crf"
 
 
+@pytest.mark.parametrize("command", ["run", "batch"])
+def test_nostats_hides_the_progress_bar_as_in_ffmpeg(command, monkeypatch):
+    """-nostats was -n -o stats: the output written into a file named "stats"."""
+    from pipeline import cli
+
+    parser = build_parser(command)
+    assert parser.parse_args([command, "in.mp4", "-nostats"]).stats is False
+    assert parser.parse_args([command, "in.mp4", "-stats"]).stats is True
+    assert parser.parse_args([command, "in.mp4"]).stats is None
+    if command == "run":
+        seen = {}
+        monkeypatch.setattr(cli, "cmd_run", lambda *a, **k: seen.update(k) or 0)
+        assert main(["run", "in.mp4", "-o", "o.mkv", "-nostats", "--device", "cpu"]) == 0
+        assert seen["bar"] is False
+
+
 def test_a_word_holding_a_space_is_a_name_as_argparse_takes_it():
     assert _parse("-my clip.mp4", "-o", "o.mkv").input == "-my clip.mp4"
 
@@ -208,9 +224,9 @@ def test_ffmpeg_style_command_line(clip, tmp_path):
 
 def test_an_ffmpeg_scripts_no_op_options_run_as_without_them(clip, tmp_path):
     """`ffmpeg -hide_banner -nostdin -i IN ... OUT`: -hide_banner printed the help (exit 0, nothing written) and
-    -nostdin wrote the output into a file named "stdin" (-n -o stdin)."""
-    r = run_pipeline("-hide_banner", "-nostdin", "-i", clip, "-frames:v", "3", "-sn", "out.mp4", "-q", quiet=False,
-                     cwd=tmp_path)
+    -nostdin and -nostats wrote the output into a file named "stdin" or "stats" (-n -o stdin)."""
+    r = run_pipeline("-hide_banner", "-nostdin", "-nostats", "-i", clip, "-frames:v", "3", "-sn", "out.mp4", "-q",
+                     quiet=False, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "", r.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["out.mp4"] and len(video_frames(tmp_path / "out.mp4")) == 3
 

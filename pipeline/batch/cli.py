@@ -103,7 +103,8 @@ def main(args: argparse.Namespace, err: Console) -> int:
                           made_by_run=out_dir)
     stop = StopRequest()
     _install_signal_handlers(stop)
-    with progress(err, len(sources), enabled=not cfg.quiet and err.is_terminal) as on_result:
+    with progress(err, len(sources), enabled=args.stats is not False and not cfg.quiet and err.is_terminal) \
+            as on_result:
         report = execute(sources, cfg, batch, on_result=on_result, stop=stop)
     if cfg.quiet:
         shown = _say_failures(report, err)
