@@ -93,6 +93,8 @@ _FFMPEG_OTHERS = frozenset((
     "-init_hw_device", "-vstats", "-max_muxing_queue_size", "-probesize", "-analyzeduration", "-ac", "-ar",
     "-vol", "-strict", "-fs", "-dts_delta_threshold", "-top", "-field_order", "-color_range", "-colorspace",
     "-color_primaries", "-color_trc", "-sws_flags", "-passlogfile", "-pass", "-vbsf", "-bsf", "-bsf:v", "-bsf:a",
+    "-filter:a", "-frames:a", "-force_key_frames", "-framerate", "-fpsmax", "-filter_script", "-itsscale", "-isync",
+    "-ignore_editlist", "-timecode", "-target", "-video_size", "-vstats_file", "-aframes",
 ))
 
 
@@ -104,28 +106,34 @@ def check_ffmpeg_only_options(args: list[str], known: dict[str, argparse.Action]
     output written to a file named "stdin"), ``-hide_banner`` as ``-h`` (the help, exit 0, nothing run),
     ``-crf 20`` as ``-c rf`` with 20 for the output. The forms argparse gives a known option stay:
     ``-o=out.mp4``, ``-oout.mp4``, ``-yq``, ``-yo out.mp4``."""
-    kept = []
+    kept: list[str] = []
     for i, token in enumerate(args):
         if token == "--":  # names follow
             return kept + args[i:]
-        if token in _NO_OPS:
+        if token in _NO_OPS and not _takes_value(kept[-1] if kept else None, known):  # -o -sn: argparse refuses
             continue
         kept.append(token)
         if _is_foreign(token, known):
             following = args[i + 1] if i + 1 < len(args) else None
-            raise ConfigError(_instead_of(token, following, hints="--encoder-opt" in known))
+            raise ConfigError(_instead_of(token, following, known))
     return kept
 
 
+def _takes_value(word: str | None, known: dict[str, argparse.Action]) -> bool:
+    action = known.get(word or "")
+    return action is not None and action.nargs != 0
+
+
 def _is_foreign(token: str, known: dict[str, argparse.Action]) -> bool:
-    """Whether ``token`` is an option word this parser does not have (a word holding a space is a name, as
-    argparse takes it)."""
-    if token in known or token[:1] != "-" or not token[1:2].isalpha() or token.startswith("--") or " " in token:
+    """Whether ``token`` is an option word this parser does not have."""
+    if token in known or token[:1] != "-" or not token[1:2].isalpha() or token.startswith("--"):
         return False
+    if " " in token:  # argparse reads "-o x.mp4" as -o " x.mp4": a name starting with '-' follows -- or ./
+        return True
     bare = token.split(":")[0]
     if bare in _ENCODER_OPTIONS or bare in _MUXER_OPTIONS or bare in _INSTEAD or token in _AUDIO_OPTIONS \
-            or bare in _FFMPEG_OTHERS or token.startswith("-c"):  # -cfoo: never an encoder named foo
-        return True
+            or bare in _FFMPEG_OTHERS or token.startswith("-c") or _long_spelling(token, known):
+        return True  # -cfoo: never an encoder named foo; -output: never -o utput
     if token.split("=", 1)[0] in known:  # -vf=hflip
         return False
     return not _short_options(token[1:], known)
@@ -144,9 +152,22 @@ def _short_options(letters: str, known: dict[str, argparse.Action]) -> bool:
     return True
 
 
-def _instead_of(token: str, following: str | None, hints: bool) -> str:
-    """The refusal of ``token``; ``hints``: the command encodes (run, batch), so ffmpeg's encoder, muxer and
-    audio options have a spelling here."""
+def _long_spelling(token: str, known: dict[str, argparse.Action]) -> str | None:
+    """The parser's long option that ``token`` starts with, given one dash (``-output``, ``-output.mp4``,
+    ``-input_format``), if any: a mistyped option, never a one-letter one with a value glued on."""
+    word = token[1:].replace("_", "-")
+    names = [name for name in known if name.startswith("--") and word.startswith(name[2:])]
+    return max(names, key=len, default=None)
+
+
+def _instead_of(token: str, following: str | None, known: dict[str, argparse.Action]) -> str:
+    """The refusal of ``token``. ffmpeg's encoder, muxer and audio options have a spelling where the command
+    encodes (run, batch)."""
+    if " " in token:
+        return f"{token}: not an option here; a name that starts with '-' goes after -- (or as ./{token})"
+    if (name := _long_spelling(token, known)) is not None:
+        return f"{token}: not an option here; {name} (two dashes) is"
+    hints = "--encoder-opt" in known
     bare = token.split(":")[0]  # a stream specifier is dropped: -crf:v 20 is -crf 20
     given = following if following is not None and not following.startswith("-") else "VALUE"
     if hints and token in _AUDIO_OPTIONS:
