@@ -144,8 +144,7 @@ def test_bad_paths_and_spans_are_usage_errors(argv, words, capsys):
     (["-crf:v", "20"], "--encoder-opt crf=20"),
     (["-crf", "-y"], "--encoder-opt crf=VALUE"),
     (["-codec", "libx264"], "-codec: not an option here; --codec (two dashes) is"),
-    # argparse took these apart: -nostats as -n -o stats (a file named "stats" written), -hide_banner as -h
-    # (the help, exit 0, nothing run), -threads 4 as -t hreads, -s 64x48 as -ss.
+    # argparse took these apart: -threads 4 as -t hreads, -s 64x48 as -ss, -noautorotate as -n -o autorotate.
     (["-threads", "4"], "-threads: --encoder-opt threads=N sets the encoder's threads"),
     (["-s", "64x48"], "-s: -vf scale=W:H sets the size"),
     (["-r", "30"], "-r: the output keeps the input's frame timing"),
