@@ -244,7 +244,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
     add_overwrite_arguments(p)
     if single:
         add_ffmpeg_arguments(p)
-    p.add_argument("-vf", "-filter:v", "--filters", help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
+    p.add_argument("-vf", "-filter:v", "--filters",
+                   help=f"filter chain, ffmpeg syntax (default: {d.filters!r}; '' for none)")
     p.add_argument("--config", metavar="PRESET|FILE", type=config_name, action=_Once,
                    help=f"a preset by name ({', '.join(preset_names())}: see 'pipeline presets') or a TOML file "
                         "(a path with a '/' or ending in .toml); flags given here override it")
@@ -273,7 +274,8 @@ def add_run_arguments(p: argparse.ArgumentParser, d: RunConfig, single: bool = T
                    help=f"the input's audio (default: {d.audio}): copy where the container takes the codec, "
                         "else encode to its usual one (Opus for WebM, AAC for MP4) with a notice; encode; none")
     p.add_argument("-an", dest="audio", action="store_const", const="none", help="no audio (same as --audio none)")
-    p.add_argument("--frames", "-frames:v", "-frames", "-vframes", type=integer, help="stop after N frames (default: all)")
+    p.add_argument("--frames", "-frames:v", "-frames", "-vframes", type=integer,
+                   help="stop after N frames (default: all)")
     p.add_argument("--strict", action="store_true", default=None,
                    help="fail (exit 3) on the first undecodable packet or corrupt frame instead of skipping it")
     p.add_argument("--ring-size", type=integer,

@@ -181,7 +181,8 @@ def _instead_of(token: str, following: str | None, known: dict[str, argparse.Act
     if hints and bare in _INSTEAD:
         return f"{token}: {_INSTEAD[bare]}"
     if hints and token.startswith("-c"):
-        return f"{token}: not an option here; -c names the encoder (-c libx264), --encoder-opt KEY=VALUE gives it an option"
+        return (f"{token}: not an option here; -c names the encoder (-c libx264), --encoder-opt KEY=VALUE gives it "
+                "an option")
     return f"{token}: not an option here; --help lists them"
 
 
