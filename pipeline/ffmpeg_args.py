@@ -144,11 +144,10 @@ def _short_options(letters: str, known: dict[str, argparse.Action]) -> bool:
     at most one that takes a value, given glued on when it comes first (``-oout.mp4``) or in the next word when
     it comes last (``-yo out.mp4``). Flags then a value glued on is refused: ``-nostdin`` is no ``-n -o stdin``."""
     for index, letter in enumerate(letters):
-        action = known.get(f"-{letter}")
-        if action is None:
+        if f"-{letter}" not in known:
             return False
-        if action.nargs != 0:
-            return index == 0 or index == len(letters) - 1
+        if _takes_value(f"-{letter}", known):
+            return index in (0, len(letters) - 1)
     return True
 
 

@@ -205,10 +205,12 @@ def test_nostats_hides_the_progress_bar_as_in_ffmpeg(command, monkeypatch):
     ("run", ["in.mp4", "-framerate", "30"], "-framerate: not an option here"),  # -f ramerate
     ("run", ["in.mp4", "-o", "-sn", "b.mp4"], "-sn: not an option here"),  # a no-op where a value goes: no output
 ])
-def test_words_argparse_would_take_apart_are_refused_whole(command, argv, said, capsys):
+def test_words_argparse_would_take_apart_are_refused_whole(command, argv, said, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # what a word taken apart would write lands here, never in the checkout
     assert main([command, *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and said in err, err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_name_starting_with_a_dash_and_holding_a_space_follows_a_double_dash():
